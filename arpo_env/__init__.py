@@ -1,0 +1,28 @@
+"""arpo_env: Gymnasium environments for tool-integrated reasoning, with forkable state.
+
+    import gymnasium as gym
+    import arpo_env  # registers the environments
+
+    env = gym.make("ARPO-Math-v0")
+
+Environment ids: ``ARPO-Math-v0`` (math with a Python interpreter). Every environment exposes ``fork()``,
+``snapshot()`` and ``restore()`` on ``env.unwrapped``.
+"""
+
+from gymnasium.envs.registration import register, registry
+
+from arpo_env.datasets import Task, load_tasks
+from arpo_env.env import ToolEnv
+from arpo_env.rewards import HierarchicalReward, RewardParts
+from arpo_env.tool import Tool, ToolOutput
+
+__version__ = "0.1.0"
+
+ENV_IDS = {
+    "ARPO-Math-v0": "arpo_env.math_env:MathEnv",
+}
+for _id, _entry in ENV_IDS.items():
+    if _id not in registry:
+        register(id=_id, entry_point=_entry, disable_env_checker=False)
+
+__all__ = ["ENV_IDS", "HierarchicalReward", "RewardParts", "Task", "Tool", "ToolEnv", "ToolOutput", "load_tasks"]

@@ -1,0 +1,161 @@
+"""Tasks: questions with gold answers, read from a data directory, a file, the package, or (online) the hub.
+
+`load_tasks(name, data_dir)` understands the layouts of the ARPO release:
+
+* ``<data_dir>/<name>/test.jsonl`` or ``<data_dir>/eval/<name>/test.jsonl`` for the benchmarks (gsm8k, math500,
+  math, aime24, aime25, …), with their own keys (``question``/``problem``, ``answer``; gsm8k's after ``####``);
+* ``<data_dir>/train/train_10k.parquet`` (name ``train``) and ``valid.parquet`` (name ``valid``): the RL data, whose
+  rows are filtered by ``ability`` (math or qa); the question is ``extra_info.question``, the gold answer
+  ``reward_model.ground_truth`` (the release's own prompts are not used);
+* any ``.jsonl``, ``.json`` or ``.parquet`` path given as the name;
+* ``default``: a small math set shipped inside the package (no data directory, no network);
+* ``hub:<owner>/<name>[:split]``: a Hugging Face dataset, when the ``datasets`` package and a network are there.
+
+When `data_dir` is not given, the ``ARPO_DATA_DIR`` environment variable is used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterable
+
+MATH_BENCHMARKS = ("aime24", "aime25", "math500", "gsm8k", "math")
+PACKAGED = {"default": "math_default.jsonl"}
+
+
+@dataclass(frozen=True)
+class Task:
+    """One question. `answer` is a string, or a list of accepted aliases."""
+
+    question: str
+    answer: Any
+    id: str = ""
+    source: str = ""
+    kind: str = "math"
+    meta: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Task":
+        return cls(**{k: d[k] for k in ("question", "answer", "id", "source", "kind", "meta") if k in d})
+
+
+class DataNotFound(FileNotFoundError):
+    """A dataset could not be found; the message says where it was looked for and how to get it."""
+
+
+def _gsm8k_answer(text: str) -> str:
+    return text.split("####")[-1].strip().replace(",", "") if "####" in text else text.strip()
+
+
+def _clean(text: str) -> str:
+    # The ARPO release has a backspace where "\b" of "\boxed" was escaped once too few times.
+    return text.replace("\x08", "\\b")
+
+
+def task_from_record(record: dict[str, Any], source: str, index: int, kind: str | None = None) -> Task:
+    """Normalise one record of any supported layout into a `Task`."""
+    extra = record.get("extra_info") if isinstance(record.get("extra_info"), dict) else {}
+    question = next((record[k] for k in ("question", "problem", "Question", "query", "prompt")
+                     if isinstance(record.get(k), str)), None) or extra.get("question")
+    if question is None:
+        raise ValueError(f"{source}: record {index} has no question field (question, problem, Question)")
+    rm = record.get("reward_model") if isinstance(record.get("reward_model"), dict) else {}
+    answer = next((record[k] for k in ("answer", "ground_truth", "final_answer", "golden_answers")
+                   if record.get(k) is not None), rm.get("ground_truth"))
+    if answer is None:
+        raise ValueError(f"{source}: record {index} has no answer field (answer, ground_truth, reward_model)")
+    if isinstance(answer, str) and "####" in answer:
+        answer = _gsm8k_answer(answer)
+    elif isinstance(answer, (int, float)):
+        answer = str(answer)
+    elif not isinstance(answer, str):
+        answer = [str(a) for a in answer]
+    if kind is None:
+        kind = record.get("ability") or ("math" if source in MATH_BENCHMARKS else "qa")
+    rid = record.get("id", record.get("unique_id", record.get("task_id", record.get("idx", index))))
+    meta = {k: v for k, v in record.items() if k in ("level", "subject", "answer_type", "Level", "data_source")}
+    return Task(_clean(question).strip(), answer, str(rid), source, str(kind), meta)
+
+
+def _read_records(path: Path) -> list[dict[str, Any]]:
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path).to_pylist()
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json" and text.lstrip().startswith("["):
+        return json.loads(text)
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _candidates(name: str, data_dir: Path) -> Iterable[Path]:
+    aliases = {"train": "train_10k", "hard_search": "hard_search_1k"}
+    stem = aliases.get(name, name)
+    for base in (data_dir, data_dir / "eval", data_dir / "train"):
+        yield base / name / "test.jsonl"
+        yield base / f"{stem}.parquet"
+        yield base / f"{stem}.jsonl"
+
+
+def resolve(name: str, data_dir: str | os.PathLike | None = None) -> Path:
+    """The file that holds dataset `name`, or a `DataNotFound` naming every place that was tried."""
+    if name in PACKAGED:
+        return Path(str(resources.files("arpo_env") / "data" / PACKAGED[name]))
+    path = Path(name).expanduser()
+    if path.suffix in (".jsonl", ".json", ".parquet"):
+        if path.is_file():
+            return path
+        raise DataNotFound(f"dataset file {path} does not exist")
+    data_dir = data_dir or os.environ.get("ARPO_DATA_DIR")
+    if not data_dir:
+        raise DataNotFound(
+            f"dataset {name!r} needs a data directory: pass data_dir=… (or set ARPO_DATA_DIR) pointing at a folder "
+            f"with {name}/test.jsonl or eval/{name}/test.jsonl, as in the ARPO release's data layout; "
+            "or pass dataset='default' for the small math set shipped with the package"
+        )
+    tried = list(_candidates(name, Path(data_dir)))
+    for candidate in tried:
+        if candidate.is_file():
+            return candidate
+    raise DataNotFound(f"dataset {name!r} not found under {data_dir}; looked for: " + ", ".join(map(str, tried)))
+
+
+def load_tasks(name: str = "default", data_dir: str | os.PathLike | None = None, kind: str | None = None,
+               limit: int | None = None) -> list[Task]:
+    """Load dataset `name` as tasks; `kind` ('math' or 'qa') keeps only rows of that ability in mixed files."""
+    if name.startswith("hub:"):
+        return _load_hub(name[4:], kind, limit)
+    path = resolve(name, data_dir)
+    source = path.parent.name if path.name == "test.jsonl" else re.sub(r"\.(jsonl|json|parquet)$", "", path.name)
+    if name in PACKAGED:
+        source = name
+    tasks = []
+    for i, record in enumerate(_read_records(path)):
+        ability = record.get("ability")
+        if kind is not None and ability is not None and ability != kind:
+            continue
+        tasks.append(task_from_record(record, source, i, kind))
+        if limit is not None and len(tasks) >= limit:
+            break
+    if not tasks:
+        raise DataNotFound(f"{path} holds no {kind or ''} tasks".replace("  ", " "))
+    return tasks
+
+
+def _load_hub(spec: str, kind: str | None, limit: int | None) -> list[Task]:
+    try:
+        import datasets  # type: ignore[import-not-found]
+    except ImportError as exc:
+        raise DataNotFound(f"hub:{spec} needs the 'datasets' package (pip install datasets) and a network") from exc
+    repo, _, split = spec.partition(":")
+    rows = datasets.load_dataset(repo, split=split or "test")
+    tasks = [task_from_record(dict(r), repo.split("/")[-1], i, kind) for i, r in enumerate(rows)]
+    return tasks[:limit] if limit else tasks

@@ -1,0 +1,290 @@
+"""`ToolEnv`: the text-in, text-out Gymnasium environment for tool-integrated reasoning, with forkable state."""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import gymnasium as gym
+import numpy as np
+
+from arpo_env import prompts, tags
+from arpo_env.datasets import Task
+from arpo_env.rewards import HierarchicalReward, RewardParts
+from arpo_env.spaces import UnicodeText
+from arpo_env.tool import Tool, ToolOutput
+
+ToolFactory = Callable[[], Tool]
+
+
+@dataclass
+class EpisodeState:
+    """Everything that defines where an episode stands, apart from the tools' own state."""
+
+    task: Task
+    segments: list[tuple[str, str]] = field(default_factory=list)
+    """The completion so far as (kind, text) pieces: kind is "action" (the model's) or "observation" (the env's)."""
+    tool_calls: dict[str, int] = field(default_factory=dict)
+    turns: int = 0
+    done: bool = False
+
+    @property
+    def completion(self) -> str:
+        return "".join(text for _, text in self.segments)
+
+    @property
+    def total_tool_calls(self) -> int:
+        return sum(self.tool_calls.values())
+
+    def copy(self) -> "EpisodeState":
+        return EpisodeState(self.task, list(self.segments), dict(self.tool_calls), self.turns, self.done)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"task": self.task.as_dict(), "segments": [list(s) for s in self.segments],
+                "tool_calls": dict(self.tool_calls), "turns": self.turns, "done": self.done}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "EpisodeState":
+        return cls(Task.from_dict(d["task"]), [tuple(s) for s in d["segments"]], dict(d["tool_calls"]),  # type: ignore[misc]
+                   int(d["turns"]), bool(d["done"]))
+
+
+class ToolEnv(gym.Env[str, str]):
+    """A multi-turn tool-use episode over one task, as text. Subclasses choose the tasks, tools and reward.
+
+    `reset()` returns the task's user turn; `step(action)` takes what the model generated since the last
+    observation, runs the tool call the action ends with and returns its output in ``<result>…</result>``.
+    An ``<answer>`` ends the episode and the reward is computed over the whole completion; a turn with no tag at all
+    is the model's final word and ends it too. Budgets on tool calls, turns and completion characters truncate
+    the episode with a last observation that says why.
+
+    The state is forkable: `fork()` returns an independent copy (live-forking the Python interpreter), `snapshot()`
+    a picklable value, `restore(snapshot)` rebuilds it here or in another process.
+    """
+
+    metadata = {"render_modes": ["ansi", "human"], "render_fps": 4}
+
+    def __init__(self, tasks: Sequence[Task], tools: dict[str, ToolFactory], reward: HierarchicalReward,
+                 max_tool_calls: int = 5, max_turns: int | None = None, max_chars: int = 32000,
+                 render_mode: str | None = None) -> None:
+        if not tasks:
+            raise ValueError("the environment needs at least one task")
+        unknown = set(tools) - set(tags.TOOL_TAGS)
+        if unknown:
+            raise ValueError(f"unknown tools {sorted(unknown)}; known: {list(tags.TOOL_TAGS)}")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, not {render_mode!r}")
+        self.tasks = list(tasks)
+        self.tool_factories = dict(tools)
+        self.reward_fn = reward
+        self.max_tool_calls = int(max_tool_calls)
+        self.max_turns = int(max_turns) if max_turns is not None else self.max_tool_calls + 2
+        self.max_chars = int(max_chars)
+        self.render_mode = render_mode
+        self.system_prompt = prompts.system_prompt(list(self.tool_factories), self.max_tool_calls)
+        self.observation_space = UnicodeText(max_length=max(self.max_chars, 100_000))
+        self.action_space = UnicodeText(max_length=self.max_chars)
+        self.tools: dict[str, Tool] = {}
+        self.state: EpisodeState | None = None
+
+    # ---------------------------------------------------------------------------------------------------------------
+    # Gymnasium API
+    # ---------------------------------------------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        """Start an episode. `options`: ``{"index": i}`` picks task i; ``{"question": q, "answer": a}`` a custom one;
+        neither draws a task with the env's RNG."""
+        super().reset(seed=seed)
+        options = options or {}
+        if "question" in options:
+            if "answer" not in options:
+                raise ValueError('a custom task needs both "question" and "answer"')
+            task = Task(str(options["question"]), options["answer"], str(options.get("id", "custom")), "custom",
+                        str(options.get("kind", self.tasks[0].kind)))
+        elif "index" in options:
+            index = int(options["index"])
+            if not -len(self.tasks) <= index < len(self.tasks):
+                raise IndexError(f"task index {index} out of range: the dataset has {len(self.tasks)} tasks")
+            task = self.tasks[index]
+        else:
+            task = self.tasks[int(self.np_random.integers(len(self.tasks)))]
+        self._close_tools()
+        self.tools = {tag: make() for tag, make in self.tool_factories.items()}
+        self.state = EpisodeState(task)
+        user = prompts.user_turn(task.question)
+        info = {"messages": [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": user}],
+                "task": task.as_dict()}
+        return user, info
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        state = self._require_state()
+        if state.done:
+            raise gym.error.ResetNeeded("the episode has ended: call reset() before stepping again")
+        text = _as_text(action)
+        state.turns += 1
+        state.segments.append(("action", text))
+        info: dict[str, Any] = {"tool": None, "tool_query": None, "tool_latency_s": 0.0, "tool_failed": False,
+                                "tool_error": None}
+        call = tags.last_call(text, tuple(self.tools))
+        final = tags.answer(text)
+        open_tag = tags.unclosed_tag(text)
+        truncation = None
+
+        if final is not None and (call is None or call.start < final.start):
+            observation = ""  # the answer ends the episode
+        elif call is not None:
+            if len(state.completion) > self.max_chars:
+                truncation = (f"The transcript reached its length budget ({self.max_chars} characters); "
+                              "the episode ends here.")
+                observation = tags.wrap_result(truncation)
+            elif state.total_tool_calls >= self.max_tool_calls:
+                truncation = (f"The tool-call budget is used up ({self.max_tool_calls} of {self.max_tool_calls}); "
+                              "the episode ends here.")
+                observation = tags.wrap_result(truncation)
+            else:
+                out = self._run_tool(call.tag, call.content)
+                state.tool_calls[call.tag] = state.tool_calls.get(call.tag, 0) + 1
+                info.update(tool=call.tag, tool_query=call.content, tool_latency_s=out.latency_s,
+                            tool_failed=out.failed, tool_error=out.error, tool_extra=out.extra)
+                note = ""
+                if state.total_tool_calls == self.max_tool_calls:
+                    note = "\n(That was your last tool call: give the final answer now.)"
+                observation = tags.wrap_result(out.text + note)
+        elif open_tag is not None or "<" + tags.ANSWER in text:
+            tag = open_tag or tags.ANSWER
+            observation = tags.wrap_result(
+                f"error: the <{tag}> tag is not closed. Write a tool call as <python>code</python> "
+                "(or <search>query</search>, <browse>url</browse>) and the answer as <answer>\\boxed{…}</answer>."
+                if tag in tags.TOOL_TAGS or tag == tags.ANSWER else
+                f"error: the <{tag}> tag is not closed; close it, then call a tool or give the answer.")
+        else:
+            observation = ""  # a turn with neither a call nor an answer is the model's final word
+
+        terminated = observation == "" and truncation is None
+        if not terminated and truncation is None:
+            if state.turns >= self.max_turns:
+                truncation = f"The turn budget is used up ({self.max_turns} turns); the episode ends here."
+                observation = tags.wrap_result(truncation)
+            elif len(state.completion) + len(observation) > self.max_chars:
+                truncation = (f"The transcript reached its length budget ({self.max_chars} characters); "
+                              "the episode ends here.")
+                observation = tags.wrap_result(truncation)
+        if observation:
+            state.segments.append(("observation", observation))
+        truncated = truncation is not None
+        reward = 0.0
+        if terminated or truncated:
+            state.done = True
+            parts = self.score()
+            reward = parts.total
+            info["reward_parts"] = parts.as_dict()
+        info.update(self._counters(), truncation=truncation)
+        if self.render_mode == "human":
+            self.render()
+        return observation, reward, terminated, truncated, info
+
+    def render(self) -> str | None:
+        state = self._require_state()
+        text = f"[system]\n{self.system_prompt}\n[user]\n{prompts.user_turn(state.task.question)}\n[assistant]\n"
+        text += state.completion
+        if self.render_mode == "human":
+            print(text)
+            return None
+        return text
+
+    def close(self) -> None:
+        self._close_tools()
+        super().close()
+
+    # ---------------------------------------------------------------------------------------------------------------
+    # Forkable state
+    # ---------------------------------------------------------------------------------------------------------------
+    def fork(self) -> "ToolEnv":
+        """An independent environment whose state equals this one's now (tools forked, RNG copied)."""
+        state = self._require_state()
+        child = copy.copy(self)
+        child.state = state.copy()
+        child.tools = {tag: tool.fork() for tag, tool in self.tools.items()}
+        child._np_random = copy.deepcopy(self._np_random)
+        return child
+
+    def snapshot(self) -> dict[str, Any]:
+        """A picklable value that `restore` turns back into this state (the interpreter by replaying its cells)."""
+        state = self._require_state()
+        rng = self._np_random.bit_generator.state if self._np_random is not None else None
+        return {"version": 1, "state": state.to_dict(), "tools": {t: tool.snapshot() for t, tool in self.tools.items()},
+                "np_random": rng}
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        """Bring back a `snapshot()` (taken in this env, another one with the same tools, or another process)."""
+        if snapshot.get("version") != 1:
+            raise ValueError(f"unsupported snapshot version {snapshot.get('version')!r}")
+        missing = set(snapshot["tools"]) - set(self.tool_factories)
+        if missing:
+            raise ValueError(f"the snapshot uses tools this env does not have: {sorted(missing)}")
+        self._close_tools()
+        self.tools = {tag: make() for tag, make in self.tool_factories.items()}
+        for tag, tool_snapshot in snapshot["tools"].items():
+            self.tools[tag].restore(tool_snapshot)
+        self.state = EpisodeState.from_dict(snapshot["state"])
+        if snapshot.get("np_random") is not None:
+            self._np_random = np.random.Generator(np.random.PCG64())
+            self._np_random.bit_generator.state = snapshot["np_random"]
+
+    # ---------------------------------------------------------------------------------------------------------------
+    # Inspection
+    # ---------------------------------------------------------------------------------------------------------------
+    @property
+    def completion(self) -> str:
+        """The assistant's side of the transcript: actions and observations, in order."""
+        return self._require_state().completion
+
+    @property
+    def messages(self) -> list[dict[str, str]]:
+        state = self._require_state()
+        return [{"role": "system", "content": self.system_prompt},
+                {"role": "user", "content": prompts.user_turn(state.task.question)},
+                {"role": "assistant", "content": state.completion}]
+
+    def score(self) -> RewardParts:
+        """The reward of the completion as it stands."""
+        state = self._require_state()
+        return self.reward_fn(state.completion, state.task.answer)
+
+    # ---------------------------------------------------------------------------------------------------------------
+    def _run_tool(self, tag: str, query: str) -> ToolOutput:
+        start = time.perf_counter()
+        if tag == tags.PYTHON:
+            query = tags.strip_code_fences(query)
+        try:
+            out = self.tools[tag].call(query)
+        except Exception as exc:  # noqa: BLE001 - a broken tool is an observation, never a crash of the episode
+            out = ToolOutput(f"{tag} failed: {type(exc).__name__}: {exc}", failed=True, error=str(exc))
+        out.latency_s = out.latency_s or time.perf_counter() - start
+        return out
+
+    def _counters(self) -> dict[str, Any]:
+        state = self._require_state()
+        return {"tool_calls": state.total_tool_calls, "tool_calls_by_tool": dict(state.tool_calls),
+                "turns": state.turns, "chars": len(state.completion)}
+
+    def _require_state(self) -> EpisodeState:
+        if self.state is None:
+            raise gym.error.ResetNeeded("call reset() before using the environment")
+        return self.state
+
+    def _close_tools(self) -> None:
+        for tool in self.tools.values():
+            tool.close()
+        self.tools = {}
+
+
+def _as_text(action: Any) -> str:
+    if isinstance(action, str):
+        return action
+    if isinstance(action, (bytes, bytearray)):
+        return bytes(action).decode("utf-8", errors="replace")
+    if isinstance(action, np.str_):
+        return str(action)
+    raise TypeError(f"an action is the text the model generated (str or UTF-8 bytes), not {type(action).__name__}")

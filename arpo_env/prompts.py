@@ -1,0 +1,42 @@
+"""The system prompt and user turn of the environments (our own wording; the release's prompts are not used)."""
+
+from __future__ import annotations
+
+from arpo_env import tags
+
+_TOOL_LINES = {
+    tags.PYTHON: "<python>code</python> runs Python in a persistent interpreter: variables stay defined between "
+                 "calls, numpy and sympy are available, and you see what the code prints (and the value of its "
+                 "last line).",
+    tags.SEARCH: "<search>query</search> searches the web and returns the top results.",
+    tags.BROWSE: "<browse>url</browse> reads a web page and returns its main text.",
+}
+
+_EXAMPLE = {
+    tags.PYTHON: "<think>I need the product of 1234 and 5678.</think>\n<python>print(1234 * 5678)</python>\n"
+                 "<result>\n7006652\n</result>\n<answer>\\boxed{7006652}</answer>",
+    tags.SEARCH: "<think>I need to look up the capital of Australia.</think>\n<search>capital of Australia</search>\n"
+                 "<result>\n1. Canberra is the capital city of Australia …\n</result>\n"
+                 "<answer>\\boxed{Canberra}</answer>",
+}
+
+
+def system_prompt(tools: tuple[str, ...] | list[str], max_tool_calls: int) -> str:
+    """Tell the model the protocol: think, call tools by tag, read results, answer in a box."""
+    lines = [
+        "You are a careful problem solver who can use tools.",
+        "Reason step by step inside <think> </think>. While reasoning you may call a tool:",
+        *(f"- {_TOOL_LINES[t]}" for t in tools if t in _TOOL_LINES),
+        "Write one tool call at a time and stop after its closing tag; the result comes back inside "
+        "<result> </result>.",
+        f"You can make at most {max_tool_calls} tool calls.",
+        "When you know the answer, write it as <answer>\\boxed{your final answer}</answer> and stop.",
+    ]
+    example = next((_EXAMPLE[t] for t in tools if t in _EXAMPLE), _EXAMPLE[tags.PYTHON])
+    if tools:
+        lines += ["", "Example:", example]
+    return "\n".join(lines)
+
+
+def user_turn(question: str) -> str:
+    return f"{question.strip()}\n\nPut the final answer in <answer>\\boxed{{}}</answer>."

@@ -1,0 +1,152 @@
+r"""Rewards: ARPO's hierarchical reward, as objects the environments own and as TRL reward functions.
+
+The hierarchical reward of the paper:
+
+* **format gate**: −1 when the completion breaks the format (no ``<answer>`` holding a ``\boxed{}``, unbalanced
+  tags, a tool call after the answer; optionally the reference code's strict ``<think>`` check);
+* otherwise **correctness**: math-verify equivalence for math (0 or 1), token F1 for QA (`arpo_env.qa_metrics`);
+* **+0.1** when the answer is correct (score > 0) and the completion used both search and Python.
+
+Every function named ``*_reward`` here is also a TRL reward function, ``f(prompts, completions, **kwargs) ->
+list[float]``, so ``trl grpo --reward_funcs arpo_env.rewards.math_reward`` imports it. The gold answer is read from
+the dataset column ``answer``, ``ground_truth``, ``solution`` or ``reward_model['ground_truth']``.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Sequence
+
+from arpo_env import tags
+
+BONUS_TOOLS = frozenset({tags.SEARCH, tags.PYTHON})
+
+
+@dataclass
+class RewardParts:
+    """A reward and how it was reached."""
+
+    total: float
+    format_ok: bool
+    score: float = 0.0
+    """Correctness before the bonus: 0/1 for math, F1 for QA."""
+    bonus: float = 0.0
+    prediction: str | None = None
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def correct(self) -> bool:
+        return self.format_ok and self.score > 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "correct": self.correct}
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Correctness
+# --------------------------------------------------------------------------------------------------------------------
+def _as_latex(text: str) -> str:
+    text = str(text).strip()
+    return text if "\\boxed" in text else f"\\boxed{{{text}}}"
+
+
+def math_equal(prediction: str | None, gold: Any) -> bool:
+    """Whether `prediction` and `gold` are the same mathematical answer (math-verify; any gold alias may match)."""
+    if prediction is None or not str(prediction).strip():
+        return False
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+
+    # math-verify's timeouts use SIGALRM, which only the main thread may set; in worker threads they are off.
+    timeout = 5 if threading.current_thread() is threading.main_thread() else None
+    configs = [LatexExtractionConfig(), ExprExtractionConfig()]
+    pred = parse(_as_latex(prediction), extraction_config=configs, parsing_timeout=timeout)
+    golds = gold if isinstance(gold, (list, tuple)) else [gold]
+    for g in golds:
+        target = parse(_as_latex(g), extraction_config=configs, parsing_timeout=timeout)
+        if target and pred and verify(target, pred, timeout_seconds=timeout):
+            return True
+        if str(g).strip() == str(prediction).strip():
+            return True
+    return False
+
+
+def math_score(prediction: str | None, gold: Any) -> float:
+    return 1.0 if math_equal(prediction, gold) else 0.0
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The hierarchical reward
+# --------------------------------------------------------------------------------------------------------------------
+class HierarchicalReward:
+    """ARPO's reward: format gate, then correctness, then the multi-tool bonus.
+
+    Args:
+        scorer: ``scorer(prediction, gold) -> float`` in [0, 1] (math equivalence, QA F1, an LLM judge).
+        strict_think: also require the reference code's ``<think>`` structure.
+        tool_bonus: added when the answer is correct and both search and Python were used.
+        require_boxed: the answer must hold a ``\\boxed{}``.
+    """
+
+    def __init__(self, scorer: Callable[[str | None, Any], float] = math_score, strict_think: bool = False,
+                 tool_bonus: float = 0.1, require_boxed: bool = True) -> None:
+        self.scorer = scorer
+        self.strict_think = strict_think
+        self.tool_bonus = tool_bonus
+        self.require_boxed = require_boxed
+
+    def __call__(self, completion: str, gold: Any) -> RewardParts:
+        prediction = tags.final_answer(completion)
+        errors = tags.format_errors(completion, self.strict_think, self.require_boxed)
+        if errors:
+            return RewardParts(-1.0, False, prediction=prediction, errors=errors)
+        score = float(self.scorer(prediction, gold))
+        bonus = self.tool_bonus if score > 0 and BONUS_TOOLS <= tags.used_tools(completion) else 0.0
+        return RewardParts(score + bonus, True, score, bonus, prediction)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# TRL reward functions
+# --------------------------------------------------------------------------------------------------------------------
+def completion_text(completion: Any) -> str:
+    """TRL passes plain strings, or (conversational datasets) lists of messages: take the assistant text."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, dict):
+        return str(completion.get("content", ""))
+    return "".join(completion_text(m) for m in completion if not isinstance(m, dict) or m.get("role") != "user")
+
+
+def gold_answers(kwargs: dict[str, Any], n: int) -> list[Any]:
+    """The gold answer of each row, from whichever column the dataset has."""
+    for key in ("answer", "ground_truth", "solution", "golden_answers"):
+        if kwargs.get(key) is not None:
+            return list(kwargs[key])
+    if kwargs.get("reward_model") is not None:
+        return [row.get("ground_truth") if isinstance(row, dict) else row for row in kwargs["reward_model"]]
+    raise KeyError("the dataset needs a gold-answer column: answer, ground_truth, solution or reward_model")
+
+
+def _batch(reward: HierarchicalReward, completions: Sequence[Any], kwargs: dict[str, Any],
+           part: Callable[[RewardParts], float]) -> list[float]:
+    golds = gold_answers(kwargs, len(completions))
+    return [part(reward(completion_text(c), g)) for c, g in zip(completions, golds)]
+
+
+_MATH = HierarchicalReward(math_score)
+
+
+def format_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+    """0 for a well-formed completion, −1 otherwise (the format gate alone)."""
+    return [0.0 if not tags.format_errors(completion_text(c)) else -1.0 for c in completions]
+
+
+def math_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+    """The full hierarchical reward with math-verify correctness."""
+    return _batch(_MATH, completions, kwargs, lambda p: p.total)
+
+
+def math_accuracy_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+    """1 when the boxed answer is mathematically equal to the gold answer, else 0 (format not gated)."""
+    golds = gold_answers(kwargs, len(completions))
+    return [math_score(tags.final_answer(completion_text(c)), g) for c, g in zip(completions, golds)]

@@ -1,0 +1,332 @@
+"""The local Python sandbox: a persistent interpreter per environment, forkable as a live process.
+
+`LocalSandbox` is the ``<python>`` tool's embedded default. Each instance owns one worker process forked from a
+shared *template* that has already imported numpy and sympy, so starting an interpreter costs a ``fork()``, not an
+import. Variables live across cells; a trailing expression's value is shown; stdout and stderr are captured and
+capped; tracebacks are short. `fork()` forks the worker itself: the copy has the same variables (copy-on-write, a
+few milliseconds, whatever the history). `snapshot()` is the list of executed cells; `restore()` replays it in a
+fresh worker, in this process or another.
+
+What it contains (tested): runaway loops (per-cell wall-clock and CPU timers interrupt the cell and keep its
+state; a cell that ignores the interrupt is killed after a grace period), memory bombs (an address-space limit:
+``MemoryError`` in the cell), process bombs and subprocesses, signals to other processes, network access, writes
+outside its own working directory, floods of output (kept up to a cap, the rest counted), crashes and ``os._exit``
+(the worker is replaced by a clean one and the model is told its variables are gone).
+
+What it does **not** protect against: the checks on processes, signals, files and ctypes are a CPython audit hook
+(PEP 578) inside the worker, plus resource limits and, where the kernel allows, a private network namespace. Code
+that is built to escape CPython (a native extension written to disk and imported, an interpreter bug) is not
+contained, reads of files the host user can read are allowed, and threads a cell starts keep running after it. Use
+it for the mistakes and excesses of a model under training, not for adversarial code: for that run the interpreter
+in a separate VM with ``sandbox="e2b"`` (`arpo_env.e2b_sandbox`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from dataclasses import asdict, dataclass
+
+from arpo_env.sandbox_server import recv_message, send_message
+from arpo_env.tool import ToolOutput
+
+SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_server.py")
+DEFAULT_PRELOAD = ("numpy", "sympy", "math", "fractions", "itertools", "collections", "statistics", "random", "re")
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Per-cell and per-worker limits of the local sandbox."""
+
+    timeout_s: float = 10.0
+    """Wall-clock seconds a cell may run before it is interrupted."""
+    cpu_s: float | None = None
+    """CPU seconds a cell may use before it is interrupted (default: `timeout_s`)."""
+    memory_mb: int = 1024
+    """Memory a worker may allocate beyond what the template already holds (0: no limit)."""
+    max_output_chars: int = 4000
+    """Characters of stdout (and, separately, stderr) kept per cell; the rest is counted and reported."""
+    file_size_mb: int = 64
+    """Largest file a cell may write."""
+    max_open_files: int = 256
+    kill_grace_s: float = 3.0
+    """How long after `timeout_s` the host waits for an interrupted cell before it kills the worker."""
+
+
+class WorkerLost(RuntimeError):
+    """The worker did not answer: it crashed, exited or ignored its interrupt and was killed."""
+
+    def __init__(self, message: str, timed_out: bool) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Processes
+# --------------------------------------------------------------------------------------------------------------------
+class _Process:
+    """The host's handle on one worker: its pid (and pidfd, so a reused pid is never signalled), channel and dir."""
+
+    def __init__(self, pid: int, sock: socket.socket, workdir: str) -> None:
+        self.pid, self.sock, self.workdir = pid, sock, workdir
+        try:
+            self.pidfd: int | None = os.pidfd_open(pid)
+        except (OSError, AttributeError):
+            self.pidfd = None
+        self.closed = False
+
+    def request(self, message: dict, timeout: float, fds: list[int] | None = None) -> dict:
+        self.sock.settimeout(timeout)
+        try:
+            send_message(self.sock, message, fds)
+            return recv_message(self.sock)[0]
+        except socket.timeout as exc:
+            raise WorkerLost(f"no answer after {timeout:.0f} s", timed_out=True) from exc
+        except (EOFError, OSError, ValueError) as exc:
+            raise WorkerLost(f"the interpreter process died ({exc or type(exc).__name__})", timed_out=False) from exc
+
+    def kill(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            if self.pidfd is not None:
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            else:
+                os.kill(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError, OSError):
+            pass
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+        self.sock.close()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+class _Template:
+    """The process that preloads modules and forks fresh workers. One per (host process, preload list)."""
+
+    def __init__(self, preload: tuple[str, ...]) -> None:
+        ours, theirs = socket.socketpair()
+        env = dict(os.environ)
+        # One thread per worker (no BLAS thread pools to lose at fork); stable hashing so replay rebuilds the same
+        # set and dict orders; no bytecode files written from inside the sandbox.
+        env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONHASHSEED="0",
+                   PYTHONDONTWRITEBYTECODE="1", MPLBACKEND="Agg")
+        self.proc = subprocess.Popen(
+            [sys.executable, SERVER, "template", str(theirs.fileno()), *preload],
+            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, env=env, cwd=tempfile.gettempdir(),
+        )
+        theirs.close()
+        self.sock = ours
+        self.owner = os.getpid()
+        self.lock = threading.Lock()
+        self.sock.settimeout(300)
+        hello, _ = recv_message(self.sock)
+        self.network = hello.get("network", "")
+
+    def alive(self) -> bool:
+        return self.owner == os.getpid() and self.proc.poll() is None
+
+    def spawn(self, limits: SandboxLimits) -> _Process:
+        workdir = tempfile.mkdtemp(prefix="arpo-sandbox-")
+        ours, theirs = socket.socketpair()
+        try:
+            with self.lock:
+                self.sock.settimeout(60)
+                send_message(self.sock, {"op": "spawn", "workdir": workdir, "limits": asdict(limits)},
+                             [theirs.fileno()])
+                reply, _ = recv_message(self.sock)
+        finally:
+            theirs.close()
+        return _Process(reply["pid"], ours, workdir)
+
+    def shutdown(self) -> None:
+        if self.owner != os.getpid():  # a forked host (e.g. a vector env's worker) does not own it
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+        self.sock.close()
+
+
+_templates: dict[tuple[str, ...], _Template] = {}
+_templates_lock = threading.Lock()
+
+
+def _template(preload: tuple[str, ...]) -> _Template:
+    with _templates_lock:
+        template = _templates.get(preload)
+        if template is None or not template.alive():
+            template = _templates[preload] = _Template(preload)
+        return template
+
+
+def shutdown_templates() -> None:
+    """Kill every template and, with it, every worker this process started (runs at exit)."""
+    with _templates_lock:
+        for template in _templates.values():
+            template.shutdown()
+        _templates.clear()
+
+
+atexit.register(shutdown_templates)
+
+
+def template_pids() -> list[int]:
+    """Process-group ids of this process's live templates (every worker is in one of these groups)."""
+    return [t.proc.pid for t in _templates.values() if t.alive()]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The tool
+# --------------------------------------------------------------------------------------------------------------------
+class _Slot:
+    """Holds the current worker so a finalizer can kill it without keeping the sandbox alive."""
+
+    def __init__(self) -> None:
+        self.process: _Process | None = None
+
+    def kill(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process = None
+
+
+class LocalSandbox:
+    """The ``<python>`` tool: a persistent, forkable interpreter in a contained local process."""
+
+    name = "python"
+    tag = "python"
+
+    def __init__(self, limits: SandboxLimits | None = None, preload: tuple[str, ...] = DEFAULT_PRELOAD) -> None:
+        self.limits = limits or SandboxLimits()
+        self.preload = tuple(preload)
+        self.history: list[str] = []  # cells the current worker has run, in order: what `restore` replays
+        self.restarts = 0
+        self._slot = _Slot()
+        self._finalizer = weakref.finalize(self, self._slot.kill)
+
+    # Lifecycle --------------------------------------------------------------------------------------------------------
+    @property
+    def pid(self) -> int | None:
+        return self._slot.process.pid if self._slot.process else None
+
+    @property
+    def protections(self) -> list[str]:
+        """The containment layers active on this machine."""
+        network = _template(self.preload).network
+        return ["audit hook", "resource limits", "cell timers"] + ([network] if network else [])
+
+    def start(self) -> None:
+        """Start the worker now rather than at the first call."""
+        self._worker()
+
+    def _worker(self) -> _Process:
+        if self._slot.process is None:
+            self._slot.process = _template(self.preload).spawn(self.limits)
+        return self._slot.process
+
+    def close(self) -> None:
+        self._slot.kill()
+        self.history = []
+
+    # The tool protocol ----------------------------------------------------------------------------------------------
+    def call(self, query: str) -> ToolOutput:
+        start = time.perf_counter()
+        limits = self.limits
+        message = {"op": "exec", "code": query, **asdict(limits)}
+        try:
+            reply = self._worker().request(message, limits.timeout_s + limits.kill_grace_s)
+        except WorkerLost as lost:
+            self._replace()
+            why = (f"it did not stop within {limits.timeout_s:g} s and was killed" if lost.timed_out
+                   else "its process crashed or exited")
+            text = (f"The Python interpreter was terminated: {why}. All variables are lost; a fresh interpreter "
+                    "is ready, so define again what you need.")
+            return ToolOutput(text, failed=True, error="interpreter terminated", latency_s=time.perf_counter() - start,
+                              extra={"restarted": True, "timed_out": lost.timed_out})
+        self.history.append(query)
+        error = reply["error"]
+        return ToolOutput(
+            _format_reply(reply, limits.max_output_chars), failed=error is not None,
+            error=error.strip().splitlines()[-1] if error else None, latency_s=time.perf_counter() - start,
+            extra={"timed_out": reply["timed_out"], "output_dropped": reply["dropped"]},
+        )
+
+    def _replace(self) -> None:
+        self._slot.kill()
+        self.history = []
+        self.restarts += 1
+        self._worker()
+
+    def fork(self) -> "LocalSandbox":
+        """An independent sandbox whose interpreter is a live copy of this one's (same variables and files)."""
+        child = LocalSandbox(self.limits, self.preload)
+        child.history = list(self.history)
+        parent = self._slot.process
+        if parent is None:
+            return child
+        workdir = tempfile.mkdtemp(prefix="arpo-sandbox-")
+        shutil.copytree(parent.workdir, workdir, symlinks=True, dirs_exist_ok=True)
+        ours, theirs = socket.socketpair()
+        try:
+            reply = parent.request({"op": "fork", "workdir": workdir}, timeout=30, fds=[theirs.fileno()])
+            ours.settimeout(30)
+            recv_message(ours)  # the child's first word: it is up and owns the new channel
+        except (WorkerLost, EOFError, OSError, ValueError):
+            ours.close()
+            shutil.rmtree(workdir, ignore_errors=True)
+            child.restore({"cells": child.history})  # the live copy failed: rebuild by replay
+            return child
+        finally:
+            theirs.close()
+        child._slot.process = _Process(reply["pid"], ours, workdir)
+        return child
+
+    def snapshot(self) -> dict:
+        """A picklable value from which `restore` rebuilds this interpreter (by replaying its cells)."""
+        return {"cells": list(self.history)}
+
+    def restore(self, snapshot: dict | None) -> None:
+        """Replace the interpreter with a fresh one that has run the snapshot's cells (output discarded)."""
+        self._slot.kill()
+        cells = list((snapshot or {}).get("cells", []))
+        self.history = []
+        if not cells:
+            return
+        limits = self.limits
+        budget = len(cells) * (limits.timeout_s + 1) + limits.kill_grace_s
+        try:
+            self._worker().request({"op": "replay", "cells": cells, **asdict(limits)}, timeout=budget)
+        except WorkerLost:
+            self._replace()  # a replayed cell killed the worker: start clean rather than half-restored
+            return
+        self.history = cells
+
+    def __repr__(self) -> str:
+        return f"LocalSandbox(pid={self.pid}, cells={len(self.history)})"
+
+
+def _format_reply(reply: dict, max_chars: int) -> str:
+    parts = [reply["stdout"].rstrip("\n"), reply["stderr"].rstrip("\n"), reply["value"] or "", reply["error"] or ""]
+    text = "\n".join(p for p in parts if p)
+    if len(text) > 2 * max_chars:
+        reply["dropped"] += len(text) - 2 * max_chars
+        text = text[: 2 * max_chars]
+    if reply["dropped"]:
+        text += f"\n[output truncated: {reply['dropped']:,} more characters not shown]"
+    if reply["timed_out"]:
+        text += "\n(the cell was interrupted; variables it had defined before that are kept)"
+    return text or "(no output)"

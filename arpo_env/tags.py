@@ -1,0 +1,163 @@
+"""Every rule about the text protocol's tags lives here.
+
+The model writes plain text with a few XML-like tags::
+
+    <think> reasoning … </think>
+    <python> code </python>       <search> query </search>       <browse> url </browse>
+    <result> the tool's output, written by the environment </result>
+    <answer> \\boxed{final answer} </answer>
+
+Tool calls may stand at the top level or inside ``<think>``. The inside of a tool call, a result or an answer is
+opaque: tags written there (``print("<answer>")``) are text, not structure.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+THINK, PYTHON, SEARCH, BROWSE, RESULT, ANSWER = "think", "python", "search", "browse", "result", "answer"
+TOOL_TAGS = (PYTHON, SEARCH, BROWSE)
+ALL_TAGS = (THINK, PYTHON, SEARCH, BROWSE, RESULT, ANSWER)
+_OPAQUE = set(TOOL_TAGS) | {RESULT, ANSWER}
+_TAG = re.compile(r"<(/?)(think|python|search|browse|result|answer)>")
+_FENCE = re.compile(r"^\s*```[a-zA-Z0-9_+-]*[ \t]*\n?|\n?[ \t]*```\s*$")
+
+
+@dataclass(frozen=True)
+class Span:
+    """One complete ``<tag>content</tag>`` in a text; `start`/`end` cover the tags themselves."""
+
+    tag: str
+    content: str
+    start: int
+    end: int
+
+
+def close_tags(tags: tuple[str, ...] | list[str] = TOOL_TAGS) -> list[str]:
+    """Stop strings for a generator: it stops when one of these tool calls, or the answer, is closed."""
+    return [f"</{t}>" for t in tags] + [f"</{ANSWER}>"]
+
+
+def spans(text: str) -> tuple[list[Span], list[str]]:
+    """Parse `text` into its complete top-level and think-nested spans, and a list of structural errors."""
+    found: list[Span] = []
+    errors: list[str] = []
+    stack: list[tuple[str, int, int]] = []  # (tag, start of open tag, end of open tag)
+    for m in _TAG.finditer(text):
+        closing, tag = m.group(1) == "/", m.group(2)
+        if stack and stack[-1][0] in _OPAQUE:  # inside an opaque span only its own closing tag counts
+            if closing and tag == stack[-1][0]:
+                _, start, body = stack.pop()
+                found.append(Span(tag, text[body:m.start()], start, m.end()))
+            continue
+        if not closing:
+            if stack and (tag == THINK or tag == ANSWER):
+                errors.append(f"<{tag}> opened inside <{stack[-1][0]}>")
+            stack.append((tag, m.start(), m.end()))
+        elif stack and stack[-1][0] == tag:
+            _, start, body = stack.pop()
+            found.append(Span(tag, text[body:m.start()], start, m.end()))
+        else:
+            errors.append(f"</{tag}> without a matching <{tag}>")
+    errors.extend(f"<{tag}> is never closed" for tag, _, _ in stack)
+    found.sort(key=lambda s: s.start)
+    return found, errors
+
+
+def unclosed_tag(text: str) -> str | None:
+    """The tag left open at the end of `text`, if any (an action cut off before its closing tag)."""
+    stack: list[str] = []
+    for m in _TAG.finditer(text):
+        closing, tag = m.group(1) == "/", m.group(2)
+        if stack and stack[-1] in _OPAQUE:
+            if closing and tag == stack[-1]:
+                stack.pop()
+            continue
+        if not closing:
+            stack.append(tag)
+        elif stack and stack[-1] == tag:
+            stack.pop()
+    return stack[-1] if stack else None
+
+
+def last_call(text: str, tags: tuple[str, ...] | list[str]) -> Span | None:
+    """The last complete tool call among `tags` in `text` (what an action ends with)."""
+    calls = [s for s in spans(text)[0] if s.tag in tags]
+    return calls[-1] if calls else None
+
+
+def answer(text: str) -> Span | None:
+    """The last complete ``<answer>`` span."""
+    found = [s for s in spans(text)[0] if s.tag == ANSWER]
+    return found[-1] if found else None
+
+
+def tool_calls(text: str) -> list[Span]:
+    return [s for s in spans(text)[0] if s.tag in TOOL_TAGS]
+
+
+def used_tools(text: str) -> set[str]:
+    """The tools a transcript called at least once."""
+    return {s.tag for s in tool_calls(text)}
+
+
+def strip_code_fences(code: str) -> str:
+    """Models often put Markdown fences inside ``<python>``; the interpreter should not see them."""
+    return _FENCE.sub("", code) if "```" in code else code
+
+
+def boxed(text: str) -> str | None:
+    r"""The content of the last ``\boxed{…}`` (or ``\fbox{…}``), braces matched; None if there is none."""
+    best = None
+    for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        if depth == 0:
+            best = text[m.end(): i - 1]
+    return best
+
+
+def final_answer(text: str) -> str | None:
+    r"""The model's final answer: the ``\boxed{}`` inside the last ``<answer>``, or the answer's text."""
+    span = answer(text)
+    if span is None:
+        return None
+    inner = boxed(span.content)
+    return (inner if inner is not None else span.content).strip()
+
+
+def wrap_result(output: str) -> str:
+    """The observation appended after a tool call. Tags inside tool output are defused so they stay text."""
+    safe = _TAG.sub(lambda m: f"<{m.group(1)}{m.group(2)}\u200b>", output)
+    return f"\n<{RESULT}>\n{safe}\n</{RESULT}>\n"
+
+
+def format_errors(completion: str, strict_think: bool = False, require_boxed: bool = True) -> list[str]:
+    r"""Why a completion breaks the format; empty when it is well-formed.
+
+    Well-formed means: tags balanced and properly nested, exactly one final ``<answer>`` holding a ``\boxed{}``
+    (when `require_boxed`), and no tool call after the answer. With `strict_think` (the reference implementation's
+    check) the completion must also open with ``<think>`` and close it before the answer.
+    """
+    found, errors = spans(completion)
+    answers = [s for s in found if s.tag == ANSWER]
+    if not answers:
+        errors.append("no <answer>…</answer>")
+    else:
+        last = answers[-1]
+        if len(answers) > 1:
+            errors.append(f"{len(answers)} answers")
+        if require_boxed and boxed(last.content) is None:
+            errors.append(r"the answer has no \boxed{}")
+        if any(s.tag in TOOL_TAGS and s.start > last.start for s in found):
+            errors.append("a tool call after the answer")
+        if strict_think:
+            thinks = [s for s in found if s.tag == THINK]
+            if not completion.lstrip().startswith(f"<{THINK}>"):
+                errors.append("does not start with <think>")
+            elif not thinks or thinks[0].end > last.start:
+                errors.append("<think> not closed before the answer")
+    return errors

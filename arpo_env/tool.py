@@ -1,0 +1,59 @@
+"""The protocol every tool follows: a name, a tag, `call`, `fork`, `snapshot`/`restore` and `close`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, runtime_checkable
+
+
+@dataclass
+class ToolOutput:
+    """What one tool call produced.
+
+    `text` is what the model reads inside ``<result>…</result>``; a failure is text too (``failed`` says so), so the
+    episode goes on and the model can react. `extra` holds tool-specific facts (cache hits, a restarted worker).
+    """
+
+    text: str
+    failed: bool = False
+    error: str | None = None
+    latency_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Tool(Protocol):
+    """A tool the environment can run when the model writes ``<tag>query</tag>``.
+
+    Stateless tools (search, browse) return ``self`` from `fork` and ``None`` from `snapshot`. Stateful tools (the
+    Python interpreter) copy their state so the fork and the original evolve independently.
+    """
+
+    name: str
+    tag: str
+
+    def call(self, query: str) -> ToolOutput: ...
+
+    def fork(self) -> "Tool": ...
+
+    def snapshot(self) -> Any: ...
+
+    def restore(self, snapshot: Any) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def python_tool_factory(sandbox: str = "local", options: dict[str, Any] | None = None) -> "Callable[[], Tool]":
+    """A factory of ``<python>`` tools: the local sandbox (default) or E2B, with their options."""
+    options = dict(options or {})
+    if sandbox == "local":
+        from arpo_env.sandbox import LocalSandbox, SandboxLimits
+
+        preload = tuple(options.pop("preload", ())) or None
+        limits = SandboxLimits(**options)
+        return (lambda: LocalSandbox(limits, preload)) if preload else (lambda: LocalSandbox(limits))
+    if sandbox == "e2b":
+        from arpo_env.e2b_sandbox import E2BSandbox
+
+        return lambda: E2BSandbox(**options)
+    raise ValueError(f"unknown sandbox {sandbox!r}: use 'local' or 'e2b'")
