@@ -356,7 +356,10 @@ class Worker:
     def _execute(self, code: str, name: str) -> str | None:
         """Run `code`; if it ends with an expression, return that value's repr (as a notebook shows it)."""
         linecache.cache[name] = (len(code), None, code.splitlines(True), name)
-        tree = ast.parse(code, name, "exec")
+        try:
+            tree = ast.parse(code, name, "exec")
+        except (SyntaxError, ValueError, UnicodeError) as exc:
+            raise exc.with_traceback(None)  # the code never ran: no frames to show
         last = tree.body[-1] if tree.body and isinstance(tree.body[-1], ast.Expr) else None
         if last is not None:
             tree.body.pop()

@@ -130,8 +130,12 @@ def final_answer(text: str) -> str | None:
 
 
 def wrap_result(output: str) -> str:
-    """The observation appended after a tool call. Tags inside tool output are defused so they stay text."""
-    safe = _TAG.sub(lambda m: f"<{m.group(1)}{m.group(2)}\u200b>", output)
+    """The observation appended after a tool call.
+
+    A result is opaque (tags inside it are text), so only a ``</result>`` in the tool's output could end it early;
+    those are escaped.
+    """
+    safe = re.sub(r"<(/?)result>", r"&lt;\1result&gt;", output)
     return f"\n<{RESULT}>\n{safe}\n</{RESULT}>\n"
 
 

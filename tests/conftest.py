@@ -1,0 +1,45 @@
+"""Shared fixtures: the development data in ../shared/data and process accounting for the sandbox."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("ARPO_TEST_DATA", ROOT.parent / "shared" / "data"))
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    if not (DATA / "eval").is_dir():
+        pytest.skip(f"development data not found at {DATA} (set ARPO_TEST_DATA)")
+    return DATA
+
+
+def group_members(pgid: int) -> list[tuple[int, str]]:
+    """(pid, state) of every process in process group `pgid`, read from /proc."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[2]) == pgid:
+            members.append((int(entry), fields[0]))
+    return members
+
+
+def wait_until(predicate, seconds: float = 10.0) -> bool:
+    """Poll `predicate` until it holds (process exits are asynchronous); never a timing assertion."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()

@@ -1,0 +1,183 @@
+"""ARPO-Math-v0 through Gymnasium: API conformance, vector envs, datasets, budgets and bad input."""
+
+from __future__ import annotations
+
+import pickle
+
+import gymnasium as gym
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import arpo_env
+from arpo_env.datasets import DataNotFound, load_tasks
+
+Q = {"question": "What is 12 * 34?", "answer": "408"}
+
+
+@pytest.fixture
+def env():
+    e = gym.make("ARPO-Math-v0", sandbox_options={"timeout_s": 5})
+    yield e
+    e.close()
+
+
+@pytest.mark.parametrize("env_id", list(arpo_env.ENV_IDS))
+def test_check_env_passes(env_id):
+    e = gym.make(env_id)
+    check_env(e.unwrapped, skip_render_check=False)
+    e.close()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_make_vec(mode):
+    envs = gym.make_vec("ARPO-Math-v0", num_envs=2, vectorization_mode=mode)
+    obs, info = envs.reset(seed=1)
+    assert len(obs) == 2 and all(isinstance(o, str) and o for o in obs)
+    obs, reward, terminated, truncated, info = envs.step(("<python>print(6*7)</python>", "<answer>\\boxed{0}</answer>"))
+    assert "42" in obs[0] and not terminated[0] and terminated[1]
+    envs.close()
+
+
+def test_default_dataset_is_shipped_and_seeded(env):
+    obs1, info1 = env.reset(seed=3)
+    obs2, _ = env.reset(seed=3)
+    assert obs1 == obs2 and info1["task"]["source"] == "default"
+    assert [m["role"] for m in info1["messages"]] == ["system", "user"]
+    assert "<python>" in info1["messages"][0]["content"]
+
+
+def test_full_episode_reward_and_info(env):
+    env.reset(options=Q)
+    obs, reward, term, trunc, info = env.step("<think>multiply</think>\n<python>print(12 * 34)</python>")
+    assert obs == "\n<result>\n408\n</result>\n" and reward == 0.0 and not (term or trunc)
+    assert info["tool"] == "python" and info["tool_calls"] == 1 and info["tool_latency_s"] > 0
+    assert not info["tool_failed"]
+    obs, reward, term, trunc, info = env.step("\n<answer>\\boxed{408}</answer>")
+    assert reward == 1.0 and term and not trunc and obs == ""
+    assert info["reward_parts"]["correct"] and info["reward_parts"]["prediction"] == "408"
+    assert env.unwrapped.completion.endswith("<answer>\\boxed{408}</answer>")
+    with pytest.raises(gym.error.ResetNeeded):
+        env.step("<python>1</python>")
+
+
+def test_tool_failure_is_an_observation(env):
+    env.reset(options=Q)
+    obs, _, term, trunc, info = env.step("<python>1/0</python>")
+    assert "ZeroDivisionError" in obs and info["tool_failed"] and not (term or trunc)
+
+
+def test_tool_budget_truncates_with_a_reason():
+    e = gym.make("ARPO-Math-v0", max_tool_calls=2, max_turns=10)
+    e.reset(options=Q)
+    assert "not" not in e.step("<python>1</python>")[0]
+    obs = e.step("<python>2</python>")[0]
+    assert "last tool call" in obs
+    obs, reward, term, trunc, info = e.step("<python>3</python>")
+    assert trunc and not term and "tool-call budget" in obs and reward == -1.0
+    assert info["truncation"] and info["tool_calls"] == 2
+    e.close()
+
+
+def test_turn_and_length_budgets_truncate():
+    e = gym.make("ARPO-Math-v0", max_turns=2)
+    e.reset(options=Q)
+    e.step("<python>print(1)")
+    obs, _, term, trunc, _ = e.step("<python>print(1)")
+    assert trunc and "turn budget" in obs
+    e = gym.make("ARPO-Math-v0", max_chars=200)
+    e.reset(options=Q)
+    obs, _, term, trunc, _ = e.step("<python>print('y' * 500)</python>")
+    assert trunc and "length budget" in obs
+    e.close()
+
+
+@pytest.mark.parametrize("action, expect", [
+    ("<python>print(1)", "<python> tag is not closed"),
+    ("<answer>\\boxed{4}", "<answer> tag is not closed"),
+    ("<think>hmm", "<think> tag is not closed"),
+])
+def test_malformed_tags_get_readable_errors(env, action, expect):
+    env.reset(options=Q)
+    obs, reward, term, trunc, info = env.step(action)
+    assert expect in obs and not (term or trunc)
+    obs, reward, term, *_ = env.step("<answer>\\boxed{408}</answer>")
+    assert term and reward == -1.0  # the transcript still has the broken tag: format gate
+
+
+def test_plain_text_ends_the_episode(env):
+    env.reset(options=Q)
+    obs, reward, term, trunc, info = env.step("I believe the answer is 408.")
+    assert term and reward == -1.0 and "no <answer>" in " ".join(info["reward_parts"]["errors"])
+
+
+def test_huge_and_binary_actions(env):
+    env.reset(options=Q)
+    obs, *_ = env.step(b"<python>print('\xff\xfe ok')</python>")
+    assert "ok" in obs
+    obs, reward, term, trunc, info = env.step("<python>" + "1" * 2_000_000 + "</python>")
+    assert trunc and "length budget" in obs
+    env.reset(options=Q)
+    with pytest.raises(TypeError, match="text the model generated"):
+        env.step(12)
+    obs, *_ = env.step("<python>print('\udcff'.encode('utf-8', 'replace'))</python>")
+    assert "surrogates not allowed" in obs and "Traceback" not in obs
+
+
+def test_env_fork_keeps_interpreter_and_transcript(env):
+    env.reset(options=Q)
+    env.step("<python>x = 41</python>")
+    child = env.unwrapped.fork()
+    child.step("<python>x = 0</python>")
+    assert env.unwrapped.step("<python>x + 1</python>")[0].strip() == "<result>\n42\n</result>"
+    assert child.step("<python>x + 1</python>")[0].strip() == "<result>\n1\n</result>"
+    assert child.completion != env.unwrapped.completion
+    assert child.state.task == env.unwrapped.state.task
+    child.close()
+
+
+def test_env_snapshot_pickle_restore(env):
+    env.reset(options=Q)
+    env.step("<python>x = 41</python>")
+    snap = pickle.loads(pickle.dumps(env.unwrapped.snapshot()))
+    other = gym.make("ARPO-Math-v0")
+    other.unwrapped.restore(snap)
+    assert other.unwrapped.completion == env.unwrapped.completion
+    obs, reward, term, trunc, info = other.unwrapped.step("<python>x + 1</python>")
+    assert "42" in obs and info["tool_calls"] == 2
+    other.close()
+
+
+def test_reset_options(env):
+    obs, info = env.reset(options={"index": 5})
+    assert info["task"] == env.unwrapped.tasks[5].as_dict()
+    with pytest.raises(IndexError):
+        env.reset(options={"index": 10_000})
+    with pytest.raises(ValueError, match="answer"):
+        env.reset(options={"question": "q"})
+
+
+@pytest.mark.parametrize("name, n", [("gsm8k", 1319), ("math500", 500), ("math", 5000), ("aime24", 30),
+                                     ("aime25", 30)])
+def test_benchmarks_load_from_a_data_dir(data_dir, name, n):
+    tasks = load_tasks(name, data_dir / "eval")
+    assert len(tasks) == n and all(t.question and t.answer not in ("", None) for t in tasks)
+    if name == "gsm8k":
+        assert tasks[0].answer == "18"
+    e = gym.make("ARPO-Math-v0", dataset=name, data_dir=str(data_dir))
+    obs, info = e.reset(seed=0)
+    assert info["task"]["source"] == name
+    e.close()
+
+
+def test_training_parquet_math_rows(data_dir):
+    tasks = load_tasks("train", data_dir, kind="math")
+    assert len(tasks) == 5000 and all(t.kind == "math" for t in tasks)
+    assert "\x08" not in "".join(t.question for t in tasks)
+
+
+def test_missing_data_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.delenv("ARPO_DATA_DIR", raising=False)
+    with pytest.raises(DataNotFound, match="data directory"):
+        load_tasks("gsm8k")
+    with pytest.raises(DataNotFound, match="looked for"):
+        load_tasks("gsm8k", tmp_path)

@@ -1,0 +1,200 @@
+"""The local Python sandbox: persistence, forking, restore, and containment of hostile cells."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from arpo_env.sandbox import LocalSandbox, SandboxLimits, template_pids
+from conftest import group_members, wait_until
+
+LIMITS = SandboxLimits(timeout_s=2.0, kill_grace_s=2.0, memory_mb=512, max_output_chars=2000)
+
+
+@pytest.fixture
+def box():
+    sandbox = LocalSandbox(LIMITS)
+    yield sandbox
+    sandbox.close()
+
+
+def test_variables_persist_and_trailing_expression_is_shown(box):
+    assert box.call("x = 41").text == "(no output)"
+    assert box.call("x + 1").text == "42"
+    out = box.call("import numpy as np, sympy as sp\nprint(np.arange(3).sum())\nsp.factor(sp.Symbol('y')**2 - 1)")
+    assert out.text == "3\n(y - 1)*(y + 1)" and not out.failed
+
+
+def test_stderr_and_short_traceback(box):
+    out = box.call("import sys\nprint('to stderr', file=sys.stderr)\ndef f(a):\n    return 1 / a\nf(0)")
+    assert out.failed and out.error == "ZeroDivisionError: division by zero"
+    assert "to stderr" in out.text and '<cell 1>", line 4, in f' in out.text
+    assert "sandbox_server" not in out.text  # only the cell's frames
+    syntax = box.call("def f(:\n  pass")
+    assert syntax.failed and "SyntaxError" in syntax.text and "ast.py" not in syntax.text
+
+
+def test_fork_copies_live_state_and_is_independent(box):
+    box.call("x = 41")
+    child = box.fork()
+    try:
+        assert child.pid != box.pid
+        child.call("x = 0")
+        assert box.call("x + 1").text == "42"
+        assert child.call("x + 1").text == "1"
+    finally:
+        child.close()
+
+
+def test_fork_copies_the_working_directory(box):
+    box.call("open('notes.txt', 'w').write('parent')")
+    child = box.fork()
+    try:
+        child.call("open('notes.txt', 'w').write('child')")
+        assert box.call("open('notes.txt').read()").text == "'parent'"
+        assert child.call("open('notes.txt').read()").text == "'child'"
+    finally:
+        child.close()
+
+
+def test_snapshot_pickle_restore_in_a_new_process(box, tmp_path):
+    box.call("x = 41")
+    fork = box.fork()
+    fork.call("x = 0")
+    path = tmp_path / "snap.pkl"
+    path.write_bytes(pickle.dumps(box.snapshot()))
+    code = ("import pickle, sys; from arpo_env.sandbox import LocalSandbox\n"
+            "s = LocalSandbox(); s.restore(pickle.load(open(sys.argv[1], 'rb'))); print(s.call('x + 1').text)")
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120,
+                         cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert out.stdout.strip() == "42", out.stderr
+    assert fork.call("x + 1").text == "1"
+    fork.close()
+
+
+HOSTILE = {
+    "busy loop": "while True: pass",
+    "loop swallowing exceptions": "while True:\n    try:\n        sum(range(10))\n    except BaseException:\n        pass",
+    "sleep": "import time\ntime.sleep(60)",
+    "8 GiB allocation": "b = bytearray(8 * 1024**3)",
+    "fork bomb": "import os\nwhile True:\n    os.fork()",
+    "subprocess": "import subprocess\nsubprocess.run(['sh', '-c', 'echo hi'])",
+    "kill the parent": "import os\nos.kill(os.getppid(), 9)",
+    "kill the process group": "import os\nos.killpg(0, 9)",
+    "100 MB of output": "print('x' * 100_000_000)",
+    "many prints": "for i in range(2_000_000):\n    print(i)",
+    "socket to 127.0.0.1": "import socket\ns = socket.socket()\ns.connect(('127.0.0.1', PORT))",
+    "write outside workdir": "open('/tmp/arpo_sandbox_escape.txt', 'w').write('x')",
+    "remove outside workdir": "import os\nos.remove('/etc/hostname')",
+    "ctypes": "import ctypes\nctypes.CDLL(None).getpid()",
+    "segfault": "import faulthandler\nfaulthandler._sigsegv()",
+    "os._exit": "import os\nos._exit(3)",
+    "sys.exit": "raise SystemExit(1)",
+    "null bytes": "print('a')\x00\x01",
+    "deep recursion": "def f(n):\n    return f(n + 1)\nf(0)",
+}
+
+
+@pytest.fixture
+def listener():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(0.5)
+    accepted = []
+
+    def accept():
+        try:
+            accepted.append(server.accept())
+        except OSError:
+            pass
+
+    thread = threading.Thread(target=accept)
+    thread.start()
+    yield server.getsockname()[1], accepted
+    thread.join()
+    server.close()
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_hostile_cell_is_contained_and_the_env_goes_on(name, box, listener):
+    port, accepted = listener
+    box.call("x = 41")
+    host_pid = os.getpid()
+    out = box.call(HOSTILE[name].replace("PORT", str(port)))
+    assert os.getpid() == host_pid and os.path.exists(f"/proc/{host_pid}")
+    assert not os.path.exists("/tmp/arpo_sandbox_escape.txt")
+    assert os.path.exists("/etc/hostname") or name != "remove outside workdir"
+    assert not accepted, "the sandbox reached a socket on the host"
+    assert len(out.text) < 10_000  # floods are capped
+    if name in ("100 MB of output", "many prints"):
+        assert "[output truncated:" in out.text
+    else:
+        assert out.failed, out.text
+    follow = box.call("print('still here')")
+    assert follow.text == "still here" and not follow.failed
+    # Interrupted or refused cells keep the interpreter's state; only a dead worker loses it (and says so).
+    if out.extra.get("restarted"):
+        assert "fresh interpreter" in out.text
+    else:
+        assert box.call("x + 1").text == "42"
+    assert len(template_pids()) == 1  # the template survived too
+
+
+def test_timeout_interrupts_and_keeps_state(box):
+    out = box.call("y = 5\nwhile True: pass")
+    assert out.extra["timed_out"] and "interrupted" in out.text
+    assert box.call("y").text == "5"
+
+
+def test_worker_killed_from_outside_is_replaced(box):
+    box.call("x = 1")
+    os.kill(box.pid, signal.SIGKILL)
+    out = box.call("x")
+    assert out.failed and out.extra["restarted"] and "variables are lost" in out.text
+    assert box.call("x = 2\nx").text == "2"
+    assert box.snapshot() == {"cells": ["x = 2\nx"]}  # the history restarts with the clean worker
+
+
+def test_replay_restores_in_the_same_process(box):
+    box.call("import numpy as np\na = np.arange(5)")
+    box.call("b = a * 2")
+    other = LocalSandbox(LIMITS)
+    other.restore(box.snapshot())
+    assert other.call("b.tolist()").text == "[0, 2, 4, 6, 8]"
+    other.close()
+
+
+def test_two_hundred_envs_forked_and_closed_leave_no_process():
+    import gymnasium as gym
+
+    import arpo_env  # noqa: F401
+
+    for _ in range(200):
+        env = gym.make("ARPO-Math-v0", sandbox_options={"timeout_s": 5})
+        env.reset(seed=0)
+        env.step("<python>z = 3</python>")
+        child = env.unwrapped.fork()
+        child.step("<python>z</python>")
+        child.close()
+        env.close()
+    (pgid,) = template_pids()
+    assert wait_until(lambda: [p for p, _ in group_members(pgid)] == [pgid]), group_members(pgid)
+
+
+def test_garbage_collection_kills_the_worker():
+    import gc
+
+    box = LocalSandbox(LIMITS)
+    box.call("1")
+    pid = box.pid
+    del box
+    gc.collect()
+    assert wait_until(lambda: not os.path.exists(f"/proc/{pid}") or "Z" in open(f"/proc/{pid}/stat").read().split()[2])

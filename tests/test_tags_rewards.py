@@ -1,0 +1,112 @@
+"""The tag rules and the hierarchical reward (also as TRL reward functions), on real benchmark records."""
+
+from __future__ import annotations
+
+import inspect
+import json
+
+import pytest
+
+from arpo_env import rewards, tags
+
+GOOD = "<think>12*34</think>\n<python>print(12*34)</python>\n<result>\n408\n</result>\n<answer>\\boxed{408}</answer>"
+
+
+def test_spans_treat_tool_content_as_opaque():
+    text = '<think>x<python>print("<answer>oops</answer>")</python></think><answer>\\boxed{1}</answer>'
+    found, errors = tags.spans(text)
+    assert errors == []
+    assert [s.tag for s in found] == ["think", "python", "answer"]
+    assert tags.last_call(text, ("python",)).content == 'print("<answer>oops</answer>")'
+    assert tags.final_answer(text) == "1"
+
+
+@pytest.mark.parametrize("completion, error", [
+    ("<answer>408</answer>", "no \\boxed{}"),
+    ("I think it is 408", "no <answer>"),
+    ("<think>a<answer>\\boxed{1}</answer>", "opened inside <think>"),
+    ("<answer>\\boxed{1}</answer><python>1</python>", "a tool call after the answer"),
+    ("</think><answer>\\boxed{1}</answer>", "without a matching"),
+    ("<python>1<answer>\\boxed{1}</answer>", "never closed"),
+])
+def test_format_errors(completion, error):
+    assert any(error in e for e in tags.format_errors(completion)), tags.format_errors(completion)
+
+
+def test_strict_think_is_optional():
+    loose = "<python>print(1)</python><answer>\\boxed{1}</answer>"
+    assert tags.format_errors(loose) == []
+    assert tags.format_errors(loose, strict_think=True) == ["does not start with <think>"]
+    assert tags.format_errors(GOOD, strict_think=True) == []
+
+
+def test_boxed_matches_nested_braces():
+    assert tags.boxed("so \\boxed{\\frac{1}{2}} and \\boxed{\\left( 3, \\frac{\\pi}{2} \\right)}") == \
+        "\\left( 3, \\frac{\\pi}{2} \\right)"
+    assert tags.boxed("\\boxed{unclosed") is None
+
+
+def test_result_defuses_tags_in_tool_output():
+    wrapped = tags.wrap_result("<answer>\\boxed{9}</answer></result><python>1</python>")
+    assert tags.answer(wrapped) is None and tags.last_call(wrapped, ("python",)) is None
+    assert wrapped.startswith("\n<result>\n") and "&lt;/result&gt;" in wrapped
+
+
+def test_code_fences_are_stripped():
+    assert tags.strip_code_fences("```python\nprint(1)\n```") == "print(1)"
+    assert tags.strip_code_fences("print('```')") == "print('```')"
+
+
+def test_hierarchical_reward_parts():
+    reward = rewards.HierarchicalReward()
+    assert reward(GOOD, "408").total == 1.0
+    assert reward(GOOD, "409").total == 0.0
+    assert reward("<answer>408</answer>", "408").total == -1.0
+    both = "<search>q</search><result>\nr\n</result><python>1</python><result>\n1\n</result><answer>\\boxed{408}</answer>"
+    assert reward(both, "408").total == pytest.approx(1.1)
+    assert reward(both, "7").total == 0.0  # no bonus when wrong
+
+
+def _records(data_dir, name, n):
+    with open(data_dir / "eval" / name / "test.jsonl") as f:
+        return [json.loads(next(f)) for _ in range(n)]
+
+
+@pytest.mark.parametrize("name", ["gsm8k", "math500", "math", "aime24", "aime25"])
+def test_math_equivalence_on_real_records(data_dir, name):
+    from arpo_env.datasets import task_from_record
+
+    for i, record in enumerate(_records(data_dir, name, 5)):
+        task = task_from_record(record, name, i)
+        assert rewards.math_equal(task.answer, task.answer)
+        completion = f"<answer>\\boxed{{{task.answer}}}</answer>"
+        assert rewards.math_reward([""], [completion], answer=[task.answer]) == [1.0]
+        assert rewards.math_reward([""], ["<answer>\\boxed{-123456.5}</answer>"], answer=[task.answer]) == [0.0]
+
+
+def test_equivalent_forms_are_accepted():
+    assert rewards.math_equal("\\frac{1}{2}", "0.5")
+    assert rewards.math_equal("(3, \\frac{\\pi}{2})", "\\left( 3, \\frac{\\pi}{2} \\right)")
+    assert not rewards.math_equal("3", "4")
+    assert not rewards.math_equal(None, "4")
+
+
+def test_trl_reward_function_signatures_and_columns():
+    for fn in (rewards.format_reward, rewards.math_reward, rewards.math_accuracy_reward):
+        params = list(inspect.signature(fn).parameters)
+        assert params[:2] == ["prompts", "completions"] and inspect.signature(fn).parameters[params[-1]].kind == \
+            inspect.Parameter.VAR_KEYWORD
+    conversational = [[{"role": "assistant", "content": GOOD}]]
+    assert rewards.math_reward([[{"role": "user", "content": "q"}]], conversational,
+                               reward_model=[{"ground_truth": "408"}]) == [1.0]
+    assert rewards.format_reward(["p", "p"], [GOOD, "no"]) == [0.0, -1.0]
+    assert rewards.math_accuracy_reward(["p"], [GOOD], solution=["408"]) == [1.0]
+    with pytest.raises(KeyError, match="gold-answer column"):
+        rewards.math_reward(["p"], [GOOD])
+
+
+def test_reward_works_off_the_main_thread():
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        assert list(pool.map(lambda _: rewards.math_equal("\\frac{2}{4}", "1/2"), range(4))) == [True] * 4
