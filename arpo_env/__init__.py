@@ -5,7 +5,8 @@
 
     env = gym.make("ARPO-Math-v0")
 
-Environment ids: ``ARPO-Math-v0`` (math with a Python interpreter). Every environment exposes ``fork()``,
+Environment ids: ``ARPO-Math-v0`` (math with a Python interpreter), ``ARPO-QA-v0`` (multi-hop QA with search and
+Python), ``ARPO-DeepSearch-v0`` (search, browse and Python). Every environment exposes ``fork()``,
 ``snapshot()`` and ``restore()`` on ``env.unwrapped``.
 """
 
@@ -20,6 +21,8 @@ __version__ = "0.1.0"
 
 ENV_IDS = {
     "ARPO-Math-v0": "arpo_env.math_env:MathEnv",
+    "ARPO-QA-v0": "arpo_env.qa_env:QAEnv",
+    "ARPO-DeepSearch-v0": "arpo_env.qa_env:DeepSearchEnv",
 }
 for _id, _entry in ENV_IDS.items():
     if _id not in registry:

@@ -8,7 +8,9 @@
   rows are filtered by ``ability`` (math or qa); the question is ``extra_info.question``, the gold answer
   ``reward_model.ground_truth`` (the release's own prompts are not used);
 * any ``.jsonl``, ``.json`` or ``.parquet`` path given as the name;
-* ``default``: a small math set shipped inside the package (no data directory, no network);
+* ``default``, ``default_qa``, ``default_deepsearch``: small sets shipped inside the package (no data directory,
+  no network): 100 math problems (ARPO training rows and GSM8K), 100 multi-hop questions from the ARPO training set
+  that the shipped search corpus covers, 100 questions of the release's hard-search set;
 * ``hub:<owner>/<name>[:split]``: a Hugging Face dataset, when the ``datasets`` package and a network are there.
 
 When `data_dir` is not given, the ``ARPO_DATA_DIR`` environment variable is used.
@@ -16,6 +18,7 @@ When `data_dir` is not given, the ``ARPO_DATA_DIR`` environment variable is used
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -25,7 +28,10 @@ from pathlib import Path
 from typing import Any, Iterable
 
 MATH_BENCHMARKS = ("aime24", "aime25", "math500", "gsm8k", "math")
-PACKAGED = {"default": "math_default.jsonl"}
+QA_BENCHMARKS = ("webwalker", "hotpotqa", "2wiki", "musique", "bamboogle", "SimpleQA")
+DEEPSEARCH_BENCHMARKS = ("gaia", "hle", "xbench")
+PACKAGED = {"default": "math_default.jsonl", "default_qa": "qa_default.jsonl",
+            "default_deepsearch": "deepsearch_default.jsonl"}
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,12 @@ def task_from_record(record: dict[str, Any], source: str, index: int, kind: str 
                    if record.get(k) is not None), rm.get("ground_truth"))
     if answer is None:
         raise ValueError(f"{source}: record {index} has no answer field (answer, ground_truth, reward_model)")
+    if isinstance(answer, str) and answer.startswith("[") and answer.endswith("]"):
+        try:  # some releases store alias lists as their Python repr: "['Michio Sugeno']"
+            parsed = ast.literal_eval(answer)
+            answer = [str(a) for a in parsed] if isinstance(parsed, (list, tuple)) and parsed else answer
+        except (ValueError, SyntaxError):
+            pass
     if isinstance(answer, str) and "####" in answer:
         answer = _gsm8k_answer(answer)
     elif isinstance(answer, (int, float)):

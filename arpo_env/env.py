@@ -250,7 +250,7 @@ class ToolEnv(gym.Env[str, str]):
     def score(self) -> RewardParts:
         """The reward of the completion as it stands."""
         state = self._require_state()
-        return self.reward_fn(state.completion, state.task.answer)
+        return self.reward_fn(state.completion, state.task.answer, {**state.task.meta, "question": state.task.question})
 
     # ---------------------------------------------------------------------------------------------------------------
     def _run_tool(self, tag: str, query: str) -> ToolOutput:

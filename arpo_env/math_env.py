@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from arpo_env import tags
 from arpo_env.datasets import load_tasks
-from arpo_env.env import ToolEnv, ToolFactory
+from arpo_env.env import ToolEnv
 from arpo_env.rewards import HierarchicalReward, math_score
-from arpo_env.tool import python_tool_factory
+from arpo_env.tool import build_tools
 
 
 class MathEnv(ToolEnv):
@@ -99,23 +98,3 @@ class MathEnv(ToolEnv):
             HierarchicalReward(math_score, strict_think=strict_think, tool_bonus=tool_bonus),
             max_tool_calls=max_tool_calls, max_turns=max_turns, max_chars=max_chars, render_mode=render_mode,
         )
-
-
-def build_tools(tools: Sequence[str], sandbox: str = "local", sandbox_options: dict[str, Any] | None = None,
-                search: str = "local", search_options: dict[str, Any] | None = None) -> dict[str, ToolFactory]:
-    """Tool factories by tag, from the names an env was given."""
-    factories: dict[str, ToolFactory] = {}
-    for name in tools:
-        if name == tags.PYTHON:
-            factories[name] = python_tool_factory(sandbox, sandbox_options)
-        elif name == tags.SEARCH:
-            from arpo_env.search import search_tool_factory
-
-            factories[name] = search_tool_factory(search, search_options)
-        elif name == tags.BROWSE:
-            from arpo_env.browse import browse_tool_factory
-
-            factories[name] = browse_tool_factory(search_options)
-        else:
-            raise ValueError(f"unknown tool {name!r}; known: {list(tags.TOOL_TAGS)}")
-    return factories

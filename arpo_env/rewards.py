@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import threading
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from arpo_env import tags
+from arpo_env.qa_metrics import best_em, qa_score
 
 BONUS_TOOLS = frozenset({tags.SEARCH, tags.PYTHON})
 
@@ -71,8 +72,12 @@ def math_equal(prediction: str | None, gold: Any) -> bool:
     return False
 
 
-def math_score(prediction: str | None, gold: Any) -> float:
+def math_score(prediction: str | None, gold: Any, meta: Mapping[str, Any] | None = None) -> float:
     return 1.0 if math_equal(prediction, gold) else 0.0
+
+
+Scorer = Callable[[str | None, Any, Mapping[str, Any]], float]
+"""``scorer(prediction, gold, meta) -> float`` in [0, 1]; `meta` holds the question and the task's metadata."""
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -82,25 +87,25 @@ class HierarchicalReward:
     """ARPO's reward: format gate, then correctness, then the multi-tool bonus.
 
     Args:
-        scorer: ``scorer(prediction, gold) -> float`` in [0, 1] (math equivalence, QA F1, an LLM judge).
+        scorer: ``scorer(prediction, gold, meta) -> float`` in [0, 1] (math equivalence, QA F1, an LLM judge).
         strict_think: also require the reference code's ``<think>`` structure.
         tool_bonus: added when the answer is correct and both search and Python were used.
         require_boxed: the answer must hold a ``\\boxed{}``.
     """
 
-    def __init__(self, scorer: Callable[[str | None, Any], float] = math_score, strict_think: bool = False,
+    def __init__(self, scorer: Scorer = math_score, strict_think: bool = False,
                  tool_bonus: float = 0.1, require_boxed: bool = True) -> None:
         self.scorer = scorer
         self.strict_think = strict_think
         self.tool_bonus = tool_bonus
         self.require_boxed = require_boxed
 
-    def __call__(self, completion: str, gold: Any) -> RewardParts:
+    def __call__(self, completion: str, gold: Any, meta: Mapping[str, Any] | None = None) -> RewardParts:
         prediction = tags.final_answer(completion)
         errors = tags.format_errors(completion, self.strict_think, self.require_boxed)
         if errors:
             return RewardParts(-1.0, False, prediction=prediction, errors=errors)
-        score = float(self.scorer(prediction, gold))
+        score = float(self.scorer(prediction, gold, meta or {}))
         bonus = self.tool_bonus if score > 0 and BONUS_TOOLS <= tags.used_tools(completion) else 0.0
         return RewardParts(score + bonus, True, score, bonus, prediction)
 
@@ -127,13 +132,20 @@ def gold_answers(kwargs: dict[str, Any], n: int) -> list[Any]:
     raise KeyError("the dataset needs a gold-answer column: answer, ground_truth, solution or reward_model")
 
 
+def row_meta(kwargs: dict[str, Any], i: int) -> dict[str, Any]:
+    """Per-row metadata a scorer may use (answer_type, question), from the dataset's columns."""
+    return {k: kwargs[k][i] for k in ("answer_type", "question") if kwargs.get(k) is not None}
+
+
 def _batch(reward: HierarchicalReward, completions: Sequence[Any], kwargs: dict[str, Any],
            part: Callable[[RewardParts], float]) -> list[float]:
     golds = gold_answers(kwargs, len(completions))
-    return [part(reward(completion_text(c), g)) for c, g in zip(completions, golds)]
+    return [part(reward(completion_text(c), g, row_meta(kwargs, i)))
+            for i, (c, g) in enumerate(zip(completions, golds))]
 
 
 _MATH = HierarchicalReward(math_score)
+_QA = HierarchicalReward(qa_score)
 
 
 def format_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
@@ -150,3 +162,22 @@ def math_accuracy_reward(prompts: Sequence[Any], completions: Sequence[Any], **k
     """1 when the boxed answer is mathematically equal to the gold answer, else 0 (format not gated)."""
     golds = gold_answers(kwargs, len(completions))
     return [math_score(tags.final_answer(completion_text(c)), g) for c, g in zip(completions, golds)]
+
+
+def qa_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+    """The full hierarchical reward with QA correctness (best token F1 over the gold aliases)."""
+    return _batch(_QA, completions, kwargs, lambda p: p.total)
+
+
+def qa_em_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+    """Exact match (SQuAD normalisation) of the boxed answer against any gold alias (format not gated)."""
+    golds = gold_answers(kwargs, len(completions))
+    return [best_em(tags.final_answer(completion_text(c)), g) for c, g in zip(completions, golds)]
+
+
+def arpo_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+    """The hierarchical reward for mixed math + QA data: each row is scored by its ``ability`` column."""
+    golds = gold_answers(kwargs, len(completions))
+    abilities = kwargs.get("ability") or ["math"] * len(completions)
+    return [(_QA if ability == "qa" else _MATH)(completion_text(c), g, row_meta(kwargs, i)).total
+            for i, (c, g, ability) in enumerate(zip(completions, golds, abilities))]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 
 @dataclass
@@ -57,3 +57,24 @@ def python_tool_factory(sandbox: str = "local", options: dict[str, Any] | None =
 
         return lambda: E2BSandbox(**options)
     raise ValueError(f"unknown sandbox {sandbox!r}: use 'local' or 'e2b'")
+
+
+def build_tools(tools: "Sequence[str]", sandbox: str = "local", sandbox_options: dict[str, Any] | None = None,
+                search: str = "local", search_options: dict[str, Any] | None = None,
+                browse_options: dict[str, Any] | None = None) -> "dict[str, Callable[[], Tool]]":
+    """Tool factories by tag, from the tool names and backend options an environment was given."""
+    factories: dict[str, Callable[[], Tool]] = {}
+    for name in tools:
+        if name == "python":
+            factories[name] = python_tool_factory(sandbox, sandbox_options)
+        elif name == "search":
+            from arpo_env.search import search_tool_factory
+
+            factories[name] = search_tool_factory(search, search_options)
+        elif name == "browse":
+            from arpo_env.browse import browse_tool_factory
+
+            factories[name] = browse_tool_factory(browse_options)
+        else:
+            raise ValueError(f"unknown tool {name!r}; known: python, search, browse")
+    return factories

@@ -1,0 +1,213 @@
+"""The ``<browse>`` tool: fetch a page, extract its main text, optionally condense it with a model.
+
+Fetching uses httpx with a per-page deadline, a size cap, a redirect limit (loops are detected) and a content-type
+check; the main text is extracted with trafilatura (navigation, ads and scripts dropped) and truncated with a visible
+note. An offline page store (``{url: html file}``) serves pages without network; live fetching can be switched off.
+Results are cached in the shared SQLite tool cache. Every failure is an observation (``browse failed: …``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import urljoin, urlsplit
+
+from arpo_env.cache import ToolCache, resolve_cache
+from arpo_env.tool import ToolOutput
+
+TEXT_TYPES = {"text/html", "application/xhtml+xml", "text/plain", "application/xml", "text/xml"}
+USER_AGENT = "Mozilla/5.0 (compatible; arpo-browse/0.1; +https://github.com/arpo)"
+
+
+class BrowseError(RuntimeError):
+    """A page that could not be read; the message is shown to the model."""
+
+
+class PageStore:
+    """Offline pages: a folder with ``index.json`` (``{url: file name}``), or a dict of url to html path."""
+
+    def __init__(self, source: str | os.PathLike | dict[str, str]) -> None:
+        if isinstance(source, dict):
+            self.root, self.index = Path("."), dict(source)
+        else:
+            self.root = Path(source)
+            with open(self.root / "index.json", encoding="utf-8") as f:
+                self.index = json.load(f)
+
+    def get(self, url: str) -> str | None:
+        name = self.index.get(url) or self.index.get(url.rstrip("/"))
+        if name is None:
+            return None
+        return (self.root / name).read_text(encoding="utf-8", errors="replace")
+
+
+class Summarizer:
+    """Condense a page with a chat model behind an OpenAI-compatible endpoint (vLLM, SGLang, a hosted API)."""
+
+    def __init__(self, base_url: str, model: str, api_key: str | None = None, max_tokens: int = 512,
+                 timeout_s: float = 60.0) -> None:
+        self.base_url, self.model, self.max_tokens, self.timeout_s = base_url.rstrip("/"), model, max_tokens, timeout_s
+        self.api_key = api_key or os.environ.get("OPENAI_API_KEY", "EMPTY")
+
+    def cache_id(self) -> str:
+        return f"{self.base_url}:{self.model}:{self.max_tokens}"
+
+    def __call__(self, text: str) -> str:
+        import httpx
+
+        prompt = ("Condense this web page to the facts it states, keeping names, numbers and dates exactly. "
+                  "Write plain text, at most a few paragraphs.\n\n" + text)
+        reply = httpx.post(f"{self.base_url}/chat/completions", timeout=self.timeout_s,
+                           headers={"Authorization": f"Bearer {self.api_key}"},
+                           json={"model": self.model, "max_tokens": self.max_tokens, "temperature": 0.0,
+                                 "messages": [{"role": "user", "content": prompt}]})
+        reply.raise_for_status()
+        return reply.json()["choices"][0]["message"]["content"].strip()
+
+
+def extract_text(html: str, url: str | None = None) -> str:
+    """The main text of a page (trafilatura); plain-text pages pass through."""
+    import trafilatura
+
+    if "<" not in html[:2000]:
+        return html.strip()
+    text = trafilatura.extract(html, url=url, include_comments=False, include_tables=True, favor_precision=True)
+    if not text:
+        text = trafilatura.extract(html, url=url, include_comments=False, favor_recall=True) or ""
+    return text.strip()
+
+
+class BrowseTool:
+    """The ``<browse>`` tool. Stateless: `fork` returns itself."""
+
+    name = "browse"
+    tag = "browse"
+
+    def __init__(self, page_store: PageStore | None = None, live: bool = True, timeout_s: float = 10.0,
+                 max_bytes: int = 5_000_000, max_redirects: int = 5, max_chars: int = 6000,
+                 summarizer: Summarizer | None = None, cache: ToolCache | None = None) -> None:
+        self.page_store, self.live, self.timeout_s = page_store, live, timeout_s
+        self.max_bytes, self.max_redirects, self.max_chars = max_bytes, max_redirects, max_chars
+        self.summarizer, self.cache = summarizer, cache
+
+    # The tool protocol ----------------------------------------------------------------------------------------------
+    def call(self, query: str) -> ToolOutput:
+        start = time.perf_counter()
+        url = query.strip()
+        extra: dict[str, Any] = {}
+        key = ToolCache.key("browse", url, self.max_chars, self.summarizer.cache_id() if self.summarizer else None)
+        text = self.cache.get(key) if self.cache else None
+        extra["cache"] = ("hit" if text is not None else "miss") if self.cache else "off"
+        if text is None:
+            try:
+                text = self._read(url)
+            except BrowseError as exc:
+                return self._failed(str(exc), start, extra)
+            except Exception as exc:  # noqa: BLE001 - whatever breaks, the model reads why
+                return self._failed(f"{type(exc).__name__}: {exc}", start, extra)
+            if self.cache:
+                self.cache.put(key, text)
+        if self.cache:
+            extra.update(self.cache.stats())
+        return ToolOutput(text, latency_s=time.perf_counter() - start, extra=extra)
+
+    def _failed(self, message: str, start: float, extra: dict[str, Any]) -> ToolOutput:
+        if self.cache:
+            extra.update(self.cache.stats())
+        return ToolOutput(f"browse failed: {message}", failed=True, error=message,
+                          latency_s=time.perf_counter() - start, extra=extra)
+
+    def _read(self, url: str) -> str:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise BrowseError(f"{url[:200]!r} is not an http(s) URL")
+        html = self.page_store.get(url) if self.page_store else None
+        if html is None:
+            if not self.live:
+                raise BrowseError("this page is not in the offline page store and live browsing is off")
+            html = self.fetch(url)
+        text = extract_text(html, url)
+        if not text:
+            raise BrowseError("the page has no readable text")
+        if self.summarizer is not None:
+            try:
+                text = self.summarizer(text[: 4 * self.max_chars])
+            except Exception:  # noqa: BLE001 - without the summariser, the raw text (truncated) still helps
+                pass
+        if len(text) > self.max_chars:
+            text = text[: self.max_chars] + f"\n[page truncated: {len(text) - self.max_chars:,} more characters]"
+        return text
+
+    def fetch(self, url: str) -> str:
+        """GET `url` within the deadline, size cap and redirect limit; return its text or raise `BrowseError`."""
+        import httpx
+
+        deadline = time.monotonic() + self.timeout_s
+        seen: set[str] = set()
+        with httpx.Client(timeout=httpx.Timeout(self.timeout_s), follow_redirects=False,
+                          headers={"User-Agent": USER_AGENT, "Accept": "text/html,text/plain;q=0.9,*/*;q=0.1"}) as client:
+            for _ in range(self.max_redirects + 1):
+                if url in seen:
+                    raise BrowseError(f"redirect loop at {url}")
+                seen.add(url)
+                try:
+                    with client.stream("GET", url) as response:
+                        if response.is_redirect:
+                            url = urljoin(url, response.headers.get("location", ""))
+                            continue
+                        return self._body(response, deadline)
+                except httpx.TimeoutException as exc:
+                    raise BrowseError(f"timed out after {self.timeout_s:g} s") from exc
+                except httpx.HTTPError as exc:
+                    raise BrowseError(f"{type(exc).__name__}: {exc}") from exc
+        raise BrowseError(f"more than {self.max_redirects} redirects")
+
+    def _body(self, response: Any, deadline: float) -> str:
+        if response.status_code >= 400:
+            raise BrowseError(f"HTTP {response.status_code} {response.reason_phrase}")
+        ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
+        if ctype and ctype not in TEXT_TYPES:
+            raise BrowseError(f"not a text page (content type {ctype})")
+        if int(response.headers.get("content-length") or 0) > self.max_bytes:
+            raise BrowseError(f"the page is larger than {self.max_bytes / 1e6:g} MB")
+        body = bytearray()
+        for chunk in response.iter_bytes():
+            body += chunk
+            if len(body) > self.max_bytes:
+                raise BrowseError(f"the page is larger than {self.max_bytes / 1e6:g} MB")
+            if time.monotonic() > deadline:
+                raise BrowseError(f"timed out after {self.timeout_s:g} s")
+        if not ctype and b"\x00" in body[:4096]:
+            raise BrowseError("not a text page (binary content)")
+        return body.decode(response.encoding or "utf-8", errors="replace")
+
+    def fork(self) -> "BrowseTool":
+        return self
+
+    def snapshot(self) -> None:
+        return None
+
+    def restore(self, snapshot: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def browse_tool_factory(options: dict[str, Any] | None = None) -> Callable[[], BrowseTool]:
+    """A factory of ``<browse>`` tools sharing one configuration and cache.
+
+    `options` (the env's ``browse_options``): ``page_store`` (a folder with index.json, or a dict), ``live`` (True),
+    ``timeout_s``, ``max_bytes``, ``max_redirects``, ``max_chars``, ``summarizer`` (``{"base_url", "model"}``),
+    ``cache`` (a path, True for the default file, False for none; default on).
+    """
+    options = dict(options or {})
+    store = options.pop("page_store", None)
+    summarizer = options.pop("summarizer", None)
+    cache = resolve_cache(options.pop("cache", True))
+    tool = BrowseTool(PageStore(store) if store is not None else None,
+                      summarizer=Summarizer(**summarizer) if summarizer else None, cache=cache, **options)
+    return lambda: tool

@@ -1,0 +1,117 @@
+"""Answer scoring for question answering: SQuAD-normalised token F1 and exact match over gold aliases,
+character-level for Chinese, letter matching for multiple choice, and an optional LLM judge."""
+
+from __future__ import annotations
+
+import os
+import re
+import string
+from collections import Counter
+from typing import Any, Mapping
+
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
+_PUNCT = set(string.punctuation) | set("，。、；：？！“”‘’（）《》【】—…·「」『』〈〉～")
+_ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD's normalisation: lower case, no punctuation, no articles, single spaces."""
+    text = "".join(ch for ch in str(text).lower() if ch not in _PUNCT)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def tokens(text: str) -> list[str]:
+    """Word tokens of the normalised text; one token per character when it holds Chinese/Japanese/Korean."""
+    norm = normalize_answer(text)
+    if _CJK.search(norm):
+        return [ch for ch in norm if not ch.isspace()]
+    return norm.split()
+
+
+def f1_score(prediction: str, gold: str) -> float:
+    pred, ref = tokens(prediction), tokens(gold)
+    # SQuAD: yes/no/noanswer only match exactly.
+    if {normalize_answer(prediction), normalize_answer(gold)} & {"yes", "no", "noanswer"} and \
+            normalize_answer(prediction) != normalize_answer(gold):
+        return 0.0
+    common = Counter(pred) & Counter(ref)
+    same = sum(common.values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(pred), same / len(ref)
+    return 2 * precision * recall / (precision + recall)
+
+
+def exact_match(prediction: str, gold: str) -> float:
+    return float(normalize_answer(prediction) == normalize_answer(gold))
+
+
+def aliases(gold: Any) -> list[str]:
+    return [str(g) for g in gold] if isinstance(gold, (list, tuple)) else [str(gold)]
+
+
+def best_f1(prediction: str | None, gold: Any) -> float:
+    if prediction is None:
+        return 0.0
+    return max(f1_score(prediction, g) for g in aliases(gold))
+
+
+def best_em(prediction: str | None, gold: Any) -> float:
+    if prediction is None:
+        return 0.0
+    return max(exact_match(prediction, g) for g in aliases(gold))
+
+
+_CHOICE = re.compile(r"^\s*(?:answer\s*[:：]?\s*)?\(?([A-Za-z])\)?(?:[.:)\s]|$)", re.I)
+
+
+def choice_letter(text: str) -> str | None:
+    """The option letter of a multiple-choice answer: "D", "(D)", "D. text", "Answer: D"."""
+    m = _CHOICE.match(str(text))
+    return m.group(1).upper() if m else None
+
+
+def qa_score(prediction: str | None, gold: Any, meta: Mapping[str, Any] | None = None) -> float:
+    """The score of a QA answer: the option letter for multiple-choice items, else the best F1 over aliases."""
+    if prediction is None:
+        return 0.0
+    if (meta or {}).get("answer_type") == "multipleChoice":
+        letter = choice_letter(prediction)
+        return float(letter is not None and letter == choice_letter(aliases(gold)[0]))
+    return best_f1(prediction, gold)
+
+
+class LLMJudge:
+    """Judge an answer with a chat model behind an OpenAI-compatible endpoint; F1 when the judge is unreachable.
+
+    The score is 1 when the judge says the prediction means the same as a gold answer, else 0.
+    """
+
+    PROMPT = ("You are grading an answer to a question.\nQuestion: {question}\nGold answer(s): {gold}\n"
+              "Predicted answer: {prediction}\nDoes the predicted answer mean the same as a gold answer? "
+              "Reply with exactly one word: Correct or Incorrect.")
+
+    def __init__(self, base_url: str, model: str = "default", api_key: str | None = None,
+                 timeout_s: float = 60.0) -> None:
+        self.base_url, self.model, self.timeout_s = base_url.rstrip("/"), model, timeout_s
+        self.api_key = api_key or os.environ.get("OPENAI_API_KEY", "EMPTY")
+        self.fallbacks = 0
+
+    def __call__(self, prediction: str | None, gold: Any, meta: Mapping[str, Any] | None = None) -> float:
+        if prediction is None:
+            return 0.0
+        import httpx
+
+        prompt = self.PROMPT.format(question=(meta or {}).get("question", ""), gold=" | ".join(aliases(gold)),
+                                    prediction=prediction)
+        try:
+            reply = httpx.post(f"{self.base_url}/chat/completions", timeout=self.timeout_s,
+                               headers={"Authorization": f"Bearer {self.api_key}"},
+                               json={"model": self.model, "temperature": 0.0, "max_tokens": 8,
+                                     "messages": [{"role": "user", "content": prompt}]})
+            reply.raise_for_status()
+            verdict = reply.json()["choices"][0]["message"]["content"].strip().lower()
+        except Exception:  # noqa: BLE001 - an unreachable judge must not stop training or evaluation
+            self.fallbacks += 1
+            return qa_score(prediction, gold, meta)
+        return 1.0 if verdict.startswith("correct") else 0.0

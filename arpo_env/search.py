@@ -1,0 +1,322 @@
+"""The ``<search>`` tool and its backends: local BM25 (default, offline), live DuckDuckGo (``ddgs``), recorded replay.
+
+Results come back as numbered entries (title, snippet, url when known). Every failure — a timeout, a rate limit,
+an empty result, a missing recording — is an observation (``search failed: …``), never an exception in the env.
+
+* ``local``: BM25 (``bm25s``) over a JSONL corpus of ``{"id", "title", "text", "url"?}`` (``.jsonl`` or
+  ``.jsonl.gz``). The index is built once and cached on disk next to the corpus (or under ``$ARPO_CACHE_DIR`` when
+  that folder is read-only). The default corpus ships in the package: 8,373 real web snippets recorded while the
+  ARPO authors trained on their QA questions, split into passages.
+* ``ddgs``: live web search through the ``ddgs`` package, with a timeout, retries with exponential backoff and a
+  minimum interval between requests (shared by all tools in the process).
+* ``recorded``: exact replay of a ``{query: results}`` JSON file (such as the release's ``search_cache.json``, whose
+  results are ``Page i: snippet`` lines), falling back to another backend for unrecorded queries.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from arpo_env.cache import ToolCache, resolve_cache
+from arpo_env.tool import ToolOutput
+
+DEFAULT_CORPUS = "search_corpus.jsonl.gz"
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    title: str
+    snippet: str
+    url: str | None = None
+
+
+class SearchError(RuntimeError):
+    """A search that produced nothing usable; the message is shown to the model."""
+
+
+class SearchBackend(Protocol):
+    name: str
+
+    def search(self, query: str, top_k: int) -> list[SearchHit]: ...
+
+    def cache_id(self) -> str: ...
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# local: BM25 over a corpus file
+# --------------------------------------------------------------------------------------------------------------------
+def default_corpus() -> Path:
+    return Path(str(resources.files("arpo_env") / "data" / DEFAULT_CORPUS))
+
+
+def read_corpus(path: str | os.PathLike) -> list[dict[str, Any]]:
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:  # type: ignore[operator]
+        docs = [json.loads(line) for line in f if line.strip()]
+    for i, doc in enumerate(docs):
+        if "text" not in doc:
+            raise ValueError(f"{path}: document {i} has no 'text' field (expected id, title, text, url)")
+    return docs
+
+
+class LocalSearch:
+    """BM25 over a JSONL corpus; the index is built at first use and cached on disk."""
+
+    name = "local"
+    _shared: dict[str, "LocalSearch"] = {}
+    _shared_lock = threading.Lock()
+
+    def __init__(self, corpus: str | os.PathLike | None = None) -> None:
+        self.corpus = Path(corpus) if corpus else default_corpus()
+        if not self.corpus.is_file():
+            raise FileNotFoundError(f"search corpus {self.corpus} does not exist")
+        stat = self.corpus.stat()
+        self.fingerprint = f"{self.corpus.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+        self._docs: list[dict[str, Any]] | None = None
+        self._retriever: Any = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def shared(cls, corpus: str | os.PathLike | None = None) -> "LocalSearch":
+        """One loaded index per corpus per process, however many envs use it."""
+        key = str(Path(corpus).resolve()) if corpus else "<default>"
+        with cls._shared_lock:
+            if key not in cls._shared:
+                cls._shared[key] = cls(corpus)
+            return cls._shared[key]
+
+    def cache_id(self) -> str:
+        return f"local:{self.fingerprint}"
+
+    def index_dir(self) -> Path:
+        beside = self.corpus.with_name(self.corpus.name + ".bm25s")
+        if os.access(self.corpus.parent, os.W_OK) or beside.is_dir():
+            return beside
+        digest = hashlib.sha256(self.fingerprint.encode()).hexdigest()[:16]
+        base = os.environ.get("ARPO_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "arpo")
+        return Path(base) / "bm25s" / digest
+
+    def _load(self) -> tuple[list[dict[str, Any]], Any]:
+        with self._lock:
+            if self._retriever is None:
+                import bm25s
+
+                docs = read_corpus(self.corpus)
+                folder = self.index_dir()
+                stamp = folder / "source.txt"
+                if stamp.is_file() and stamp.read_text() == self.fingerprint:
+                    retriever = bm25s.BM25.load(str(folder), show_progress=False)
+                else:
+                    retriever = bm25s.BM25()
+                    texts = [f"{d.get('title', '')} {d['text']}" for d in docs]
+                    retriever.index(bm25s.tokenize(texts, stopwords="en", show_progress=False), show_progress=False)
+                    folder.mkdir(parents=True, exist_ok=True)
+                    retriever.save(str(folder), show_progress=False)
+                    stamp.write_text(self.fingerprint)
+                self._docs, self._retriever = docs, retriever
+            return self._docs, self._retriever  # type: ignore[return-value]
+
+    @property
+    def index_built(self) -> bool:
+        return (self.index_dir() / "source.txt").is_file()
+
+    def search(self, query: str, top_k: int) -> list[SearchHit]:
+        import bm25s
+
+        docs, retriever = self._load()
+        tokens = bm25s.tokenize([query], stopwords="en", show_progress=False)
+        if not any(len(t) for t in tokens.ids):
+            return []
+        ids, scores = retriever.retrieve(tokens, k=min(top_k, len(docs)), show_progress=False)
+        return [SearchHit(docs[i].get("title", ""), docs[i]["text"], docs[i].get("url"))
+                for i, s in zip(ids[0], scores[0]) if s > 0]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# ddgs: live web search
+# --------------------------------------------------------------------------------------------------------------------
+class DDGSSearch:
+    """DuckDuckGo (and friends) through ``ddgs``, with timeouts, retries with backoff and a rate limit."""
+
+    name = "ddgs"
+    _gate = threading.Lock()
+    _last = 0.0
+
+    def __init__(self, timeout_s: float = 10.0, retries: int = 3, backoff_s: float = 1.0,
+                 min_interval_s: float = 1.0, region: str = "us-en", backend: str = "auto") -> None:
+        self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
+        self.min_interval_s, self.region, self.backend = min_interval_s, region, backend
+
+    def cache_id(self) -> str:
+        return f"ddgs:{self.region}:{self.backend}"
+
+    def _wait_turn(self) -> None:
+        with DDGSSearch._gate:
+            delay = DDGSSearch._last + self.min_interval_s - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            DDGSSearch._last = time.monotonic()
+
+    def search(self, query: str, top_k: int) -> list[SearchHit]:
+        try:
+            from ddgs import DDGS
+        except ImportError as exc:
+            raise SearchError("the ddgs backend needs the ddgs package (pip install ddgs)") from exc
+        last_error: Exception | None = None
+        for attempt in range(self.retries):
+            self._wait_turn()
+            try:
+                rows = DDGS(timeout=int(self.timeout_s)).text(query, region=self.region, max_results=top_k,
+                                                              backend=self.backend)
+                return [SearchHit(r.get("title", ""), r.get("body", ""), r.get("href")) for r in rows or []]
+            except Exception as exc:  # noqa: BLE001 - ddgs raises its own exception types for every network fault
+                last_error = exc
+                if "no results" in str(exc).lower():
+                    return []
+                time.sleep(self.backoff_s * 2**attempt)
+        kind = "rate limited" if "ratelimit" in type(last_error).__name__.lower() else "unreachable"
+        raise SearchError(f"web search {kind} after {self.retries} tries ({type(last_error).__name__}: {last_error})")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# recorded: replay a query -> results file
+# --------------------------------------------------------------------------------------------------------------------
+_PAGE = re.compile(r"^\s*Page\s+\d+\s*:\s*", re.M)
+
+
+def parse_recorded(value: Any) -> list[SearchHit]:
+    """A recorded result: a list of dicts, or text of ``Page i: snippet`` lines (the release's format)."""
+    if isinstance(value, list):
+        return [SearchHit(v.get("title", ""), v.get("snippet", v.get("text", v.get("body", ""))),
+                          v.get("url", v.get("href"))) for v in value]
+    parts = [p.strip() for p in _PAGE.split(str(value)) if p.strip()]
+    return [SearchHit("", p) for p in parts]
+
+
+class RecordedSearch:
+    """Exact replay of recorded queries; unrecorded ones go to `fallback` (or fail when there is none)."""
+
+    name = "recorded"
+
+    def __init__(self, path: str | os.PathLike, fallback: SearchBackend | None = None) -> None:
+        self.path = Path(path)
+        with open(self.path, encoding="utf-8") as f:
+            self.records: dict[str, Any] = json.load(f)
+        self.fallback = fallback
+
+    def cache_id(self) -> str:
+        return f"recorded:{self.path.resolve()}:{self.fallback.cache_id() if self.fallback else ''}"
+
+    def search(self, query: str, top_k: int) -> list[SearchHit]:
+        if query in self.records:
+            return parse_recorded(self.records[query])[:top_k]
+        if self.fallback is None:
+            raise SearchError("this query was not recorded and no fallback backend is configured")
+        return self.fallback.search(query, top_k)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The tool
+# --------------------------------------------------------------------------------------------------------------------
+def format_hits(hits: list[SearchHit], max_snippet_chars: int = 600) -> str:
+    lines = []
+    for i, hit in enumerate(hits, 1):
+        snippet = hit.snippet if len(hit.snippet) <= max_snippet_chars else hit.snippet[:max_snippet_chars] + "…"
+        head = f"{i}. {hit.title}".rstrip() if hit.title else f"{i}."
+        lines.append(f"{head} {snippet}".strip() if not hit.title else f"{head}\n{snippet}")
+        if hit.url:
+            lines.append(f"   {hit.url}")
+    return "\n".join(lines)
+
+
+class SearchTool:
+    """The ``<search>`` tool over one backend; stateless, so forking is free (it returns itself)."""
+
+    name = "search"
+    tag = "search"
+
+    def __init__(self, backend: SearchBackend, top_k: int = 5, cache: ToolCache | None = None,
+                 max_query_chars: int = 500) -> None:
+        self.backend, self.top_k, self.cache, self.max_query_chars = backend, top_k, cache, max_query_chars
+
+    def call(self, query: str) -> ToolOutput:
+        start = time.perf_counter()
+        query = " ".join(query.split())
+        extra: dict[str, Any] = {"backend": self.backend.name}
+        if not query:
+            return ToolOutput("search failed: the query is empty", failed=True, error="empty query")
+        if len(query) > self.max_query_chars:
+            return ToolOutput(f"search failed: the query is longer than {self.max_query_chars} characters",
+                              failed=True, error="query too long")
+        key = ToolCache.key(self.backend.cache_id(), "search", query, self.top_k)
+        text = self.cache.get(key) if self.cache else None
+        if text is not None:
+            extra["cache"] = "hit"
+        else:
+            extra["cache"] = "miss" if self.cache else "off"
+            try:
+                hits = self.backend.search(query, self.top_k)
+            except Exception as exc:  # noqa: BLE001 - any backend failure is an observation
+                message = str(exc) if isinstance(exc, SearchError) else f"{type(exc).__name__}: {exc}"
+                return ToolOutput(f"search failed: {message}", failed=True, error=message,
+                                  latency_s=time.perf_counter() - start, extra=extra)
+            if not hits:
+                return ToolOutput(f"search failed: no results for {query!r}", failed=True, error="no results",
+                                  latency_s=time.perf_counter() - start, extra=extra)
+            text = format_hits(hits)
+            if self.cache:
+                self.cache.put(key, text)
+        if self.cache:
+            extra.update(self.cache.stats())
+        return ToolOutput(text, latency_s=time.perf_counter() - start, extra=extra)
+
+    def fork(self) -> "SearchTool":
+        return self
+
+    def snapshot(self) -> None:
+        return None
+
+    def restore(self, snapshot: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def make_backend(name: str, options: dict[str, Any]) -> SearchBackend:
+    if name == "local":
+        return LocalSearch.shared(options.get("corpus"))
+    if name == "ddgs":
+        return DDGSSearch(**options.get("ddgs", {}))
+    if name == "recorded":
+        if not options.get("recording"):
+            raise ValueError("search='recorded' needs search_options={'recording': 'path/to/search_cache.json'}")
+        fallback = options.get("fallback")
+        return RecordedSearch(options["recording"], make_backend(fallback, options) if fallback else None)
+    raise ValueError(f"unknown search backend {name!r}: use 'local', 'ddgs' or 'recorded'")
+
+
+def search_tool_factory(name: str = "local", options: dict[str, Any] | None = None) -> Callable[[], SearchTool]:
+    """A factory of ``<search>`` tools sharing one backend and one cache.
+
+    `options`: ``top_k`` (5), ``cache`` (a path, True for the default file, False for none; default: on for live
+    and recorded backends, off for local BM25, which is faster than the cache), ``corpus`` (local), ``recording`` and
+    ``fallback`` (recorded), ``ddgs`` (keyword arguments of `DDGSSearch`).
+    """
+    options = dict(options or {})
+    backend = make_backend(name, options)
+    cache = resolve_cache(options.get("cache", name != "local"))
+    top_k = int(options.get("top_k", 5))
+    tool = SearchTool(backend, top_k, cache)
+    return lambda: tool

@@ -1,0 +1,154 @@
+"""<browse> against a real HTTP server on 127.0.0.1: extraction, failures as observations, and the cache."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import gymnasium as gym
+import pytest
+
+import arpo_env  # noqa: F401
+from arpo_env.browse import BrowseTool, PageStore, browse_tool_factory
+from arpo_env.cache import ToolCache
+
+ARTICLE = """<!doctype html><html><head><title>The Vasa ship</title>
+<script>window.tracking = function () { console.log("TRACKING-SCRIPT"); };</script>
+<style>.ad { color: red }</style></head>
+<body>
+<nav><ul><li><a href="/">Home</a></li><li><a href="/news">News</a></li><li><a href="/shop">SHOP-NAV-LINK</a></li></ul></nav>
+<div class="ad" id="banner-ad">BUY-CHEAP-WATCHES advertisement, click here now!</div>
+<main><article>
+<h1>The Vasa ship</h1>
+<p>The Vasa is a Swedish warship built between 1626 and 1628. The ship sank after sailing about 1,300 metres
+into her maiden voyage on 10 August 1628, in the harbour of Stockholm.</p>
+<p>She was salvaged in 1961 with a largely intact hull and is now displayed in the Vasa Museum, which is
+visited by more than a million people every year.</p>
+<p>The ship was armed with 64 bronze cannons and was built on the orders of King Gustavus Adolphus as part of
+the military expansion he initiated in a war with Poland-Lithuania.</p>
+</article></main>
+<aside class="sidebar">SIDEBAR-PROMO: subscribe to our newsletter for weekly deals</aside>
+<footer>Copyright FOOTER-TEXT 2024. All rights reserved.</footer>
+<script>tracking();</script>
+</body></html>"""
+
+
+class Handler(BaseHTTPRequestHandler):
+    hits: Counter = Counter()
+
+    def log_message(self, *args):  # keep test output clean
+        pass
+
+    def _send(self, status, body, ctype="text/html; charset=utf-8", headers=()):
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in headers:
+            self.send_header(k, v)
+        self.end_headers()
+        try:
+            self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def do_GET(self):
+        Handler.hits[self.path] += 1
+        if self.path in ("/article", "/cached"):
+            self._send(200, ARTICLE.encode())
+        elif self.path == "/slow":
+            time.sleep(3)
+            self._send(200, ARTICLE.encode())
+        elif self.path == "/error":
+            self._send(500, b"<html><body>Internal Server Error</body></html>")
+        elif self.path == "/binary":
+            self._send(200, bytes(range(256)) * 100, ctype="application/octet-stream")
+        elif self.path == "/huge":
+            chunk = ("<p>" + "filler text " * 80 + "</p>\n").encode()
+            body = chunk * (20_000_000 // len(chunk))
+            self._send(200, body)
+        elif self.path == "/loop-a":
+            self._send(302, b"", headers=[("Location", "/loop-b")])
+        elif self.path == "/loop-b":
+            self._send(302, b"", headers=[("Location", "/loop-a")])
+        elif self.path == "/moved":
+            self._send(301, b"", headers=[("Location", "/article")])
+        else:
+            self._send(404, b"<html><body>Not found</body></html>")
+
+
+@pytest.fixture(scope="module")
+def server():
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture
+def env(server, tmp_path):
+    e = gym.make("ARPO-DeepSearch-v0", browse_options={"timeout_s": 1.0, "max_bytes": 5_000_000,
+                                                       "cache": str(tmp_path / "cache.sqlite")})
+    e.reset(options={"question": "When did the Vasa sink?", "answer": "1628"})
+    yield e
+    e.close()
+
+
+def test_article_text_without_boilerplate(env, server):
+    obs, reward, term, trunc, info = env.step(f"<browse>{server}/article</browse>")
+    assert "sank after sailing about 1,300 metres" in obs and "64 bronze cannons" in obs
+    for junk in ("TRACKING-SCRIPT", "BUY-CHEAP-WATCHES", "SHOP-NAV-LINK", "SIDEBAR-PROMO", "FOOTER-TEXT"):
+        assert junk not in obs
+    assert not info["tool_failed"] and info["tool"] == "browse"
+
+
+@pytest.mark.parametrize("path, message", [
+    ("/slow", "timed out"),
+    ("/error", "HTTP 500"),
+    ("/binary", "not a text page"),
+    ("/huge", "larger than 5 MB"),
+    ("/loop-a", "redirect loop"),
+    ("/missing", "HTTP 404"),
+])
+def test_failures_are_observations_and_the_episode_goes_on(env, server, path, message):
+    obs, reward, term, trunc, info = env.step(f"<browse>{server}{path}</browse>")
+    assert obs.startswith("\n<result>\nbrowse failed:") and message in obs, obs
+    assert info["tool_failed"] and not (term or trunc)
+    obs, *_ = env.step(f"<browse>{server}/moved</browse>")  # a redirect that lands
+    assert "Vasa Museum" in obs
+
+
+def test_not_a_url(env):
+    obs, *_ , info = env.step("<browse>file:///etc/passwd</browse>")
+    assert "not an http(s) URL" in obs and info["tool_failed"]
+
+
+def test_second_browse_is_served_from_the_cache(server, tmp_path):
+    tool = browse_tool_factory({"cache": str(tmp_path / "c.sqlite")})()
+    before = Handler.hits["/cached"]
+    first, second = tool.call(f"{server}/cached"), tool.call(f"{server}/cached")
+    assert first.text == second.text and "Vasa" in first.text
+    assert Handler.hits["/cached"] - before == 1
+    assert first.extra["cache"] == "miss" and second.extra["cache"] == "hit" and second.extra["cache_hits"] == 1
+    # Another process-level handle on the same file sees the entry too (the cache is shared).
+    again = BrowseTool(cache=ToolCache(tmp_path / "c.sqlite")).call(f"{server}/cached")
+    assert again.extra["cache"] == "hit" and Handler.hits["/cached"] - before == 1
+
+
+def test_offline_page_store(tmp_path):
+    (tmp_path / "vasa.html").write_text(ARTICLE)
+    (tmp_path / "index.json").write_text('{"https://example.org/vasa": "vasa.html"}')
+    tool = BrowseTool(PageStore(tmp_path), live=False)
+    assert "Gustavus Adolphus" in tool.call("https://example.org/vasa").text
+    missing = tool.call("https://example.org/other")
+    assert missing.failed and "live browsing is off" in missing.text
+
+
+def test_long_pages_are_truncated_visibly(server):
+    tool = BrowseTool(max_chars=200)
+    out = tool.call(f"{server}/article")
+    assert "[page truncated:" in out.text and len(out.text) < 300

@@ -1,0 +1,134 @@
+"""<search>: BM25 over the shipped corpus, recorded replay, the shared cache, and failures as observations."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import gymnasium as gym
+import pytest
+
+import arpo_env  # noqa: F401
+from arpo_env.cache import ToolCache
+from arpo_env.datasets import load_tasks
+from arpo_env.search import LocalSearch, RecordedSearch, SearchTool, default_corpus, parse_recorded, read_corpus
+
+
+def test_shipped_corpus_answers_a_question_it_covers():
+    env = gym.make("ARPO-QA-v0", search_options={"cache": False})
+    env.reset(options={"question": "Amy Smart made her debut in what made-for-television film?",
+                       "answer": "Her Costly Affair"})
+    obs, reward, term, trunc, info = env.step("<search>Amy Smart film debut made-for-television</search>")
+    assert "Her Costly Affair" in obs and obs.lstrip().startswith("<result>\n1.")
+    assert info["tool"] == "search" and not info["tool_failed"]
+    obs, reward, term, *_ = env.step("<answer>\\boxed{Her Costly Affair}</answer>")
+    assert term and reward == 1.0
+    env.close()
+
+
+def test_default_questions_are_covered_by_the_corpus():
+    backend = LocalSearch.shared()
+    found = 0
+    tasks = load_tasks("default_qa", kind="qa")[:20]
+    for task in tasks:
+        hits = backend.search(task.question, 10)
+        found += any(task.answer.lower() in h.snippet.lower() for h in hits)
+    assert found >= len(tasks) // 3  # BM25 on the raw question finds the answer passage for many of them
+
+
+def test_index_is_built_once_and_loaded_from_disk(tmp_path):
+    corpus = tmp_path / "corpus.jsonl"
+    docs = [{"id": str(i), "title": f"Doc {i}", "text": text} for i, text in enumerate(
+        ["The Eiffel Tower is in Paris.", "Mount Fuji is the highest mountain in Japan.",
+         "The Nile is a river in Africa."])]
+    corpus.write_text("\n".join(json.dumps(d) for d in docs))
+    first = LocalSearch(corpus)
+    assert not first.index_built
+    assert first.search("highest mountain Japan", 2)[0].snippet.startswith("Mount Fuji")
+    stamp = first.index_dir() / "source.txt"
+    mtime = stamp.stat().st_mtime_ns
+    second = LocalSearch(corpus)
+    assert second.index_built and second.search("river Africa", 1)[0].title == "Doc 2"
+    assert stamp.stat().st_mtime_ns == mtime  # loaded, not rebuilt
+    assert first.index_dir().parent == tmp_path  # next to the corpus
+
+
+def test_recorded_replay_and_fallback(data_dir):
+    path = data_dir / "search" / "search_cache.json"
+    records = json.loads(path.read_text())
+    query = next(iter(records))
+    replay = RecordedSearch(path)
+    hits = replay.search(query, 3)
+    assert len(hits) == 3 and hits[0].snippet in records[query]
+    tool = SearchTool(replay)
+    out = tool.call("a query nobody recorded")
+    assert out.failed and out.text.startswith("search failed:") and "not recorded" in out.text
+    with_fallback = SearchTool(RecordedSearch(path, fallback=LocalSearch.shared()))
+    assert not with_fallback.call("Amy Smart debut").failed
+
+
+def test_parse_recorded_pages():
+    hits = parse_recorded("Page 1: first snippet\nPage 2: second one …")
+    assert [h.snippet for h in hits] == ["first snippet", "second one …"]
+
+
+class CountingBackend:
+    """A real backend (BM25 over the shipped corpus) that counts the searches it actually runs."""
+
+    name = "counting"
+
+    def __init__(self):
+        self.inner, self.calls = LocalSearch.shared(), 0
+
+    def cache_id(self):
+        return "counting:" + self.inner.cache_id()
+
+    def search(self, query, top_k):
+        self.calls += 1
+        return self.inner.search(query, top_k)
+
+
+def test_second_identical_search_is_a_cache_hit(tmp_path):
+    backend = CountingBackend()
+    tool = SearchTool(backend, cache=ToolCache(tmp_path / "cache.sqlite"))
+    a, b = tool.call("Campfire Tales  director"), tool.call("Campfire Tales director")
+    assert a.text == b.text and backend.calls == 1
+    assert (a.extra["cache"], b.extra["cache"]) == ("miss", "hit")
+    other_process_view = SearchTool(backend, cache=ToolCache(tmp_path / "cache.sqlite"))
+    assert other_process_view.call("Campfire Tales director").extra["cache"] == "hit" and backend.calls == 1
+
+
+def test_cache_hits_and_misses_reach_info(tmp_path):
+    env = gym.make("ARPO-QA-v0", search_options={"cache": str(tmp_path / "c.sqlite")})
+    env.reset(options={"question": "q", "answer": "a"})
+    env.step("<search>Vienna Ottoman siege</search>")
+    *_, info = env.step("<search>Vienna Ottoman siege</search>")
+    assert info["tool_extra"]["cache"] == "hit" and info["tool_extra"]["cache_hits"] >= 1
+    env.close()
+
+
+@pytest.mark.parametrize("query, message", [("", "empty"), ("the of and", "no results"), ("x" * 600, "longer")])
+def test_bad_queries_are_observations(query, message):
+    env = gym.make("ARPO-QA-v0", search_options={"cache": False})
+    env.reset(options={"question": "q", "answer": "a"})
+    obs, reward, term, trunc, info = env.step(f"<search>{query}</search>")
+    assert "search failed" in obs and message in obs and not (term or trunc)
+    env.close()
+
+
+def test_corpus_format_is_checked(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "1", "title": "no text"}\n')
+    with pytest.raises(ValueError, match="no 'text' field"):
+        read_corpus(bad)
+    assert len(read_corpus(default_corpus())) > 8000
+
+
+@pytest.mark.live
+@pytest.mark.skipif(os.environ.get("ARPO_LIVE_TESTS") != "1", reason="live web search: set ARPO_LIVE_TESTS=1")
+def test_ddgs_live(tmp_path):
+    pytest.importorskip("ddgs")
+    env = gym.make("ARPO-QA-v0", search="ddgs", search_options={"cache": str(tmp_path / "c.sqlite")})
+    env.reset(options={"question": "q", "answer": "a"})
+    obs, *_ , info = env.step("<search>capital of Australia</search>")
+    assert "Canberra" in obs or info["tool_failed"]  # a rate limit is a readable failure, not a crash
