@@ -14,6 +14,7 @@ the dataset column ``answer``, ``ground_truth``, ``solution`` or ``reward_model[
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -22,6 +23,8 @@ from arpo_env import tags
 from arpo_env.qa_metrics import best_em, qa_score
 
 BONUS_TOOLS = frozenset({tags.SEARCH, tags.PYTHON})
+# math-verify warns on every call made with its (signal-based) timeout off, which worker threads must do.
+logging.getLogger("math_verify").setLevel(logging.ERROR)
 
 
 @dataclass

@@ -1,0 +1,85 @@
+"""The `Generator` protocol: one interface over generation backends (transformers, vLLM).
+
+A generator grows *paths*. A path is a token sequence (prompt + completion so far) plus whatever the backend keeps
+to continue it cheaply (the transformers backend keeps the key/value cache of the encoded prefix). The rollout
+engine calls:
+
+* `new_path(prompt_ids)` — a path at the start of the response;
+* `generate(paths, params)` — continue every path until a stop string (a closing tool tag or ``</answer>``), the
+  end-of-sequence token or ``max_new_tokens``; returns one `Segment` per path, with the sampled tokens' log-probs
+  and the normalised entropy of the first ``entropy_k`` tokens;
+* `extend(path, token_ids)` — append an observation's tokens (encoded lazily at the next `generate`);
+* `fork(path, at=None)` — a new path sharing the prefix ``tokens[:at]`` (and its cache: no re-encoding).
+
+Entropy is normalised by ln|V| (the reference implementation's scale, so α and β mean the same on every backend).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_new_tokens: int = 512
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+    entropy_k: int = 20
+    """Measure the entropy of this many first tokens of every segment."""
+
+
+@dataclass
+class Segment:
+    """What one `generate` call produced for one path."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    entropies: list[float]
+    """Normalised entropy of each of the first `entropy_k` tokens (fewer if the segment is shorter)."""
+    text: str
+    finish: str
+    """"stop" (a stop string), "eos" or "length"."""
+
+    @property
+    def entropy(self) -> float:
+        """Mean entropy over the measured window: the quantity ARPO compares."""
+        return sum(self.entropies) / len(self.entropies) if self.entropies else 0.0
+
+
+@dataclass
+class Path:
+    """A growing sequence. `state` is the backend's (the transformers cache; nothing for vLLM)."""
+
+    tokens: list[int]
+    encoded: int = 0
+    """How many leading tokens the backend's state already covers."""
+    state: Any = None
+    prompt_len: int = field(default=0)
+
+
+@dataclass
+class GeneratorStats:
+    prefill_tokens: int = 0
+    """Tokens encoded without being generated (prompts, observations, and prefixes that had to be re-encoded)."""
+    generated_tokens: int = 0
+    calls: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {"prefill_tokens": self.prefill_tokens, "generated_tokens": self.generated_tokens, "calls": self.calls}
+
+
+class Generator(Protocol):
+    tokenizer: Any
+    stats: GeneratorStats
+
+    def new_path(self, prompt_ids: list[int]) -> Path: ...
+
+    def generate(self, paths: list[Path], params: SamplingParams) -> list[Segment]: ...
+
+    def extend(self, path: Path, token_ids: list[int]) -> None: ...
+
+    def fork(self, path: Path, at: int | None = None) -> Path: ...
+
+    def seed(self, seed: int) -> None: ...

@@ -1,0 +1,286 @@
+"""Entropy-adaptive branching rollouts (ARPO) and independent rollouts (GRPO) over arpo_env environments.
+
+ARPO, per task:
+
+1. sample N global trajectories;
+2. record each trajectory's *initial entropy* H₀: the mean normalised entropy of the first k tokens of its response;
+3. after every tool result, measure the entropy H of the first k generated tokens; ΔH = H − H₀, and with
+   probability P = clip(α + β·ΔH, 0, 1) branch Z−1 extra ways from the point right after the result — the
+   environment is forked (a live copy of the interpreter) and the token prefix and its key/value cache are shared —
+   while the task has fewer than M trajectories;
+4. when every path of a task has ended and there are fewer than M, top up with fresh samples; exactly M per task.
+
+H₀ belongs to each trajectory and is measured anew for every task and batch (the reference implementation kept a
+table across batches). GRPO is the same machinery with N = M and no branching. All active paths of all tasks are
+generated in one batch per turn, and their tool calls run concurrently.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from arpo_algo.generator import Generator, Path, SamplingParams, Segment
+from arpo_algo.tree import Node, RolloutTree, Trajectory
+
+
+@dataclass
+class RolloutConfig:
+    num_generations: int = 16
+    """M: trajectories per task."""
+    num_global: int = 8
+    """N: global samples per task before any branching."""
+    branch_factor: int = 2
+    """Z: a branch point yields Z paths (the original and Z−1 new ones)."""
+    alpha: float = 0.5
+    """Base branching probability."""
+    beta: float = 0.2
+    """Weight of the entropy change ΔH in the branching probability."""
+    entropy_k: int = 20
+    """Tokens whose entropy is measured at the start of the response and after each tool result."""
+    max_new_tokens: int = 512
+    """Tokens per generated segment (one turn)."""
+    max_completion_tokens: int = 4096
+    """Tokens per trajectory, tool outputs included; beyond it the trajectory is truncated."""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    branching: bool = True
+    seed: int = 0
+    max_tool_workers: int = 16
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.num_global <= self.num_generations:
+            raise ValueError(f"need 1 <= N (num_global={self.num_global}) <= M (num_generations="
+                             f"{self.num_generations})")
+        if self.branch_factor < 1:
+            raise ValueError("branch_factor (Z) must be at least 1")
+
+
+@dataclass
+class _Live:
+    """A path under way: the generator's path, its environment, and what it has produced so far."""
+
+    task: int
+    node: int
+    path: Path
+    env: Any
+    completion: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    entropies: list[float | None] = field(default_factory=list)
+    segments: list[dict[str, Any]] = field(default_factory=list)
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    h0: float | None = None
+    after_tool: bool = False
+    skip_check: bool = False
+    steps: int = 0
+
+
+class _TaskState:
+    def __init__(self, task: dict[str, Any], root_env: Any, prompt_ids: list[int]) -> None:
+        self.task, self.root_env, self.prompt_ids = task, root_env, prompt_ids
+        self.nodes: list[Node] = []
+        self.done: list[Trajectory] = []
+        self.live = 0
+
+    def new_node(self, parent: int | None, start: int, kind: str, **kw: Any) -> int:
+        self.nodes.append(Node(len(self.nodes), parent, start, kind, **kw))
+        return len(self.nodes) - 1
+
+
+class ARPORollout:
+    """Rollouts of `generator` on tasks of the environments `make_env()` returns.
+
+    Args:
+        generator: any `arpo_algo.generator.Generator`.
+        make_env: returns a fresh (unwrapped) `arpo_env.ToolEnv`; one is made per task and forked per path.
+        config: `RolloutConfig`.
+    """
+
+    algo = "arpo"
+
+    def __init__(self, generator: Generator, make_env: Callable[[], Any], config: RolloutConfig | None = None,
+                 progress: Callable[[int], None] | None = None) -> None:
+        self.generator = generator
+        self.make_env = make_env
+        self.config = config or RolloutConfig()
+        self.progress = progress
+        self.rng = np.random.default_rng(self.config.seed)
+        self.generator.seed(self.config.seed)
+        self.tool_calls = 0
+
+    # ----------------------------------------------------------------------------------------------------------------
+    def run(self, tasks: Sequence[dict[str, Any] | int]) -> list[RolloutTree]:
+        """One tree per task. A task is an index into the env's dataset or ``{"question": …, "answer": …}``."""
+        cfg = self.config
+        states: list[_TaskState] = []
+        live: list[_Live] = []
+        for t, task in enumerate(tasks):
+            env = self.make_env()
+            options = {"index": task} if isinstance(task, int) else dict(task)
+            _, info = env.reset(seed=cfg.seed + t, options=options)
+            prompt = self._prompt_ids(info["messages"])
+            state = _TaskState(info["task"], env, prompt)
+            states.append(state)
+            live += [self._fresh(t, state, "global") for _ in range(self._initial(cfg))]
+        params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(_stop_strings()),
+                                cfg.entropy_k)
+        with ThreadPoolExecutor(max_workers=cfg.max_tool_workers) as pool:
+            while live:
+                live = self._turn(live, states, params, pool)
+                live += self._top_up(states)
+        trees = []
+        for state in states:
+            state.root_env.close()
+            trees.append(RolloutTree(state.task, self.algo, state.nodes, state.done,
+                                     {"branches": sum(n.kind == "branch" for n in state.nodes),
+                                      "tool_calls": sum(tr.tool_calls for tr in state.done)}))
+        return trees
+
+    def _initial(self, cfg: RolloutConfig) -> int:
+        return cfg.num_global
+
+    def _branching(self) -> bool:
+        return self.config.branching
+
+    # One turn of every live path ------------------------------------------------------------------------------------
+    def _turn(self, live: list[_Live], states: list[_TaskState], params: SamplingParams, pool: ThreadPoolExecutor
+              ) -> list[_Live]:
+        cfg = self.config
+        room = [min(params.max_new_tokens, cfg.max_completion_tokens - len(x.completion)) for x in live]
+        over = [x for x, r in zip(live, room) if r <= 0]
+        live = [x for x, r in zip(live, room) if r > 0]
+        for x in over:
+            self._finish(x, states[x.task], truncated=True)
+        if not live:
+            return []
+        segments = self._generate(live, params, [r for r in room if r > 0])
+        branches: list[_Live] = []
+        for x, seg in zip(live, segments):
+            start = len(x.completion)
+            self._record(x, seg)
+            if x.h0 is None:
+                x.h0 = seg.entropy
+            elif x.after_tool and not x.skip_check and self._branching():
+                branches += self._maybe_branch(x, seg, start, states[x.task])
+            x.skip_check = False
+
+        results = list(pool.map(lambda pair: pair[0].env.step(pair[1].text), zip(live, segments)))
+        still: list[_Live] = []
+        for x, (obs, _reward, terminated, truncated, info) in zip(live, results):
+            if info.get("tool"):
+                self.tool_calls += 1
+                x.steps += 1
+            if terminated or truncated:
+                self._finish(x, states[x.task], truncated=truncated, observation=obs)
+                continue
+            ids = self.generator.tokenizer.encode(obs, add_special_tokens=False)
+            self.generator.extend(x.path, ids)
+            x.segments.append({"kind": "tool", "text": obs, "start": len(x.completion),
+                               "end": len(x.completion) + len(ids)})
+            x.completion += ids
+            x.mask += [0] * len(ids)
+            x.logprobs += [0.0] * len(ids)
+            x.entropies += [None] * len(ids)
+            x.after_tool = info.get("tool") is not None
+            still.append(x)
+        return still + branches
+
+    def _generate(self, live: list[_Live], params: SamplingParams, room: list[int]) -> list[Segment]:
+        """Generate for all paths; paths near their token budget get a shorter segment."""
+        if len(set(room)) == 1:
+            return self.generator.generate([x.path for x in live], _with_max(params, room[0]))
+        out: list[Segment | None] = [None] * len(live)
+        for budget in sorted(set(room)):
+            idx = [i for i, r in enumerate(room) if r == budget]
+            for i, seg in zip(idx, self.generator.generate([live[i].path for i in idx], _with_max(params, budget))):
+                out[i] = seg
+        return out  # type: ignore[return-value]
+
+    def _record(self, x: _Live, seg: Segment) -> None:
+        start = len(x.completion)
+        x.completion += seg.token_ids
+        x.mask += [1] * len(seg.token_ids)
+        x.logprobs += seg.logprobs
+        x.entropies += list(seg.entropies) + [None] * (len(seg.token_ids) - len(seg.entropies))
+        x.segments.append({"kind": "model", "text": seg.text, "start": start, "end": len(x.completion)})
+
+    # Branching ------------------------------------------------------------------------------------------------------
+    def _maybe_branch(self, x: _Live, seg: Segment, start: int, state: _TaskState) -> list[_Live]:
+        cfg = self.config
+        delta = seg.entropy - (x.h0 or 0.0)
+        p = float(np.clip(cfg.alpha + cfg.beta * delta, 0.0, 1.0))
+        budget = cfg.num_generations - (len(state.done) + state.live)
+        branched = budget > 0 and cfg.branch_factor > 1 and self.rng.random() < p
+        x.decisions.append({"step": x.steps, "token": start, "delta_h": delta, "p": p, "branched": bool(branched)})
+        if not branched:
+            return []
+        children = []
+        at = len(x.path.tokens) - len(seg.token_ids)
+        for _ in range(min(cfg.branch_factor - 1, budget)):
+            node = state.new_node(x.node, start, "branch", step=x.steps, delta_h=delta, p=p)
+            child = _Live(x.task, node, self.generator.fork(x.path, at=at), x.env.fork(),
+                          x.completion[:start], x.mask[:start], x.logprobs[:start], x.entropies[:start],
+                          [dict(s) for s in x.segments[:-1]], [], x.h0, True, True, x.steps)
+            state.live += 1
+            children.append(child)
+        return children
+
+    # Starting and ending paths --------------------------------------------------------------------------------------
+    def _fresh(self, t: int, state: _TaskState, kind: str) -> _Live:
+        node = state.new_node(None, 0, kind)
+        state.live += 1
+        return _Live(t, node, self.generator.new_path(state.prompt_ids), state.root_env.fork())
+
+    def _top_up(self, states: list[_TaskState]) -> list[_Live]:
+        fresh = []
+        for t, state in enumerate(states):
+            if state.live == 0 and len(state.done) < self.config.num_generations:
+                fresh += [self._fresh(t, state, "topup") for _ in range(self.config.num_generations - len(state.done))]
+        return fresh
+
+    def _finish(self, x: _Live, state: _TaskState, truncated: bool, observation: str = "") -> None:
+        env_state = x.env.state
+        if observation:  # the env's last word (why it truncated) is part of the record, not of the tokens
+            x.segments.append({"kind": "tool", "text": observation, "start": len(x.completion),
+                               "end": len(x.completion)})
+        parts = x.env.score().as_dict()
+        state.done.append(Trajectory(x.node, state.prompt_ids, x.completion, x.mask, x.logprobs, x.entropies,
+                                     x.segments, float(parts["total"]), parts, env_state.total_tool_calls,
+                                     x.decisions, truncated))
+        state.live -= 1
+        x.env.close()
+        if self.progress:
+            self.progress(1)
+
+    def _prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
+        tok = self.generator.tokenizer
+        ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        if hasattr(ids, "keys"):
+            ids = ids["input_ids"]
+        return list(ids)
+
+
+class GRPORollout(ARPORollout):
+    """M independent samples per task through the same machinery (the baseline)."""
+
+    algo = "grpo"
+
+    def _initial(self, cfg: RolloutConfig) -> int:
+        return cfg.num_generations
+
+    def _branching(self) -> bool:
+        return False
+
+
+def _stop_strings() -> list[str]:
+    from arpo_env import tags
+
+    return tags.close_tags()
+
+
+def _with_max(params: SamplingParams, max_new_tokens: int) -> SamplingParams:
+    return SamplingParams(**{**asdict(params), "max_new_tokens": max_new_tokens})

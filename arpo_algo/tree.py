@@ -1,0 +1,102 @@
+"""Rollout trees: the M trajectories of one task, the branch points that produced them, and JSONL I/O.
+
+A *node* is one path of the rollout engine: a global sample (a root, ``parent=None``) or a branch. A branch node
+shares its parent's completion tokens ``[0, start)`` and diverges at ``start``, the first token generated after a
+tool result whose entropy change ΔH made the engine branch with probability P. Every trajectory ends at a node (its
+leaf); following ``parent`` links gives the tokens it shares with others, which hard advantage attribution uses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Iterator
+
+
+@dataclass
+class Node:
+    id: int
+    parent: int | None
+    start: int
+    """Offset in the completion where this node's own tokens begin (0 for a root)."""
+    kind: str
+    """"global" (one of the N initial samples), "branch", or "topup" (a fresh sample filling the group to M)."""
+    step: int = 0
+    """The tool step at which a branch was taken."""
+    delta_h: float | None = None
+    p: float | None = None
+
+
+@dataclass
+class Trajectory:
+    """One complete episode: the tokens a trainer needs, and what a person wants to look at."""
+
+    node: int
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    mask: list[int]
+    """1 on tokens the model generated, 0 on tool-output tokens (excluded from the loss)."""
+    logprobs: list[float]
+    """Log-probs of the sampled tokens under the sampling distribution; 0 on tool-output tokens."""
+    entropies: list[float | None]
+    """Normalised entropy where it was measured (the first k tokens of each segment), else None."""
+    segments: list[dict[str, Any]]
+    """The completion as text pieces: {"kind": "model" | "tool", "text", "start", "end"} (token offsets)."""
+    reward: float
+    reward_parts: dict[str, Any]
+    tool_calls: int
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    """Each branching decision taken on this trajectory's own path: {"step", "token", "delta_h", "p", "branched"}."""
+    truncated: bool = False
+
+    @property
+    def completion_text(self) -> str:
+        return "".join(s["text"] for s in self.segments)
+
+
+@dataclass
+class RolloutTree:
+    task: dict[str, Any]
+    algo: str
+    nodes: list[Node]
+    trajectories: list[Trajectory]
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def ancestors(self, node: int) -> list[int]:
+        """`node` and its ancestors, leaf first."""
+        by_id = {n.id: n for n in self.nodes}
+        chain = [node]
+        while by_id[chain[-1]].parent is not None:
+            chain.append(by_id[chain[-1]].parent)  # type: ignore[arg-type]
+        return chain
+
+    @property
+    def branches(self) -> int:
+        return sum(n.kind == "branch" for n in self.nodes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"task": self.task, "algo": self.algo, "nodes": [asdict(n) for n in self.nodes],
+                "trajectories": [asdict(t) for t in self.trajectories], "stats": self.stats}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RolloutTree":
+        return cls(d["task"], d["algo"], [Node(**n) for n in d["nodes"]],
+                   [Trajectory(**t) for t in d["trajectories"]], d.get("stats", {}))
+
+
+def write_jsonl(trees: Iterable[RolloutTree], path: str | os.PathLike, append: bool = True) -> int:
+    """Write one tree per line; by default append (rollout logs are never rewritten). Returns the count."""
+    n = 0
+    with open(path, "a" if append else "w", encoding="utf-8") as f:
+        for tree in trees:
+            f.write(json.dumps(tree.to_dict(), ensure_ascii=False) + "\n")
+            n += 1
+    return n
+
+
+def read_jsonl(path: str | os.PathLike) -> Iterator[RolloutTree]:
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                yield RolloutTree.from_dict(json.loads(line))

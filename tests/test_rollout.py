@@ -1,0 +1,146 @@
+"""ARPO and GRPO rollouts with a real (tiny) model, the real environment and sandbox, and the HF generator."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+import torch
+
+import arpo_env  # noqa: F401
+from arpo_algo.generator import SamplingParams
+from arpo_algo.hf_generator import HFGenerator
+from arpo_algo.rollout import ARPORollout, GRPORollout, RolloutConfig
+from arpo_algo.tree import RolloutTree, read_jsonl, write_jsonl
+from tiny_agent import TASK, episode_ids, teach, tiny_llama
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    from arpo_algo.models import load_tokenizer
+
+    return load_tokenizer("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def agent(tokenizer):
+    """A tiny Llama taught the scripted episode (define x, print x + 1, answer 42) by Adam steps."""
+    model = tiny_llama(tokenizer)
+    env = gym.make("ARPO-Math-v0").unwrapped
+    prompt, completion = episode_ids(tokenizer, env)
+    env.close()
+    assert teach(model, prompt, completion) < 0.05
+    return model
+
+
+def make_env():
+    return gym.make("ARPO-Math-v0", sandbox_options={"timeout_s": 5}, max_tool_calls=4).unwrapped
+
+
+def rollout(agent, tokenizer, cls=ARPORollout, tasks=(TASK,), **overrides):
+    cfg = dict(num_generations=4, num_global=2, alpha=1.0, beta=0.0, max_new_tokens=24, max_completion_tokens=400,
+               temperature=0.3, seed=1)
+    cfg.update(overrides)
+    return cls(HFGenerator(agent, tokenizer), make_env, RolloutConfig(**cfg)).run(list(tasks))
+
+
+def test_forced_branching_gives_the_expected_tree(agent, tokenizer):
+    (tree,) = rollout(agent, tokenizer)
+    assert [(n.parent, n.kind) for n in tree.nodes] == [(None, "global"), (None, "global"), (0, "branch"),
+                                                       (1, "branch")]
+    assert len(tree.trajectories) == 4
+    for node in tree.nodes[2:]:
+        assert node.step == 1 and node.p == 1.0 and node.delta_h is not None
+
+
+def test_branches_share_prefix_tokens_and_interpreter_state(agent, tokenizer):
+    (tree,) = rollout(agent, tokenizer)
+    by_node = {t.node: t for t in tree.trajectories}
+    for node in tree.nodes:
+        if node.kind != "branch":
+            continue
+        child, parent = by_node[node.id], by_node[node.parent]
+        assert child.completion_ids[: node.start] == parent.completion_ids[: node.start]
+        assert child.mask[: node.start] == parent.mask[: node.start]
+        assert child.logprobs[: node.start] == parent.logprobs[: node.start]
+        # Branched right after `x = 41` ran: the branch's own `print(x + 1)` sees x in its forked interpreter.
+        after = [s["text"] for s in child.segments if s["kind"] == "tool" and s["start"] >= node.start]
+        assert any("\n42\n" in text for text in after) and not any("NameError" in t for t in after)
+
+
+def test_mask_is_zero_exactly_on_tool_output(agent, tokenizer):
+    (tree,) = rollout(agent, tokenizer)
+    for t in tree.trajectories:
+        assert len(t.mask) == len(t.completion_ids) == len(t.logprobs) == len(t.entropies)
+        for seg in t.segments:
+            span = t.mask[seg["start"]: seg["end"]]
+            assert set(span) <= ({0} if seg["kind"] == "tool" else {1})
+        tool_text = tokenizer.decode([i for i, m in zip(t.completion_ids, t.mask) if m == 0])
+        assert tool_text == "".join(s["text"] for s in t.segments if s["kind"] == "tool" and s["end"] > s["start"])
+        assert all(lp == 0.0 for lp, m in zip(t.logprobs, t.mask) if m == 0)
+        assert sum(m == 0 for m in t.mask) > 0 and t.tool_calls >= 1
+
+
+def test_no_branching_when_alpha_and_beta_are_zero(agent, tokenizer):
+    (tree,) = rollout(agent, tokenizer, alpha=0.0, beta=0.0)
+    assert {n.kind for n in tree.nodes} <= {"global", "topup"} and tree.branches == 0
+    assert len(tree.trajectories) == 4
+    assert all(d["p"] == 0.0 and not d["branched"] for t in tree.trajectories for d in t.decisions)
+    (grpo,) = rollout(agent, tokenizer, cls=GRPORollout)
+    assert [n.kind for n in grpo.nodes] == ["global"] * 4 and grpo.algo == "grpo"
+
+
+def test_exactly_m_per_task_with_several_tasks(agent, tokenizer):
+    trees = rollout(agent, tokenizer, tasks=[TASK, {"question": "Something else entirely?", "answer": "7"}],
+                    num_generations=5, num_global=2, branch_factor=3)
+    assert [len(t.trajectories) for t in trees] == [5, 5]
+    assert all(len({tr.node for tr in t.trajectories}) == 5 for t in trees)
+
+
+def test_same_seed_same_trees(agent, tokenizer):
+    a = rollout(agent, tokenizer, temperature=1.0, alpha=0.5, beta=0.2, seed=7)
+    b = rollout(agent, tokenizer, temperature=1.0, alpha=0.5, beta=0.2, seed=7)
+    assert [t.completion_ids for t in a[0].trajectories] == [t.completion_ids for t in b[0].trajectories]
+    assert [(n.parent, n.start, n.kind) for n in a[0].nodes] == [(n.parent, n.start, n.kind) for n in b[0].nodes]
+
+
+def test_jsonl_round_trip_appends(agent, tokenizer, tmp_path):
+    trees = rollout(agent, tokenizer)
+    path = tmp_path / "trees.jsonl"
+    write_jsonl(trees, path)
+    write_jsonl(trees, path)
+    back = list(read_jsonl(path))
+    assert len(back) == 2 and isinstance(back[0], RolloutTree)
+    assert back[0].to_dict() == trees[0].to_dict()
+
+
+def test_cached_continuation_and_branching_equal_reencoding(agent, tokenizer):
+    """Greedy: continuing a path (observation appended) and branching it from its cache produce the same tokens as
+    encoding the whole prefix from scratch."""
+    gen = HFGenerator(agent, tokenizer)
+    params = SamplingParams(max_new_tokens=16, temperature=0.0, stop=("</python>", "</answer>"))
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": TASK["question"]}],
+                                           add_generation_prompt=True, tokenize=True)
+    prompt = list(prompt["input_ids"] if hasattr(prompt, "keys") else prompt)
+    a, b = gen.new_path(prompt), gen.new_path(prompt[:-3])
+    gen.generate([a, b], params)
+    gen.extend(a, tokenizer.encode("\n<result>\n(no output)\n</result>\n", add_special_tokens=False))
+    branch = gen.fork(a, at=len(a.tokens) - 4)  # in the middle of the observation
+    cont = gen.generate([a, b, branch], params)
+    for path, seg in zip([a, b, branch], cont):
+        fresh = gen.new_path(path.tokens[: len(path.tokens) - len(seg.token_ids)])
+        assert gen.generate([fresh], params)[0].token_ids == seg.token_ids
+    # The branch reused its parent's cache: only its pending tokens were encoded again.
+    assert branch.encoded == len(branch.tokens) - 1
+
+
+def test_entropy_is_exact_and_normalised(agent, tokenizer):
+    gen = HFGenerator(agent, tokenizer)
+    path = gen.new_path(tokenizer.encode("hello there", add_special_tokens=False))
+    seg = gen.generate([path], SamplingParams(max_new_tokens=3, temperature=0.0, entropy_k=2))[0]
+    ids = torch.tensor([path.tokens[:-3]])
+    with torch.no_grad():
+        logits = agent(ids).logits[0, -1].float()
+    logp = torch.log_softmax(logits, -1)
+    expected = float(-(logp.exp() * logp).sum() / torch.log(torch.tensor(float(logits.numel()))))
+    assert len(seg.entropies) == 2 and seg.entropies[0] == pytest.approx(expected, rel=1e-4)
+    assert 0.0 <= seg.entropies[0] <= 1.0
