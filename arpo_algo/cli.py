@@ -1,0 +1,111 @@
+"""The ``arpo`` command line: ``arpo rollout`` (more subcommands arrive with the trainer, eval and viewer)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any, Sequence
+
+
+def _rollout_parser(sub: Any) -> None:
+    p = sub.add_parser("rollout", help="sample ARPO or GRPO rollout trees and write them as JSONL",
+                       description="Sample rollout trees of a model on an arpo_env environment.")
+    p.add_argument("--model", default="smollm2-135m", help="hub id, local path, or smollm2-135m (embedded)")
+    p.add_argument("--backend", choices=["hf", "vllm"], default="hf")
+    p.add_argument("--env", default="ARPO-Math-v0", help="environment id")
+    p.add_argument("--env-kwargs", default="{}", help='JSON keyword arguments for the env, e.g. \'{"dataset": "gsm8k"}\'')
+    p.add_argument("--dataset", default=None, help="shortcut for env kwarg dataset")
+    p.add_argument("--data-dir", default=None, help="shortcut for env kwarg data_dir")
+    p.add_argument("--tasks", type=int, default=8, help="number of tasks (the first ones of the dataset)")
+    p.add_argument("--start", type=int, default=0, help="index of the first task")
+    p.add_argument("--algo", choices=["arpo", "grpo"], default="arpo")
+    p.add_argument("--num-generations", "-M", type=int, default=16, help="M: trajectories per task")
+    p.add_argument("--num-global", "-N", type=int, default=8, help="N: global samples per task")
+    p.add_argument("--branch-factor", "-Z", type=int, default=2, help="Z: paths per branch point")
+    p.add_argument("--alpha", type=float, default=0.5)
+    p.add_argument("--beta", type=float, default=0.2)
+    p.add_argument("--entropy-k", type=int, default=20)
+    p.add_argument("--max-new-tokens", type=int, default=512, help="tokens per turn")
+    p.add_argument("--max-completion-tokens", type=int, default=4096)
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-tasks", type=int, default=4, help="tasks rolled out together (one generation batch)")
+    p.add_argument("--out", default="trees.jsonl", help="JSONL file the trees are appended to")
+
+
+def make_generator(model: str, backend: str = "hf") -> Any:
+    if backend == "vllm":
+        from arpo_algo.models import resolve
+        from arpo_algo.vllm_generator import VLLMGenerator
+
+        return VLLMGenerator.from_pretrained(resolve(model))
+    from arpo_algo.hf_generator import HFGenerator
+    from arpo_algo.models import load_model
+
+    loaded, tokenizer = load_model(model)
+    return HFGenerator(loaded, tokenizer)
+
+
+def rollout_main(args: argparse.Namespace) -> int:
+    import gymnasium as gym
+    from tqdm.auto import tqdm
+
+    import arpo_env  # noqa: F401
+    from arpo_algo.rollout import ARPORollout, GRPORollout, RolloutConfig
+    from arpo_algo.tree import write_jsonl
+
+    env_kwargs = json.loads(args.env_kwargs)
+    if args.dataset:
+        env_kwargs["dataset"] = args.dataset
+    if args.data_dir:
+        env_kwargs["data_dir"] = args.data_dir
+    probe = gym.make(args.env, **env_kwargs).unwrapped  # fail early on a bad env or dataset, with its message
+    n_tasks = min(args.tasks, len(probe.tasks) - args.start)
+    probe.close()
+    config = RolloutConfig(num_generations=args.num_generations, num_global=min(args.num_global, args.num_generations),
+                           branch_factor=args.branch_factor, alpha=args.alpha, beta=args.beta,
+                           entropy_k=args.entropy_k, max_new_tokens=args.max_new_tokens,
+                           max_completion_tokens=args.max_completion_tokens, temperature=args.temperature,
+                           top_p=args.top_p, seed=args.seed)
+    print(f"loading {args.model} ({args.backend}) …", file=sys.stderr)
+    generator = make_generator(args.model, args.backend)
+    cls = ARPORollout if args.algo == "arpo" else GRPORollout
+    start = time.perf_counter()
+    rewards, correct, tools, branches = [], 0, 0, 0
+    with tqdm(total=n_tasks * args.num_generations, unit="traj", desc=f"{args.algo} rollouts") as bar:
+        engine = cls(generator, lambda: gym.make(args.env, **env_kwargs).unwrapped, config, progress=bar.update)
+        for first in range(args.start, args.start + n_tasks, args.batch_tasks):
+            batch = list(range(first, min(first + args.batch_tasks, args.start + n_tasks)))
+            trees = engine.run(batch)
+            write_jsonl(trees, args.out)
+            for tree in trees:
+                rewards += [t.reward for t in tree.trajectories]
+                correct += sum(bool(t.reward_parts.get("correct")) for t in tree.trajectories)
+                tools += sum(t.tool_calls for t in tree.trajectories)
+                branches += tree.branches
+            bar.set_postfix(reward=f"{sum(rewards) / len(rewards):+.2f}")
+    n = max(1, len(rewards))
+    stats = generator.stats
+    print(f"\n{n_tasks} tasks, {len(rewards)} trajectories in {time.perf_counter() - start:.1f} s → {args.out}\n"
+          f"mean reward {sum(rewards) / n:+.3f} | accuracy {correct / n:.1%} | tool calls {tools} "
+          f"({tools / n:.2f}/traj) | branches {branches}\n"
+          f"generated tokens {stats.generated_tokens} | encoded (prefill) tokens {stats.prefill_tokens}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="arpo", description="Agentic Reinforced Policy Optimization")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _rollout_parser(sub)
+    args = parser.parse_args(argv)
+    if args.command == "rollout":
+        return rollout_main(args)
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""The vLLM backend of `Generator` (``pip install 'arpo[vllm]'``, a GPU).
+
+Each `generate` call submits every path's full token sequence as one request; vLLM's automatic prefix caching
+recognises the shared prefixes (the prompt, everything before a branch point, everything before an observation),
+so only new tokens are computed. Entropy comes from the top-k log-probabilities vLLM returns (k = `top_logprobs`,
+20 by default; the reference used 10), normalised by ln|V| as in the reference implementation: an approximation of
+the exact entropy the transformers backend computes. `prefill_tokens` counts the prompt tokens vLLM did not find in
+its prefix cache (``num_cached_tokens``).
+
+It can own its engine (``VLLMGenerator.from_pretrained(model)``) or wrap one that exists, such as TRL's colocated
+``trainer.llm``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from arpo_algo.generator import GeneratorStats, Path, SamplingParams, Segment
+
+
+def vllm_available() -> bool:
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class VLLMGenerator:
+    def __init__(self, llm: Any, tokenizer: Any | None = None, top_logprobs: int = 20) -> None:
+        self.llm = llm
+        self.tokenizer = tokenizer if tokenizer is not None else llm.get_tokenizer()
+        self.top_logprobs = top_logprobs
+        self.stats = GeneratorStats()
+        self.log_vocab = math.log(llm.llm_engine.model_config.get_vocab_size())
+        self._seed = 0
+        self._requests = 0
+
+    @classmethod
+    def from_pretrained(cls, model: str, gpu_memory_utilization: float = 0.5, dtype: str = "auto",
+                        max_model_len: int | None = None, **kwargs: Any) -> "VLLMGenerator":
+        if not vllm_available():
+            raise ImportError("the vLLM generator needs vLLM and a GPU: pip install 'arpo[vllm]'")
+        from vllm import LLM
+
+        llm = LLM(model=model, enable_prefix_caching=True, gpu_memory_utilization=gpu_memory_utilization,
+                  dtype=dtype, max_model_len=max_model_len, **kwargs)
+        return cls(llm)
+
+    def seed(self, seed: int) -> None:
+        self._seed, self._requests = seed, 0
+
+    def new_path(self, prompt_ids: list[int]) -> Path:
+        return Path(list(prompt_ids), 0, None, len(prompt_ids))
+
+    def extend(self, path: Path, token_ids: list[int]) -> None:
+        path.tokens.extend(token_ids)
+
+    def fork(self, path: Path, at: int | None = None) -> Path:
+        at = len(path.tokens) if at is None else at
+        return Path(path.tokens[:at], 0, None, path.prompt_len)
+
+    def generate(self, paths: list[Path], params: SamplingParams) -> list[Segment]:
+        from vllm import SamplingParams as VLLMParams
+        from vllm.inputs import TokensPrompt
+
+        if not paths:
+            return []
+        self.stats.calls += 1
+        requests = []
+        for _ in paths:
+            self._requests += 1  # a per-request seed: reproducible whatever the batch composition
+            requests.append(VLLMParams(max_tokens=params.max_new_tokens, temperature=params.temperature,
+                                       top_p=params.top_p, stop=list(params.stop), include_stop_str_in_output=True,
+                                       logprobs=self.top_logprobs, seed=self._seed * 1_000_003 + self._requests))
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p.tokens) for p in paths], requests,
+                                    use_tqdm=False)
+        segments = []
+        for path, out in zip(paths, outputs):
+            completion = out.outputs[0]
+            ids = list(completion.token_ids)
+            logprobs, entropies = [], []
+            for j, (token, top) in enumerate(zip(ids, completion.logprobs or [])):
+                logprobs.append(float(top[token].logprob))
+                if j < params.entropy_k:
+                    ranked = sorted(top.values(), key=lambda lp: lp.logprob, reverse=True)[: self.top_logprobs]
+                    entropies.append(-sum(math.exp(lp.logprob) * lp.logprob for lp in ranked) / self.log_vocab)
+            self.stats.prefill_tokens += len(path.tokens) - int(getattr(out, "num_cached_tokens", 0) or 0)
+            self.stats.generated_tokens += len(ids)
+            path.tokens.extend(ids)
+            finish = "length" if completion.finish_reason == "length" else (
+                "stop" if isinstance(completion.stop_reason, str) else "eos")
+            segments.append(Segment(ids, logprobs, entropies, completion.text, finish))
+        return segments
