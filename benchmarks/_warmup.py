@@ -1,0 +1,71 @@
+"""A short imitation warm-up shared by the benchmarks: a few optimizer steps on scripted arithmetic episodes.
+
+SmolLM2-135M-Instruct does not use our tags out of the box (it writes Markdown code blocks), so a rollout benchmark
+on it would see no tool step. These steps teach it the protocol on the procedural arithmetic family (the teacher's
+observations come from the real sandbox); the loss covers the model's own tokens, not the tool output. `arpo sft`
+(the cold-start stage) is the full version of this.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import torch
+
+import arpo_env  # noqa: F401
+from arpo_env.procedural import arithmetic_tasks, scripted_episode
+
+
+def episode_tensors(tokenizer, episode) -> tuple[list[int], list[int]]:
+    prompt = tokenizer.apply_chat_template(episode["messages"], add_generation_prompt=True, tokenize=True)
+    prompt = list(prompt["input_ids"] if hasattr(prompt, "keys") else prompt)
+    ids, labels = list(prompt), [-100] * len(prompt)
+    for kind, text in episode["segments"]:
+        toks = tokenizer.encode(text, add_special_tokens=False)
+        ids += toks
+        labels += toks if kind == "action" else [-100] * len(toks)
+    ids.append(tokenizer.eos_token_id)
+    labels.append(tokenizer.eos_token_id)
+    return ids, labels
+
+
+def warm_up(model, tokenizer, steps: int = 30, batch: int = 4, lr: float = 1e-4, seed: int = 1234) -> list[float]:
+    """Imitate scripted episodes for `steps` optimizer steps; returns the losses."""
+    env = gym.make("ARPO-Math-v0").unwrapped
+    tasks = arithmetic_tasks(steps * batch, seed=seed)
+    data = [episode_tensors(tokenizer, scripted_episode(env, t)) for t in tasks]
+    env.close()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    model.train()
+    losses = []
+    for step in range(steps):
+        chunk = data[step * batch:(step + 1) * batch]
+        width = max(len(ids) for ids, _ in chunk)
+        pad = tokenizer.pad_token_id
+        ids = torch.tensor([i + [pad] * (width - len(i)) for i, _ in chunk])
+        labels = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in chunk])
+        mask = torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i, _ in chunk])
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(float(loss.detach()))
+    model.eval()
+    return losses
+
+
+def warmed_model(name: str = "smollm2-135m", steps: int = 8, batch: int = 2):
+    """The model after `warm_up`, saved once under the model cache and reused by later runs."""
+    from arpo_algo.models import cache_dir, load_model
+
+    target = cache_dir() / f"{name}-warmup-{steps}x{batch}"
+    if (target / "config.json").is_file():
+        return load_model(str(target))
+    model, tokenizer = load_model(name)
+    print(f"warming {name} up on scripted arithmetic episodes ({steps} steps, once; cached in {target}) …",
+          flush=True)
+    losses = warm_up(model, tokenizer, steps=steps, batch=batch)
+    print(f"imitation loss {losses[0]:.3f} → {losses[-1]:.3f}", flush=True)
+    model.save_pretrained(target)
+    tokenizer.save_pretrained(target)
+    return model, tokenizer
