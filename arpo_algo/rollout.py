@@ -175,7 +175,7 @@ class ARPORollout:
                 self.tool_calls += 1
                 x.steps += 1
             if terminated or truncated:
-                self._finish(x, states[x.task], truncated=truncated, observation=obs)
+                self._finish(x, states[x.task], truncated=truncated, observation=obs, parts=info.get("reward_parts"))
                 continue
             ids = self.generator.tokenizer.encode(obs, add_special_tokens=False)
             self.generator.extend(x.path, ids)
@@ -242,12 +242,13 @@ class ARPORollout:
                 fresh += [self._fresh(t, state, "topup") for _ in range(self.config.num_generations - len(state.done))]
         return fresh
 
-    def _finish(self, x: _Live, state: _TaskState, truncated: bool, observation: str = "") -> None:
+    def _finish(self, x: _Live, state: _TaskState, truncated: bool, observation: str = "",
+                parts: dict[str, Any] | None = None) -> None:
         env_state = x.env.state
         if observation:  # the env's last word (why it truncated) is part of the record, not of the tokens
             x.segments.append({"kind": "tool", "text": observation, "start": len(x.completion),
                                "end": len(x.completion)})
-        parts = x.env.score().as_dict()
+        parts = parts or x.env.score().as_dict()  # the env scored it when the episode ended; else score now
         state.done.append(Trajectory(x.node, state.prompt_ids, x.completion, x.mask, x.logprobs, x.entropies,
                                      x.segments, float(parts["total"]), parts, env_state.total_tool_calls,
                                      x.decisions, truncated))

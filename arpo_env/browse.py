@@ -16,7 +16,7 @@ from typing import Any, Callable
 from urllib.parse import urljoin, urlsplit
 
 from arpo_env.cache import ToolCache, resolve_cache
-from arpo_env.tool import ToolOutput
+from arpo_env.tool import StatelessTool, ToolOutput
 
 TEXT_TYPES = {"text/html", "application/xhtml+xml", "text/plain", "application/xml", "text/xml"}
 USER_AGENT = "Mozilla/5.0 (compatible; arpo-browse/0.1; +https://github.com/arpo)"
@@ -80,7 +80,7 @@ def extract_text(html: str, url: str | None = None) -> str:
     return text.strip()
 
 
-class BrowseTool:
+class BrowseTool(StatelessTool):
     """The ``<browse>`` tool. Stateless: `fork` returns itself."""
 
     name = "browse"
@@ -184,17 +184,6 @@ class BrowseTool:
             raise BrowseError("not a text page (binary content)")
         return body.decode(response.encoding or "utf-8", errors="replace")
 
-    def fork(self) -> "BrowseTool":
-        return self
-
-    def snapshot(self) -> None:
-        return None
-
-    def restore(self, snapshot: Any) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def browse_tool_factory(options: dict[str, Any] | None = None) -> Callable[[], BrowseTool]:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from arpo_env.cache import ToolCache, resolve_cache
-from arpo_env.tool import ToolOutput
+from arpo_env.tool import StatelessTool, ToolOutput
 
 DEFAULT_CORPUS = "search_corpus.jsonl.gz"
 
@@ -240,7 +240,7 @@ def format_hits(hits: list[SearchHit], max_snippet_chars: int = 600) -> str:
     return "\n".join(lines)
 
 
-class SearchTool:
+class SearchTool(StatelessTool):
     """The ``<search>`` tool over one backend; stateless, so forking is free (it returns itself)."""
 
     name = "search"
@@ -281,17 +281,6 @@ class SearchTool:
             extra.update(self.cache.stats())
         return ToolOutput(text, latency_s=time.perf_counter() - start, extra=extra)
 
-    def fork(self) -> "SearchTool":
-        return self
-
-    def snapshot(self) -> None:
-        return None
-
-    def restore(self, snapshot: Any) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def make_backend(name: str, options: dict[str, Any]) -> SearchBackend:

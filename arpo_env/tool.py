@@ -43,6 +43,23 @@ class Tool(Protocol):
     def close(self) -> None: ...
 
 
+class StatelessTool:
+    """Base for tools whose calls do not depend on earlier calls (search, browse): forking is free, there is no
+    state to snapshot, and closing one env's handle must not close a tool other envs share."""
+
+    def fork(self) -> "StatelessTool":
+        return self
+
+    def snapshot(self) -> None:
+        return None
+
+    def restore(self, snapshot: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def python_tool_factory(sandbox: str = "local", options: dict[str, Any] | None = None) -> "Callable[[], Tool]":
     """A factory of ``<python>`` tools: the local sandbox (default) or E2B, with their options."""
     options = dict(options or {})
