@@ -29,8 +29,6 @@ from pathlib import Path
 from typing import Any, Iterable
 
 MATH_BENCHMARKS = ("aime24", "aime25", "math500", "gsm8k", "math")
-QA_BENCHMARKS = ("webwalker", "hotpotqa", "2wiki", "musique", "bamboogle", "SimpleQA")
-DEEPSEARCH_BENCHMARKS = ("gaia", "hle", "xbench")
 PACKAGED = {"default": "math_default.jsonl", "default_qa": "qa_default.jsonl",
             "default_deepsearch": "deepsearch_default.jsonl"}
 

@@ -58,7 +58,7 @@ class MathEnv(ToolEnv):
     * ``tools`` (``("python",)``): add ``"search"`` to allow web search as well.
     * ``sandbox`` (``"local"``) and ``sandbox_options`` (`arpo_env.sandbox.SandboxLimits` fields, e.g.
       ``{"timeout_s": 10, "memory_mb": 1024}``); ``"e2b"`` runs the interpreter in an E2B cloud sandbox.
-    * ``search`` / ``search_options``: the search backend when search is enabled.
+    * ``search`` / ``search_options``: the search backend when search is enabled; ``browse_options`` when browse is.
     * ``max_tool_calls`` (5), ``max_turns`` (``max_tool_calls + 2``), ``max_chars`` (32000): the budgets.
     * ``strict_think`` (False): the reference code's stricter ``<think>`` format check. ``tool_bonus`` (0.1).
     * ``tasks``: a list of `arpo_env.datasets.Task` to use instead of a dataset.
@@ -88,10 +88,11 @@ class MathEnv(ToolEnv):
 
     def __init__(self, dataset: str = "default", data_dir: str | None = None, tools: Sequence[str] = ("python",),
                  sandbox: str = "local", sandbox_options: dict[str, Any] | None = None, search: str = "local",
-                 search_options: dict[str, Any] | None = None, max_tool_calls: int = 5, max_turns: int | None = None,
+                 search_options: dict[str, Any] | None = None, browse_options: dict[str, Any] | None = None,
+                 max_tool_calls: int = 5, max_turns: int | None = None,
                  max_chars: int = 32000, strict_think: bool = False, tool_bonus: float = 0.1,
                  tasks: Sequence[Any] | None = None, render_mode: str | None = None) -> None:
-        factories = build_tools(tools, sandbox, sandbox_options, search, search_options)
+        factories = build_tools(tools, sandbox, sandbox_options, search, search_options, browse_options)
         super().__init__(
             tasks if tasks is not None else load_tasks(dataset, data_dir, kind="math"),
             factories,

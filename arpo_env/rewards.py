@@ -125,7 +125,7 @@ def completion_text(completion: Any) -> str:
     return "".join(completion_text(m) for m in completion if not isinstance(m, dict) or m.get("role") != "user")
 
 
-def gold_answers(kwargs: dict[str, Any], n: int) -> list[Any]:
+def gold_answers(kwargs: dict[str, Any]) -> list[Any]:
     """The gold answer of each row, from whichever column the dataset has."""
     for key in ("answer", "ground_truth", "solution", "golden_answers"):
         if kwargs.get(key) is not None:
@@ -142,7 +142,7 @@ def row_meta(kwargs: dict[str, Any], i: int) -> dict[str, Any]:
 
 def _batch(reward: HierarchicalReward, completions: Sequence[Any], kwargs: dict[str, Any],
            part: Callable[[RewardParts], float]) -> list[float]:
-    golds = gold_answers(kwargs, len(completions))
+    golds = gold_answers(kwargs)
     return [part(reward(completion_text(c), g, row_meta(kwargs, i)))
             for i, (c, g) in enumerate(zip(completions, golds))]
 
@@ -163,7 +163,7 @@ def math_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: An
 
 def math_accuracy_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
     """1 when the boxed answer is mathematically equal to the gold answer, else 0 (format not gated)."""
-    golds = gold_answers(kwargs, len(completions))
+    golds = gold_answers(kwargs)
     return [math_score(tags.final_answer(completion_text(c)), g) for c, g in zip(completions, golds)]
 
 
@@ -174,13 +174,13 @@ def qa_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any)
 
 def qa_em_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
     """Exact match (SQuAD normalisation) of the boxed answer against any gold alias (format not gated)."""
-    golds = gold_answers(kwargs, len(completions))
+    golds = gold_answers(kwargs)
     return [best_em(tags.final_answer(completion_text(c)), g) for c, g in zip(completions, golds)]
 
 
 def arpo_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
     """The hierarchical reward for mixed math + QA data: each row is scored by its ``ability`` column."""
-    golds = gold_answers(kwargs, len(completions))
+    golds = gold_answers(kwargs)
     abilities = kwargs.get("ability") or ["math"] * len(completions)
     return [(_QA if ability == "qa" else _MATH)(completion_text(c), g, row_meta(kwargs, i)).total
             for i, (c, g, ability) in enumerate(zip(completions, golds, abilities))]

@@ -333,11 +333,11 @@ class Worker:
             value = self._execute(code, name)
         except CellTimeout as exc:
             timed_out = True
-            error = self._traceback(exc, name)
+            error = self._traceback(exc)
         except SystemExit as exc:
             error = f"SystemExit({exc.code!r}): the interpreter cannot be exited; its variables are kept"
         except BaseException as exc:  # noqa: BLE001 - everything a cell raises is the model's to read
-            error = self._traceback(exc, name)
+            error = self._traceback(exc)
         finally:
             self.in_cell = False
             signal.setitimer(signal.ITIMER_REAL, 0)
@@ -373,7 +373,7 @@ class Worker:
         return _short_repr(result)
 
     @staticmethod
-    def _traceback(exc: BaseException, name: str) -> str:
+    def _traceback(exc: BaseException) -> str:
         """A traceback with the cell's own frames and the library frame that raised, the last five."""
         te = traceback.TracebackException(type(exc), exc, exc.__traceback__)
         stack = [f for f in te.stack if f.filename != __file__]

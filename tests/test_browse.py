@@ -90,7 +90,7 @@ def server():
 
 
 @pytest.fixture
-def env(server, tmp_path):
+def env(tmp_path):
     e = gym.make("ARPO-DeepSearch-v0", browse_options={"timeout_s": 1.0, "max_bytes": 5_000_000,
                                                        "cache": str(tmp_path / "cache.sqlite")})
     e.reset(options={"question": "When did the Vasa sink?", "answer": "1628"})

@@ -38,7 +38,7 @@ def test_arpo_rollout_writes_trees(tiny_model_dir, tmp_path):
     assert "2 tasks, 6 trajectories" in result.stdout and "arpo rollouts" in result.stderr
 
 
-def test_unknown_env_is_a_clear_error(tmp_path):
+def test_unknown_env_is_a_clear_error():
     result = subprocess.run([sys.executable, "-m", "arpo_algo.cli", "rollout", "--env", "ARPO-Nope-v0"],
                             capture_output=True, text=True, timeout=120, cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
