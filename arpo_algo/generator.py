@@ -70,6 +70,17 @@ class GeneratorStats:
         return {"prefill_tokens": self.prefill_tokens, "generated_tokens": self.generated_tokens, "calls": self.calls}
 
 
+class PathGenerator:
+    """What every backend does the same way: a path starts as its prompt, and observations are appended to it
+    (a backend encodes them lazily, at its next `generate`)."""
+
+    def new_path(self, prompt_ids: list[int]) -> Path:
+        return Path(list(prompt_ids), 0, None, len(prompt_ids))
+
+    def extend(self, path: Path, token_ids: list[int]) -> None:
+        path.tokens.extend(token_ids)
+
+
 class Generator(Protocol):
     tokenizer: Any
     stats: GeneratorStats

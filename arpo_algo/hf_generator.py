@@ -15,10 +15,10 @@ from typing import Any
 
 import torch
 
-from arpo_algo.generator import GeneratorStats, Path, SamplingParams, Segment
+from arpo_algo.generator import GeneratorStats, Path, PathGenerator, SamplingParams, Segment
 
 
-class HFGenerator:
+class HFGenerator(PathGenerator):
     """Generate with a transformers causal LM on CPU or GPU."""
 
     def __init__(self, model: Any, tokenizer: Any, device: str | torch.device | None = None) -> None:
@@ -35,12 +35,6 @@ class HFGenerator:
     # Paths ----------------------------------------------------------------------------------------------------------
     def seed(self, seed: int) -> None:
         self._rng.manual_seed(seed)
-
-    def new_path(self, prompt_ids: list[int]) -> Path:
-        return Path(list(prompt_ids), 0, None, len(prompt_ids))
-
-    def extend(self, path: Path, token_ids: list[int]) -> None:
-        path.tokens.extend(token_ids)
 
     def fork(self, path: Path, at: int | None = None) -> Path:
         """A path with the prefix ``tokens[:at]``; its cache is the parent's, cropped (views, not copies)."""

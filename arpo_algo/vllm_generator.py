@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from arpo_algo.generator import GeneratorStats, Path, SamplingParams, Segment
+from arpo_algo.generator import GeneratorStats, Path, PathGenerator, SamplingParams, Segment
 
 
 def vllm_available() -> bool:
@@ -27,7 +27,7 @@ def vllm_available() -> bool:
     return True
 
 
-class VLLMGenerator:
+class VLLMGenerator(PathGenerator):
     def __init__(self, llm: Any, tokenizer: Any | None = None, top_logprobs: int = 20) -> None:
         self.llm = llm
         self.tokenizer = tokenizer if tokenizer is not None else llm.get_tokenizer()
@@ -50,12 +50,6 @@ class VLLMGenerator:
 
     def seed(self, seed: int) -> None:
         self._seed, self._requests = seed, 0
-
-    def new_path(self, prompt_ids: list[int]) -> Path:
-        return Path(list(prompt_ids), 0, None, len(prompt_ids))
-
-    def extend(self, path: Path, token_ids: list[int]) -> None:
-        path.tokens.extend(token_ids)
 
     def fork(self, path: Path, at: int | None = None) -> Path:
         at = len(path.tokens) if at is None else at
