@@ -1,3 +1,23 @@
-"""arpo_algo: ARPO (Agentic Reinforced Policy Optimization) over arpo_env environments."""
+"""arpo_algo: ARPO (Agentic Reinforced Policy Optimization) over arpo_env environments.
+
+``ARPOConfig`` and ``ARPOTrainer`` need the training extra (``pip install 'arpo[train]'``); they are imported
+lazily so that the rollout engine works without TRL.
+"""
+
+from typing import Any
 
 __version__ = "0.1.0"
+
+__all__ = ["ARPOConfig", "ARPOTrainer"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ARPOConfig":
+        from arpo_algo.arpo_config import ARPOConfig
+
+        return ARPOConfig
+    if name == "ARPOTrainer":
+        from arpo_algo.arpo_trainer import ARPOTrainer
+
+        return ARPOTrainer
+    raise AttributeError(f"module 'arpo_algo' has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""The ``arpo`` command line: ``arpo rollout`` (more subcommands arrive with the trainer, eval and viewer)."""
+"""The ``arpo`` command line: ``train`` (TRL's parser: a YAML recipe and flags), ``rollout``."""
 
 from __future__ import annotations
 
@@ -96,9 +96,19 @@ def rollout_main(args: argparse.Namespace) -> int:
     return 0
 
 
+TRL_COMMANDS = {"train": "arpo_algo.train"}
+"""Subcommands whose flags TRL's `TrlParser` reads (every GRPOConfig / SFTConfig field): dispatched whole."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in TRL_COMMANDS:
+        import importlib
+
+        return importlib.import_module(TRL_COMMANDS[argv[0]]).main(argv[1:])
     parser = argparse.ArgumentParser(prog="arpo", description="Agentic Reinforced Policy Optimization")
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("train", help="train with ARPO or a baseline (arpo train --config recipe.yaml; --help for flags)")
     _rollout_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "rollout":

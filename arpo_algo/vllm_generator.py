@@ -87,3 +87,56 @@ class VLLMGenerator(PathGenerator):
                 "stop" if isinstance(completion.stop_reason, str) else "eos")
             segments.append(Segment(ids, logprobs, entropies, completion.text, finish))
         return segments
+
+
+class VLLMServerGenerator(PathGenerator):
+    """Generate through a ``trl vllm-serve`` server with TRL's `VLLMClient` (token-id prompts, top-k log-probs).
+
+    The server keeps the trained weights in sync (TRL's trainer pushes them); this class only asks for
+    continuations. Stop strings are passed as generation kwargs and kept in the output.
+    """
+
+    def __init__(self, client: Any, tokenizer: Any, top_logprobs: int = 20) -> None:
+        self.client = client
+        self.tokenizer = tokenizer
+        self.top_logprobs = top_logprobs
+        self.stats = GeneratorStats()
+        self.log_vocab = math.log(len(tokenizer))
+        self.eos_ids = {tokenizer.eos_token_id}
+        self._seed = 0
+        self._calls = 0
+
+    def seed(self, seed: int) -> None:
+        self._seed, self._calls = seed, 0
+
+    def fork(self, path: Path, at: int | None = None) -> Path:
+        at = len(path.tokens) if at is None else at
+        return Path(path.tokens[:at], 0, None, path.prompt_len)
+
+    def generate(self, paths: list[Path], params: SamplingParams) -> list[Segment]:
+        if not paths:
+            return []
+        self.stats.calls += 1
+        self._calls += 1
+        out = self.client.generate(
+            prompts=[p.tokens for p in paths], n=1, temperature=params.temperature, top_p=params.top_p,
+            max_tokens=params.max_new_tokens, logprobs=self.top_logprobs,
+            generation_kwargs={"stop": list(params.stop), "include_stop_str_in_output": True,
+                               "seed": self._seed * 1_000_003 + self._calls})
+        segments = []
+        for path, ids, top, top_ids in zip(paths, out["completion_ids"], out["logprobs"], out["logprob_token_ids"]):
+            ids = list(ids)
+            logprobs, entropies = [], []
+            for j, (token, values, tokens) in enumerate(zip(ids, top, top_ids)):
+                logprobs.append(float(values[tokens.index(token)]) if token in tokens else float(values[0]))
+                if j < params.entropy_k:
+                    ranked = sorted((v for v in values if v is not None), reverse=True)[: self.top_logprobs]
+                    entropies.append(-sum(math.exp(v) * v for v in ranked) / self.log_vocab)
+            text = self.tokenizer.decode(ids, skip_special_tokens=True)
+            self.stats.prefill_tokens += len(path.tokens)
+            self.stats.generated_tokens += len(ids)
+            path.tokens.extend(ids)
+            finish = ("eos" if ids and ids[-1] in self.eos_ids else
+                      "stop" if any(text.endswith(s) for s in params.stop) else "length")
+            segments.append(Segment(ids, logprobs, entropies, text, finish))
+        return segments

@@ -94,14 +94,16 @@ class ToolEnv(gym.Env[str, str]):
     # ---------------------------------------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         """Start an episode. `options`: ``{"index": i}`` picks task i; ``{"question": q, "answer": a}`` a custom one;
-        neither draws a task with the env's RNG."""
+        neither draws a task with the env's RNG. A custom task may also carry ``id``, ``source``, ``kind`` and
+        ``meta`` (what scorers read, e.g. ``answer_type``)."""
         super().reset(seed=seed)
         options = options or {}
         if "question" in options:
             if "answer" not in options:
                 raise ValueError('a custom task needs both "question" and "answer"')
-            task = Task(str(options["question"]), options["answer"], str(options.get("id", "custom")), "custom",
-                        str(options.get("kind", self.tasks[0].kind)))
+            task = Task(str(options["question"]), options["answer"], str(options.get("id") or "custom"),
+                        str(options.get("source") or "custom"), str(options.get("kind") or self.tasks[0].kind),
+                        dict(options.get("meta") or {}))
         elif "index" in options:
             index = int(options["index"])
             if not -len(self.tasks) <= index < len(self.tasks):

@@ -43,3 +43,27 @@ def wait_until(predicate, seconds: float = 10.0) -> bool:
             return True
         time.sleep(0.05)
     return predicate()
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """SmolLM2's tokenizer, from the embedded package (offline)."""
+    from arpo_algo.models import load_tokenizer
+
+    return load_tokenizer("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def agent(tokenizer):
+    """A tiny Llama taught the scripted episode (define x, print x + 1, answer 42) by Adam steps."""
+    import gymnasium as gym
+
+    import arpo_env  # noqa: F401
+    from tiny_agent import episode_ids, teach, tiny_llama
+
+    model = tiny_llama(tokenizer)
+    env = gym.make("ARPO-Math-v0").unwrapped
+    prompt, completion = episode_ids(tokenizer, env)
+    env.close()
+    assert teach(model, prompt, completion) < 0.05
+    return model

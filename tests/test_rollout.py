@@ -11,25 +11,7 @@ from arpo_algo.generator import SamplingParams
 from arpo_algo.hf_generator import HFGenerator
 from arpo_algo.rollout import ARPORollout, GRPORollout, RolloutConfig
 from arpo_algo.tree import RolloutTree, read_jsonl, write_jsonl
-from tiny_agent import TASK, episode_ids, teach, tiny_llama
-
-
-@pytest.fixture(scope="session")
-def tokenizer():
-    from arpo_algo.models import load_tokenizer
-
-    return load_tokenizer("smollm2-135m")
-
-
-@pytest.fixture(scope="session")
-def agent(tokenizer):
-    """A tiny Llama taught the scripted episode (define x, print x + 1, answer 42) by Adam steps."""
-    model = tiny_llama(tokenizer)
-    env = gym.make("ARPO-Math-v0").unwrapped
-    prompt, completion = episode_ids(tokenizer, env)
-    env.close()
-    assert teach(model, prompt, completion) < 0.05
-    return model
+from tiny_agent import TASK
 
 
 def make_env():

@@ -59,3 +59,32 @@ def teach(model, prompt: list[int], completion: list[int], max_steps: int = 500,
         opt.step()
     model.eval()
     return float(loss.detach())
+
+
+def undecided_agent(tokenizer, env, steps: int = 300, seed: int = 1):
+    """A tiny Llama taught two episodes that agree up to the last tool result and then answer 42 (right) or 43
+    (wrong): its uncertainty sits after the tool output, so a group of samples gets mixed rewards."""
+    model = tiny_llama(tokenizer, seed=seed)
+    prompt, right = episode_ids(tokenizer, env)
+    wrong_tail = tokenizer.encode("<answer>\\boxed{43}</answer>", add_special_tokens=False) + [tokenizer.eos_token_id]
+    right_tail = tokenizer.encode(SCRIPT[-1], add_special_tokens=False) + [tokenizer.eos_token_id]
+    wrong = right[: len(right) - len(right_tail)] + wrong_tail
+    width = max(len(right), len(wrong))
+    pad = tokenizer.pad_token_id
+    rows = [prompt + c + [pad] * (width - len(c)) for c in (right, wrong)]
+    ids = torch.tensor(rows)
+    labels = ids.clone()
+    labels[:, : len(prompt)] = -100
+    for r, c in enumerate((right, wrong)):
+        labels[r, len(prompt) + len(c):] = -100
+    mask = (labels != -100) | (torch.arange(ids.size(1)) < len(prompt))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    model.train()
+    for _ in range(steps):
+        loss = model(input_ids=ids, attention_mask=mask.long(), labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+    model.eval()
+    return model

@@ -1,0 +1,143 @@
+"""`ARPOConfig`: TRL's `GRPOConfig` plus ARPO's rollout, attribution and environment settings.
+
+Every `GRPOConfig` field keeps its meaning (``num_generations`` is ARPO's M, the trajectories per question;
+``max_completion_length`` bounds a whole trajectory, tool outputs included; ``temperature``/``top_p`` are the
+sampling settings; ``loss_type``, ``epsilon``, ``epsilon_high``, ``beta``, ``scale_rewards`` shape the loss).
+
+``algorithm`` is the one switch for the paper's comparison at equal budgets:
+
+=================  ====================  ==============================================================
+algorithm          rollouts              advantages / loss
+=================  ====================  ==============================================================
+``arpo``           entropy branching     ``advantage_estimator`` (GRPO by default), soft or hard attribution
+``grpo``           M independent         GRPO
+``dapo``           M independent         GRPO, ``loss_type="dapo"``, clip-higher (``epsilon_high`` 0.28
+                                         unless set), dynamic sampling of groups with identical rewards
+``reinforce_pp``   M independent         REINFORCE++ (batch-normalised advantages)
+=================  ====================  ==============================================================
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from trl import GRPOConfig
+
+ALGORITHMS = ("arpo", "grpo", "dapo", "reinforce_pp")
+
+
+@dataclass
+class ARPOConfig(GRPOConfig):
+    r"""Configuration of `arpo_algo.ARPOTrainer`: every `trl.GRPOConfig` parameter, and ARPO's.
+
+    Parameters that differ from GRPOConfig's defaults:
+        num_generations (`int`, defaults to 16): M, trajectories per question (the paper's 16).
+        max_completion_length (`int`, defaults to 4096): tokens per trajectory, tool outputs included.
+    """
+
+    num_generations: int | None = field(
+        default=16,
+        metadata={"help": "M: trajectories per question (one tree). The per-process generation batch "
+                          "(per_device_train_batch_size × steps_per_generation) must be a multiple of it, so that a "
+                          "tree is rolled out on one process."},
+    )
+    max_completion_length: int | None = field(
+        default=4096,
+        metadata={"help": "Tokens per trajectory, tool outputs included; a longer trajectory is truncated."},
+    )
+
+    # The switch ------------------------------------------------------------------------------------------------------
+    algorithm: str = field(
+        default="arpo",
+        metadata={"help": "arpo (entropy-adaptive branching), grpo (M independent rollouts), dapo (GRPO rollouts, "
+                          "loss_type=dapo, clip-higher, dynamic sampling) or reinforce_pp (REINFORCE++ advantages).",
+                  "choices": list(ALGORITHMS)},
+    )
+
+    # Branching rollouts ---------------------------------------------------------------------------------------------
+    num_global: int = field(
+        default=8, metadata={"help": "N: global (independent) trajectories sampled per question before branching."})
+    branch_factor: int = field(
+        default=2, metadata={"help": "Z: paths out of a branch point (the original and Z-1 new ones)."})
+    branch_alpha: float = field(
+        default=0.5, metadata={"help": "α: base branching probability in P = α + β·ΔH."})
+    branch_beta: float = field(
+        default=0.2, metadata={"help": "β: weight of the entropy change ΔH in P = α + β·ΔH."})
+    entropy_k: int = field(
+        default=20, metadata={"help": "k: tokens whose mean normalised entropy is measured at the start of the "
+                                      "response (H₀) and after every tool result (H); ΔH = H − H₀."})
+    max_new_tokens_per_turn: int = field(
+        default=512, metadata={"help": "Tokens generated per turn (between two tool results)."})
+
+    # Environment -----------------------------------------------------------------------------------------------------
+    env_id: str = field(
+        default="ARPO-Math-v0",
+        metadata={"help": "Gymnasium id of the arpo_env environment: ARPO-Math-v0, ARPO-QA-v0 or ARPO-DeepSearch-v0."},
+    )
+    env_kwargs: dict[str, Any] | str | None = field(
+        default=None,
+        metadata={"help": "Keyword arguments for gym.make (a dict in YAML, JSON on the command line), e.g. "
+                          '{"dataset": "arithmetic", "sandbox_options": {"timeout_s": 10}}.'},
+    )
+    max_tool_calls: int | None = field(
+        default=None, metadata={"help": "Tool-call budget per trajectory (the env's default when unset)."})
+    tool_workers: int = field(
+        default=16, metadata={"help": "Threads that run tool calls concurrently during a rollout."})
+
+    # Advantages ------------------------------------------------------------------------------------------------------
+    advantage_attribution: str = field(
+        default="soft",
+        metadata={"help": "soft: GRPO over the M sequences (a shared prefix counts once per descendant; the "
+                          "reference implementation). hard: each shared token enters the loss once, with the mean "
+                          "advantage of the trajectories below it.", "choices": ["soft", "hard"]},
+    )
+    advantage_estimator: str = field(
+        default="grpo",
+        metadata={"help": "grpo: group-normalised rewards (scale_rewards applies). reinforce_pp: REINFORCE++ "
+                          "batch-normalised rewards.", "choices": ["grpo", "reinforce_pp"]},
+    )
+
+    # DAPO ------------------------------------------------------------------------------------------------------------
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata={"help": "Replace groups whose M rewards are all equal (no learning signal) by groups for other "
+                          "questions drawn from the training set (DAPO). On with algorithm=dapo."},
+    )
+    dynamic_sampling_rounds: int = field(
+        default=3, metadata={"help": "Draws per step for dynamic sampling; groups still uniform after them stay "
+                                     "(with zero advantage)."})
+
+    # Logs ------------------------------------------------------------------------------------------------------------
+    rollout_log: str | None = field(
+        default="rollouts.jsonl",
+        metadata={"help": "Rollout trees are appended to this file in output_dir (one JSON tree per line, with the "
+                          "step and advantages); other processes write rollouts.rankN.jsonl. None disables it."},
+    )
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(f"algorithm must be one of {ALGORITHMS}, not {self.algorithm!r}")
+        if self.algorithm == "dapo":
+            self.loss_type = "dapo"
+            if self.epsilon_high is None:
+                self.epsilon_high = 0.28
+            self.dynamic_sampling = True
+        elif self.algorithm == "reinforce_pp":
+            self.advantage_estimator = "reinforce_pp"
+        if self.advantage_attribution not in ("soft", "hard"):
+            raise ValueError(f"advantage_attribution must be soft or hard, not {self.advantage_attribution!r}")
+        if self.advantage_estimator not in ("grpo", "reinforce_pp"):
+            raise ValueError(f"advantage_estimator must be grpo or reinforce_pp, not {self.advantage_estimator!r}")
+        if isinstance(self.env_kwargs, str):
+            self.env_kwargs = json.loads(self.env_kwargs) if self.env_kwargs.strip() else {}
+        self.env_kwargs = dict(self.env_kwargs or {})
+        super().__post_init__()
+        if not 1 <= self.num_global <= self.num_generations:
+            raise ValueError(f"num_global (N={self.num_global}) must be between 1 and num_generations "
+                             f"(M={self.num_generations})")
+
+    @property
+    def branching(self) -> bool:
+        return self.algorithm == "arpo"

@@ -1,0 +1,428 @@
+"""`ARPOTrainer`: TRL's `GRPOTrainer` with ARPO's rollouts over arpo_env environments and ARPO's advantages.
+
+TRL keeps everything it does: the optimisation and the loss family (``loss_type``, clipping, KL), logging
+(``report_to``), checkpoints and resume, accelerate / DeepSpeed / FSDP, and vLLM weight syncing. Two steps change:
+
+* generation — each group of M identical rows (TRL's repeat sampler) is one question; the rollout engine
+  (`arpo_algo.rollout`) plays it in the environment ``env_id`` (one env per trajectory, forked at branch points)
+  and hands TRL the M trajectories through its ``rollout_func`` hook: token ids, sampling log-probs and an
+  ``env_mask`` that is 0 on tool-output tokens, so they are excluded from the loss. The reward is the env's
+  (the default reward function `env_reward` returns it; extra reward functions are added to it as in TRL).
+* advantages — computed from the trees (`arpo_algo.advantages`): GRPO or REINFORCE++, with soft or hard
+  attribution of shared prefixes.
+
+Generation backends: the transformers model being trained (`HFGenerator`), or vLLM with ``use_vllm=True``: the
+colocated engine (``vllm_mode="colocate"``) or a ``trl vllm-serve`` server (``vllm_mode="server"``), both through
+the vLLM generators, after TRL has synced the weights.
+
+Each step logs reward and its parts, accuracy, tool calls per trajectory, branches per question, ΔH and entropy
+statistics and tokens generated (under ``arpo/``), and appends the step's trees, with their advantages, to
+``output_dir/rollouts.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from contextlib import nullcontext
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from transformers import TrainerCallback
+from trl import GRPOTrainer
+
+from arpo_algo.advantages import grpo_advantages, hard_attribution, reinforce_pp_advantages
+from arpo_algo.arpo_config import ARPOConfig
+from arpo_algo.rollout import ARPORollout, GRPORollout, RolloutConfig
+from arpo_algo.tree import RolloutTree, write_jsonl
+
+
+def env_reward(completions: list[Any], env_reward: list[float], **kwargs: Any) -> list[float]:
+    """The reward the environment gave each trajectory (the hierarchical reward of `arpo_env.rewards`)."""
+    return [float(r) for r in env_reward]
+
+
+def task_dataset(env_id: str = "ARPO-Math-v0", env_kwargs: dict[str, Any] | None = None, limit: int | None = None):
+    """The env's tasks as a `datasets.Dataset` TRL can sample: a conversational ``prompt`` (for TRL's logs) and
+    the task record (``question``, ``answer``, ``task_id``, ``source``, ``kind``, ``meta`` as JSON)."""
+    import gymnasium as gym
+    from datasets import Dataset
+
+    import arpo_env  # noqa: F401
+
+    env = gym.make(env_id, **(env_kwargs or {})).unwrapped
+    tasks = env.tasks[:limit] if limit else env.tasks
+    env.close()
+    return Dataset.from_list([
+        {"prompt": [{"role": "user", "content": t.question}], "question": t.question,
+         "answer": json.dumps(t.answer, ensure_ascii=False), "task_id": t.id, "source": t.source, "kind": t.kind,
+         "meta": json.dumps(t.meta, ensure_ascii=False)}
+        for t in tasks])
+
+
+def row_task(row: dict[str, Any]) -> dict[str, Any]:
+    """The env's reset options for a dataset row (of `task_dataset`, or any row with question and answer)."""
+    answer = row.get("answer", row.get("solution"))
+    if isinstance(answer, str) and answer[:1] in '["':
+        try:
+            answer = json.loads(answer)
+        except ValueError:
+            pass
+    if "question" in row:
+        question = row["question"]
+    else:
+        prompt = row["prompt"]
+        question = prompt[-1]["content"] if isinstance(prompt, list) else prompt
+    meta = row.get("meta") or {}
+    if isinstance(meta, str):
+        meta = json.loads(meta) if meta else {}
+    return {"question": question, "answer": answer, "id": row.get("task_id", ""), "source": row.get("source", ""),
+            "kind": row.get("kind", ""), "meta": meta}
+
+
+class ARPOTrainer(GRPOTrainer):
+    """Train a causal LM with ARPO (or its GRPO, DAPO and REINFORCE++ baselines) on an arpo_env environment.
+
+    Args:
+        model: a model id or path, or a `PreTrainedModel`, as for `GRPOTrainer`.
+        reward_funcs: extra TRL reward functions; the env's reward (`env_reward`) is always the first.
+        args: `ARPOConfig`.
+        train_dataset: rows with ``question`` and ``answer`` (and optionally ``kind``, ``meta``) or a
+            conversational ``prompt``; by default the tasks of the environment (`task_dataset`).
+        make_env: returns a fresh unwrapped `arpo_env.ToolEnv`; by default ``gym.make(args.env_id, **env_kwargs)``.
+        Other arguments as for `GRPOTrainer` (``tools``, ``rollout_func`` and ``environment_factory`` are ARPO's
+        own and cannot be passed).
+
+    Example:
+        ```python
+        from arpo_algo import ARPOConfig, ARPOTrainer
+
+        args = ARPOConfig("runs/arpo", env_id="ARPO-Math-v0", env_kwargs={"dataset": "arithmetic"},
+                          num_generations=4, num_global=2, per_device_train_batch_size=4, max_steps=10)
+        ARPOTrainer("HuggingFaceTB/SmolLM2-135M-Instruct", args=args).train()
+        ```
+    """
+
+    _tag_names = ["trl", "grpo", "arpo"]
+
+    def __init__(self, model: Any, reward_funcs: Any = None, args: ARPOConfig | None = None,
+                 train_dataset: Any = None, eval_dataset: Any = None, processing_class: Any = None,
+                 reward_processing_classes: Any = None, callbacks: Any = None,
+                 optimizers: tuple[Any, Any] = (None, None), peft_config: Any = None,
+                 make_env: Callable[[], Any] | None = None, **kwargs: Any) -> None:
+        for own in ("tools", "rollout_func", "environment_factory"):
+            if kwargs.get(own) is not None:
+                raise ValueError(f"ARPOTrainer runs tools through its environment; {own}= cannot be passed")
+        if args is None:
+            name = model if isinstance(model, str) else model.config._name_or_path
+            args = ARPOConfig(f"{str(name).rstrip('/').split('/')[-1]}-ARPO")
+        if train_dataset is None:
+            train_dataset = task_dataset(args.env_id, self._env_kwargs(args))
+        extra = reward_funcs if isinstance(reward_funcs, list) else ([reward_funcs] if reward_funcs else [])
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*'rollout_func'.*experimental")
+            super().__init__(model=model, reward_funcs=[env_reward, *extra], args=args, train_dataset=train_dataset,
+                             eval_dataset=eval_dataset, processing_class=processing_class,
+                             reward_processing_classes=reward_processing_classes, callbacks=callbacks,
+                             optimizers=optimizers, peft_config=peft_config, rollout_func=self._rollout_output,
+                             **kwargs)
+        per_process = args.per_device_train_batch_size * args.steps_per_generation
+        if per_process % args.num_generations:
+            raise ValueError(
+                f"a rollout tree must stay on one process: per_device_train_batch_size × steps_per_generation "
+                f"({args.per_device_train_batch_size} × {args.steps_per_generation} = {per_process}) must be a "
+                f"multiple of num_generations (M={args.num_generations})")
+        if args.use_vllm and args.vllm_enable_sleep_mode:
+            raise ValueError("ARPOTrainer does not support vllm_enable_sleep_mode yet: turn it off")
+        env_kwargs = self._env_kwargs(args)
+        self.make_env = make_env or _env_maker(args.env_id, env_kwargs)
+        self._pending: dict[str, Any] | None = None
+        self._server_client: Any = None
+        self.add_callback(MetricsFile())
+
+    @staticmethod
+    def _env_kwargs(args: ARPOConfig) -> dict[str, Any]:
+        kwargs = dict(args.env_kwargs or {})
+        if args.max_tool_calls is not None:
+            kwargs["max_tool_calls"] = args.max_tool_calls
+        return kwargs
+
+    # Generation -----------------------------------------------------------------------------------------------------
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        mode = "train" if self.model.training else "eval"
+        m = self.num_generations if mode == "train" else self.num_generations_eval
+        trees = self._roll_out(inputs, m, mode)
+        if mode == "train" and self.args.dynamic_sampling:
+            trees = self._resample_uniform_groups(inputs, trees, m)
+        self._pending = self._as_trl_rollout(trees)
+        self._log_rollout_metrics(trees)
+        output = super()._generate_and_score_completions(inputs)
+        if mode == "train":
+            output["advantages"] = self._advantages(trees, output)
+            self._write_trees(trees, output)
+        self._pending = None
+        return output
+
+    def _rollout_output(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
+        """TRL's rollout_func: the trajectories `_generate_and_score_completions` has just rolled out."""
+        if self._pending is None:
+            raise RuntimeError("ARPOTrainer's rollout output was requested outside a generation step")
+        if len(self._pending["completion_ids"]) != len(prompts):
+            raise RuntimeError(f"{len(prompts)} prompts but {len(self._pending['completion_ids'])} trajectories")
+        return self._pending
+
+    def _roll_out(self, inputs: list[dict[str, Any]], m: int, mode: str, call: int = 0) -> list[RolloutTree]:
+        """One tree per group of `m` rows. Seeded by (seed, step, process, call): a resumed run samples alike."""
+        args = self.args
+        if len(inputs) % m:
+            raise ValueError(f"{len(inputs)} rows is not a whole number of groups of {m}")
+        tasks = [row_task(inputs[i]) for i in range(0, len(inputs), m)]
+        branching = args.branching and mode == "train"
+        config = RolloutConfig(
+            num_generations=m, num_global=min(args.num_global, m) if branching else m,
+            branch_factor=args.branch_factor, alpha=args.branch_alpha, beta=args.branch_beta,
+            entropy_k=args.entropy_k, max_new_tokens=args.max_new_tokens_per_turn,
+            max_completion_tokens=args.max_completion_length, temperature=args.temperature,
+            top_p=args.top_p, branching=branching, max_tool_workers=args.tool_workers,
+            seed=_seed(args.seed, self.state.global_step, self.accelerator.process_index, call))
+        with self._generator() as generator:
+            engine = (ARPORollout if branching else GRPORollout)(generator, self.make_env, config)
+            before = generator.stats.generated_tokens, generator.stats.prefill_tokens
+            trees = engine.run(tasks)
+            self._log_metric("arpo/tokens_generated", float(generator.stats.generated_tokens - before[0]))
+            self._log_metric("arpo/tokens_encoded", float(generator.stats.prefill_tokens - before[1]))
+        for tree in trees:
+            if len(tree.trajectories) != m:
+                raise RuntimeError(f"the rollout produced {len(tree.trajectories)} trajectories, not M={m}")
+        return trees
+
+    def _generator(self) -> Any:
+        """A context yielding a `Generator` over the current weights."""
+        args = self.args
+        if args.use_vllm:
+            if self.state.global_step != self._last_loaded_step:
+                self.vllm_generation.sync_weights()
+                self._last_loaded_step = self.state.global_step
+            if self.vllm_mode == "colocate":
+                from arpo_algo.vllm_generator import VLLMGenerator
+
+                return nullcontext(VLLMGenerator(self.vllm_generation.llm, self._tokenizer))
+            return nullcontext(self._server_generator())
+        return _HFGeneration(self)
+
+    def _server_generator(self) -> Any:
+        from arpo_algo.vllm_generator import VLLMServerGenerator
+
+        if self._server_client is None:
+            client = getattr(self.vllm_generation, "vllm_client", None)
+            if client is None:  # only the main process holds TRL's client (it syncs weights); others just generate
+                from trl.generation.vllm_client import VLLMClient
+
+                gen = self.vllm_generation
+                base_url = gen.server_base_url or f"http://{gen.server_host}:{gen.server_port}"
+                client = VLLMClient(base_url=base_url, connection_timeout=gen.server_timeout)
+            self._server_client = client
+        return VLLMServerGenerator(self._server_client, self._tokenizer)
+
+    def _resample_uniform_groups(self, inputs: list[dict[str, Any]], trees: list[RolloutTree], m: int
+                                 ) -> list[RolloutTree]:
+        """DAPO's dynamic sampling: groups whose rewards are all equal are replaced, in `inputs` too, by groups for
+        questions drawn from the training set, for up to `dynamic_sampling_rounds` draws."""
+        uniform = [g for g, tree in enumerate(trees) if _uniform(tree)]
+        replaced = 0
+        for draw in range(1, self.args.dynamic_sampling_rounds + 1):
+            if not uniform:
+                break
+            rng = np.random.default_rng(_seed(self.args.seed, self.state.global_step, self.accelerator.process_index,
+                                              draw))
+            picks = rng.integers(len(self.train_dataset), size=len(uniform))
+            rows = [dict(self.train_dataset[int(i)]) for i in picks]
+            fresh = self._roll_out([row for row in rows for _ in range(m)], m, "train", call=draw)
+            still = []
+            for g, row, tree in zip(uniform, rows, fresh):
+                if _uniform(tree):
+                    still.append(g)
+                    continue
+                inputs[g * m:(g + 1) * m] = [dict(row) for _ in range(m)]
+                trees[g] = tree
+                replaced += 1
+            uniform = still
+        self._log_metric("dapo/groups_replaced", float(replaced))
+        self._log_metric("dapo/groups_uniform", float(len(uniform)))
+        return trees
+
+    def _as_trl_rollout(self, trees: list[RolloutTree]) -> dict[str, Any]:
+        """Token ids, log-probs and env_mask for TRL. A finished (not truncated) trajectory gets the EOS token,
+        masked out of the loss, so TRL does not count it as clipped."""
+        hard = self.args.advantage_attribution == "hard" and self.model.training
+        eos = self.eos_token_ids[0]
+        out: dict[str, list[Any]] = {k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask",
+                                                     "env_reward", "tool_calls")}
+        for tree in trees:
+            keep = hard_attribution(tree, [0.0] * len(tree.trajectories))[1] if hard else None
+            for i, tr in enumerate(tree.trajectories):
+                mask = list(tr.mask) if keep is None else [a * int(b) for a, b in zip(tr.mask, keep[i])]
+                ids, logprobs = list(tr.completion_ids), list(tr.logprobs)
+                if not tr.truncated:
+                    ids, logprobs, mask = ids + [eos], logprobs + [0.0], mask + [0]
+                out["prompt_ids"].append(list(tr.prompt_ids))
+                out["completion_ids"].append(ids)
+                out["logprobs"].append(logprobs)
+                out["env_mask"].append(mask)
+                out["env_reward"].append(tr.reward)
+                out["tool_calls"].append(tr.tool_calls)
+        return out
+
+    # Advantages -----------------------------------------------------------------------------------------------------
+    def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any
+                           ) -> torch.Tensor:
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._rewards_per_func = rewards_per_func  # [global batch, functions], gathered from every process
+        return rewards_per_func
+
+    def _advantages(self, trees: list[RolloutTree], output: dict[str, Any]) -> torch.Tensor:
+        """Replace TRL's advantages: the estimator over the rewards TRL computed (the env's plus any extra reward
+        functions, weighted, over the whole batch of every process), then the attribution over each of this
+        process's trees. Per-token (B, T) for hard attribution."""
+        device = self.accelerator.device
+        m = self.num_generations
+        weights = self.reward_weights.to(self._rewards_per_func.device)
+        rewards = torch.nansum(self._rewards_per_func * weights, dim=1).cpu().numpy().astype(np.float64)
+        if self.args.advantage_estimator == "reinforce_pp":
+            everything = reinforce_pp_advantages(rewards)
+        else:
+            scale = self.scale_rewards
+            if isinstance(scale, bool):
+                scale = "group" if scale else "none"
+            everything = grpo_advantages(rewards.reshape(-1, m), scale=scale).reshape(-1)
+        n = len(trees) * m
+        adv = everything[self.accelerator.process_index * n:(self.accelerator.process_index + 1) * n]
+        for tree, group in zip(trees, adv.reshape(len(trees), m)):
+            for tr, a in zip(tree.trajectories, group):
+                tr.reward_parts = {**tr.reward_parts, "advantage": float(a)}
+        if self.args.advantage_attribution == "soft":
+            return torch.tensor(adv, dtype=torch.float32, device=device)
+        width = output["completion_ids"].size(1)
+        per_token = torch.zeros(n, width, dtype=torch.float32)
+        for g, tree in enumerate(trees):
+            token_adv, _ = hard_attribution(tree, adv[g * m:(g + 1) * m].tolist())
+            for i, values in enumerate(token_adv):
+                row = g * m + i
+                per_token[row, : len(values)] = torch.from_numpy(values.astype(np.float32))
+                per_token[row, len(values):] = float(adv[row])  # the EOS appended for TRL (masked) and padding
+        return per_token.to(device)
+
+    # Logs -----------------------------------------------------------------------------------------------------------
+    def _log_rollout_metrics(self, trees: list[RolloutTree]) -> None:
+        trajectories = [tr for tree in trees for tr in tree.trajectories]
+        if not trajectories:
+            return
+        self._log_metric("arpo/tool_calls_per_trajectory", float(np.mean([t.tool_calls for t in trajectories])))
+        self._log_metric("arpo/branches_per_question", float(np.mean([tree.branches for tree in trees])))
+        self._log_metric("arpo/accuracy", float(np.mean([bool(t.reward_parts.get("correct")) for t in trajectories])))
+        self._log_metric("arpo/format_valid", float(np.mean([bool(t.reward_parts.get("format_ok"))
+                                                              for t in trajectories])))
+        self._log_metric("arpo/truncated", float(np.mean([t.truncated for t in trajectories])))
+        for part in ("total", "score", "bonus"):  # the parts of arpo_env.rewards.HierarchicalReward
+            values = [float(t.reward_parts[part]) for t in trajectories if part in t.reward_parts]
+            if values:
+                self._log_metric(f"arpo/reward_{part}", float(np.mean(values)))
+        decisions = [d for t in trajectories for d in t.decisions]
+        if decisions:
+            self._log_metric("arpo/delta_h_mean", float(np.mean([d["delta_h"] for d in decisions])))
+            self._log_metric("arpo/delta_h_max", float(np.max([d["delta_h"] for d in decisions])))
+            self._log_metric("arpo/branch_probability", float(np.mean([d["p"] for d in decisions])))
+        start, after = _segment_entropies(trajectories)
+        if start:
+            self._log_metric("arpo/entropy_start", float(np.mean(start)))
+        if after:
+            self._log_metric("arpo/entropy_after_tool", float(np.mean(after)))
+
+    def _write_trees(self, trees: list[RolloutTree], output: dict[str, Any]) -> None:
+        if not self.args.rollout_log:
+            return
+        rank = self.accelerator.process_index
+        name = self.args.rollout_log if rank == 0 else self.args.rollout_log.replace(".jsonl", f".rank{rank}.jsonl")
+        os.makedirs(self.args.output_dir, exist_ok=True)
+        for tree in trees:
+            tree.stats = {**tree.stats, "step": self.state.global_step + 1, "rank": rank,
+                          "attribution": self.args.advantage_attribution, "algorithm": self.args.algorithm}
+        write_jsonl(trees, os.path.join(self.args.output_dir, name))
+
+
+class MetricsFile(TrainerCallback):
+    """Append every log (one JSON object per line, with the step) to ``output_dir/metrics.jsonl``: a record a
+    killed and resumed run keeps adding to, and what ``arpo view`` plots."""
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if not logs or not state.is_world_process_zero:
+            return
+        os.makedirs(args.output_dir, exist_ok=True)
+        with open(os.path.join(args.output_dir, "metrics.jsonl"), "a", encoding="utf-8") as f:
+            f.write(json.dumps({"step": state.global_step, **logs}, default=float) + "\n")
+
+
+class _HFGeneration:
+    """Generate with the trained model itself: unwrapped for generation (DeepSpeed ZeRO-3 parameters gathered,
+    FSDP parameters summoned), in eval mode and without gradients, then back to training."""
+
+    def __init__(self, trainer: ARPOTrainer) -> None:
+        self.trainer = trainer
+
+    def __enter__(self) -> Any:
+        from trl.models.utils import unwrap_model_for_generation
+
+        from arpo_algo.hf_generator import HFGenerator
+
+        t = self.trainer
+        self.was_training = t.model.training
+        self.contexts = [
+            unwrap_model_for_generation(t.model_wrapped, t.accelerator,
+                                        gather_deepspeed3_params=t.args.ds3_gather_for_generation,
+                                        gradient_checkpointing_kwargs=t.args.gradient_checkpointing_kwargs),
+            torch.no_grad(),
+            t._dist.summon_full_params(t.model_wrapped, recurse=False),
+        ]
+        model = self.contexts[0].__enter__()
+        for ctx in self.contexts[1:]:
+            ctx.__enter__()
+        return HFGenerator(model, t._tokenizer)
+
+    def __exit__(self, *exc: Any) -> None:
+        for ctx in reversed(self.contexts):
+            ctx.__exit__(*exc)
+        self.trainer.model.train(self.was_training)
+
+
+def _env_maker(env_id: str, env_kwargs: dict[str, Any]) -> Callable[[], Any]:
+    def make() -> Any:
+        import gymnasium as gym
+
+        import arpo_env  # noqa: F401
+
+        return gym.make(env_id, **env_kwargs).unwrapped
+
+    return make
+
+
+def _seed(base: int, step: int, rank: int, call: int) -> int:
+    return (base * 1_000_003 + step * 10_007 + rank * 101 + call) % (2**31)
+
+
+def _uniform(tree: RolloutTree) -> bool:
+    rewards = [t.reward for t in tree.trajectories]
+    return max(rewards) - min(rewards) < 1e-9
+
+
+def _segment_entropies(trajectories: list[Any]) -> tuple[list[float], list[float]]:
+    """Mean measured entropy of each model segment: the first segment's (start) and those after a tool result."""
+    start, after = [], []
+    for tr in trajectories:
+        model_segments = [s for s in tr.segments if s["kind"] == "model"]
+        for j, seg in enumerate(model_segments):
+            values = [e for e in tr.entropies[seg["start"]:seg["end"]] if e is not None]
+            if values:
+                (start if j == 0 else after).append(float(np.mean(values)))
+    return start, after

@@ -1,0 +1,136 @@
+"""``arpo train``: ARPO (or a baseline) from a YAML recipe and flags, parsed by TRL's `TrlParser`.
+
+The flags are ``trl grpo``'s (every `GRPOConfig` and `ModelConfig` field), ARPO's (`ARPOConfig`) and a few of the
+script's own (`ARPOScriptArguments`). A recipe is a YAML mapping of the same names; flags override it::
+
+    arpo train --config examples/recipes/smollm2_cpu.yaml --max_steps 20 --algorithm grpo
+    accelerate launch --config_file examples/accelerate/zero3.yaml -m arpo_algo.cli train --config recipe.yaml
+
+The run directory (``output_dir``) receives TRL's checkpoints (``checkpoint-N/``), ``metrics.jsonl`` (one line per
+logging step, appended) and ``rollouts.jsonl`` (the rollout trees, appended). ``--resume_from_checkpoint`` takes a
+checkpoint folder, or ``last`` for the newest checkpoint in ``output_dir``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from trl import ModelConfig, ScriptArguments, TrlParser
+
+from arpo_algo.arpo_config import ARPOConfig
+
+
+@dataclass
+class ARPOScriptArguments(ScriptArguments):
+    """Script arguments of ``arpo train``. ``dataset_name``, when given, is the environment's dataset (``gsm8k``,
+    ``arithmetic:2000:0``, a JSONL/parquet path, ``hub:owner/name``); ``data_dir`` is where named datasets live."""
+
+    data_dir: str | None = field(default=None, metadata={"help": "Directory of named datasets (env kwarg data_dir)."})
+    train_limit: int | None = field(default=None, metadata={"help": "Use only the first N tasks of the dataset."})
+    cold_start: str | None = field(
+        default=None,
+        metadata={"help": "An `arpo sft` recipe (YAML). When model_name_or_path does not exist yet, that SFT stage "
+                          "runs first and writes it (the cold start of the paper's two-stage training)."},
+    )
+
+
+def make_parser() -> TrlParser:
+    return TrlParser((ARPOScriptArguments, ARPOConfig, ModelConfig), prog="arpo train")
+
+
+def resolve_resume(value: Any, output_dir: str) -> str | None:
+    """``last``/``true`` → the newest ``checkpoint-N`` in ``output_dir`` (None when there is none yet)."""
+    if value in (None, False, "", "false", "False"):
+        return None
+    if value is True or str(value).lower() in ("true", "last"):
+        from transformers.trainer_utils import get_last_checkpoint
+
+        return get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
+    if not os.path.isdir(str(value)):
+        raise SystemExit(f"arpo train: checkpoint {value} not found")
+    return str(value)
+
+
+def build_trainer(script_args: ARPOScriptArguments, args: ARPOConfig, model_args: ModelConfig) -> Any:
+    from trl import get_peft_config
+
+    from arpo_algo.arpo_trainer import ARPOTrainer, task_dataset
+    from arpo_algo.models import load_tokenizer, resolve
+
+    env_kwargs = dict(args.env_kwargs or {})
+    if script_args.dataset_name:
+        env_kwargs["dataset"] = script_args.dataset_name
+    if script_args.data_dir:
+        env_kwargs["data_dir"] = script_args.data_dir
+    args.env_kwargs = env_kwargs
+    if args.max_tool_calls is not None:
+        env_kwargs = {**env_kwargs, "max_tool_calls": args.max_tool_calls}
+    model_name = model_args.model_name_or_path or "smollm2-135m"
+    if script_args.cold_start and not Path(model_name).exists():
+        from arpo_algo.sft import run_sft_recipe
+
+        print(f"arpo train: {model_name} does not exist; running the cold-start SFT recipe "
+              f"{script_args.cold_start} first", file=sys.stderr)
+        run_sft_recipe(script_args.cold_start, output_dir=model_name)
+    path = resolve(model_name)
+    model_init_kwargs = dict(args.model_init_kwargs or {})
+    if model_args.dtype and model_args.dtype != "auto":
+        model_init_kwargs.setdefault("dtype", model_args.dtype)
+    if model_args.attn_implementation:
+        model_init_kwargs.setdefault("attn_implementation", model_args.attn_implementation)
+    args.model_init_kwargs = model_init_kwargs or None
+    dataset = task_dataset(args.env_id, env_kwargs, limit=script_args.train_limit)
+    return ARPOTrainer(path, args=args, train_dataset=dataset, processing_class=load_tokenizer(model_name),
+                       peft_config=get_peft_config(model_args))
+
+
+def summary(trainer: Any, seconds: float) -> str:
+    """What a person wants to read at the end: the first and last logged values and where everything is."""
+    logs = [h for h in trainer.state.log_history if "reward" in h]
+    out = Path(trainer.args.output_dir)
+    lines = [f"\n{trainer.args.algorithm.upper()} finished {trainer.state.global_step} steps in {seconds:.0f} s"]
+    if logs:
+        first, last = logs[0], logs[-1]
+        for key, label in (("reward", "reward"), ("arpo/accuracy", "accuracy"), ("arpo/format_valid",
+                                                                                   "format valid"),
+                           ("arpo/tool_calls_per_trajectory", "tool calls / trajectory"),
+                           ("arpo/branches_per_question", "branches / question")):
+            if key in first and key in last:
+                lines.append(f"  {label:<24} {first[key]:8.3f} (step {first['step']}) → {last[key]:8.3f} "
+                             f"(step {last['step']})")
+    checkpoints = sorted(out.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
+    lines += [f"  run directory            {out}",
+              f"  checkpoints              {', '.join(p.name for p in checkpoints) or 'none'}",
+              f"  metrics                  {out / 'metrics.jsonl'}",
+              f"  rollout trees            {out / (trainer.args.rollout_log or '-')}",
+              f"  look at them             arpo view {out} --out {out / 'report.html'}"]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import time
+
+    parser = make_parser()
+    script_args, args, model_args = parser.parse_args_and_config(list(argv) if argv is not None else None)
+    resume = resolve_resume(args.resume_from_checkpoint, args.output_dir)
+    start = time.perf_counter()
+    trainer = build_trainer(script_args, args, model_args)
+    if resume:
+        print(f"arpo train: resuming from {resume}", file=sys.stderr)
+    trainer.train(resume_from_checkpoint=resume)
+    trainer.save_model(args.output_dir)
+    if trainer.accelerator.is_main_process:
+        print(summary(trainer, time.perf_counter() - start))
+        with open(Path(args.output_dir) / "arpo_config.json", "w") as f:
+            json.dump({k: v for k, v in vars(args).items() if _jsonable(v)}, f, indent=1, default=str)
+    trainer.end() if hasattr(trainer, "end") else None
+    return 0
+
+
+def _jsonable(value: Any) -> bool:
+    return isinstance(value, (str, int, float, bool, type(None), list, dict))

@@ -1,0 +1,233 @@
+"""ARPOTrainer: advantages on hand-built trees, masked tool tokens, real training steps, `arpo train` and resume."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import arpo_env  # noqa: F401
+from arpo_algo.advantages import grpo_advantages, hard_attribution, reinforce_pp_advantages, token_owners
+from arpo_algo.arpo_config import ARPOConfig
+from arpo_algo.tree import Node, RolloutTree, Trajectory, read_jsonl
+from tiny_agent import TASK, undecided_agent
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def hand_tree(rewards=(1.0, 0.0, 0.0, 1.0)) -> RolloutTree:
+    """Root 0 (8 tokens) and root 1 (6); node 2 branches from 0 at token 3 (7 tokens); node 3 from 2 at 5 (9)."""
+    nodes = [Node(0, None, 0, "global"), Node(1, None, 0, "global"), Node(2, 0, 3, "branch", 1, 0.1, 0.52),
+             Node(3, 2, 5, "branch", 2, 0.2, 0.54)]
+    lengths = {0: 8, 1: 6, 2: 7, 3: 9}
+    trajectories = [Trajectory(n, [1, 2], list(range(100, 100 + lengths[n])), [1] * lengths[n], [0.0] * lengths[n],
+                               [None] * lengths[n], [], r, {"total": r}, 1)
+                    for n, r in zip((0, 1, 2, 3), rewards)]
+    return RolloutTree({"question": "q", "answer": "a"}, "arpo", nodes, trajectories)
+
+
+def test_token_owners_follow_the_branch_points():
+    tree = hand_tree()
+    assert token_owners(tree, 0).tolist() == [0] * 8
+    assert token_owners(tree, 2).tolist() == [0, 0, 0, 2, 2, 2, 2]
+    assert token_owners(tree, 3).tolist() == [0, 0, 0, 2, 2, 3, 3, 3, 3]
+
+
+def test_soft_attribution_is_grpo_over_the_m_sequences():
+    adv = grpo_advantages(np.array([[1.0, 0.0, 0.0, 1.0]]), scale="group")[0]
+    std = math.sqrt(4 * 0.25 / 3)  # sample standard deviation of (1, 0, 0, 1)
+    assert adv == pytest.approx([0.5 / (std + 1e-4), -0.5 / (std + 1e-4), -0.5 / (std + 1e-4), 0.5 / (std + 1e-4)])
+    assert grpo_advantages(np.array([[1.0, 0.0, 0.0, 1.0]]), scale="none")[0].tolist() == [0.5, -0.5, -0.5, 0.5]
+    # a group whose rewards are all equal carries no signal
+    assert grpo_advantages(np.array([[1.0, 1.0]]), scale="group")[0].tolist() == [0.0, 0.0]
+
+
+def test_hard_attribution_gives_shared_tokens_the_mean_of_their_descendants_once():
+    tree = hand_tree()
+    adv = [0.5, -0.5, -0.5, 0.5]  # rewards (1, 0, 0, 1), centred
+    token_adv, keep = hard_attribution(tree, adv)
+    third = (0.5 - 0.5 + 0.5) / 3  # tokens 0-2 of node 0 are shared by trajectories 0, 2 and 3
+    assert token_adv[0].tolist() == pytest.approx([third] * 3 + [0.5] * 5)
+    assert token_adv[1].tolist() == pytest.approx([-0.5] * 6)
+    assert token_adv[2].tolist() == pytest.approx([third] * 3 + [0.0] * 2 + [-0.5] * 2)  # 3-4: shared by 2 and 3
+    assert token_adv[3].tolist() == pytest.approx([third] * 3 + [0.0] * 2 + [0.5] * 4)
+    assert keep[0].tolist() == [1] * 8
+    assert keep[1].tolist() == [1] * 6
+    assert keep[2].tolist() == [0, 0, 0, 1, 1, 1, 1]
+    assert keep[3].tolist() == [0, 0, 0, 0, 0, 1, 1, 1, 1]
+    # each distinct token is counted once: 8 + 6 + (7 - 3) + (9 - 5) tokens in all
+    assert sum(int(k.sum()) for k in keep) == 22
+
+
+def test_reinforce_pp_normalises_over_the_batch():
+    rewards = np.array([1.0, 0.0, 1.0, 1.0, -1.0, 0.0])
+    adv = reinforce_pp_advantages(rewards)
+    assert adv == pytest.approx((rewards - rewards.mean()) / (rewards.std(ddof=1) + 1e-4))
+    assert adv.mean() == pytest.approx(0.0)
+
+
+def test_one_switch_sets_each_baseline():
+    common = dict(output_dir="/tmp/unused", num_generations=4, num_global=2, per_device_train_batch_size=4,
+                  use_cpu=True, report_to="none")
+    dapo = ARPOConfig(algorithm="dapo", **common)
+    assert (dapo.loss_type, dapo.epsilon_high, dapo.dynamic_sampling, dapo.branching) == ("dapo", 0.28, True, False)
+    rpp = ARPOConfig(algorithm="reinforce_pp", **common)
+    assert rpp.advantage_estimator == "reinforce_pp" and not rpp.branching
+    assert ARPOConfig(algorithm="arpo", **common).branching
+    with pytest.raises(ValueError, match="num_global"):
+        ARPOConfig(**{**common, "num_global": 8})
+    with pytest.raises(ValueError, match="algorithm"):
+        ARPOConfig(algorithm="ppo", **common)
+
+
+# Real training ------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def undecided(tokenizer):
+    env = gym.make("ARPO-Math-v0").unwrapped
+    model = undecided_agent(tokenizer, env)
+    env.close()
+    return model
+
+
+def config(tmp_path, **overrides) -> ARPOConfig:
+    kw = dict(output_dir=str(tmp_path / "run"), num_generations=4, num_global=2, branch_alpha=1.0, branch_beta=0.0,
+              per_device_train_batch_size=4, max_steps=2, max_new_tokens_per_turn=24, max_completion_length=400,
+              temperature=1.0, learning_rate=1e-3, logging_steps=1, report_to="none", save_strategy="no",
+              env_kwargs={"sandbox_options": {"timeout_s": 5}, "max_tool_calls": 4}, use_cpu=True, seed=0,
+              gradient_checkpointing=False)
+    kw.update(overrides)
+    return ARPOConfig(**kw)
+
+
+def dataset(n=4):
+    from datasets import Dataset
+
+    return Dataset.from_list([{"prompt": [{"role": "user", "content": TASK["question"]}], **TASK}] * n)
+
+
+def test_two_real_arpo_steps_train_the_model(undecided, tokenizer, tmp_path):
+    from arpo_algo.arpo_trainer import ARPOTrainer
+
+    model = copy.deepcopy(undecided)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    trainer = ARPOTrainer(model, args=config(tmp_path, advantage_attribution="hard"), train_dataset=dataset(),
+                          processing_class=tokenizer)
+    batches = []
+    original = trainer._generate_and_score_completions
+
+    def spy(inputs):
+        out = original(inputs)
+        batches.append(out)
+        return out
+
+    trainer._generate_and_score_completions = spy
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(logs) == 2 and all(math.isfinite(h["loss"]) for h in logs)
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items()), "weights did not change"
+    trees = list(read_jsonl(tmp_path / "run" / "rollouts.jsonl"))
+    assert len(trees) == 2 and all(len(t.trajectories) == 4 for t in trees)  # M trajectories per prompt
+    assert sum(t.stats["tool_calls"] for t in trees) > 0
+    assert all(h["arpo/tool_calls_per_trajectory"] > 0 for h in logs)
+    assert any(h["reward_std"] > 0 for h in logs)  # mixed rewards: a real learning signal
+    # the loss mask is 0 on every tool-output token, and hard attribution drops the duplicated shared prefix
+    for out, tree in zip(batches, trees):
+        assert out["advantages"].dim() == 2
+        for row, traj in enumerate(tree.trajectories):
+            tool = [i for s in traj.segments if s["kind"] == "tool" for i in range(s["start"], s["end"])]
+            assert tool and all(out["tool_mask"][row, i] == 0 for i in tool)
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics if "loss" in m] == [1, 2]
+
+
+def test_tool_output_tokens_do_not_change_the_gradient(undecided, tokenizer, tmp_path):
+    """The last segment of the completion is a tool result: altering its tokens changes nothing the loss sees.
+    With the mask removed (the control) the same alteration does change the gradient."""
+    from arpo_algo.arpo_trainer import ARPOTrainer
+
+    trainer = ARPOTrainer(undecided, args=config(tmp_path, loss_type="dapo"), train_dataset=dataset(),
+                          processing_class=tokenizer)
+    model_part = tokenizer.encode("<python>print(41 + 1)</python>", add_special_tokens=False)
+    tool_part = tokenizer.encode("\n<result>\n42\n</result>\n", add_special_tokens=False)
+    prompt = tokenizer.encode("Add one to forty-one.", add_special_tokens=False)
+
+    def grads(tool_ids, masked=True):
+        completion = torch.tensor([model_part + tool_ids])
+        tool_mask = torch.tensor([[1] * len(model_part) + [0 if masked else 1] * len(tool_ids)])
+        inputs = {"prompt_ids": torch.tensor([prompt]), "prompt_mask": torch.ones(1, len(prompt), dtype=torch.long),
+                  "completion_ids": completion, "completion_mask": torch.ones_like(completion),
+                  "tool_mask": tool_mask, "advantages": torch.tensor([1.0]),
+                  "num_items_in_batch": tool_mask.sum()}
+        trainer.model.zero_grad()
+        trainer._compute_loss(trainer.model, inputs).backward()
+        return torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None])
+
+    altered = [(t * 7919 + 13) % len(tokenizer) for t in tool_part]
+    assert torch.equal(grads(tool_part), grads(altered))
+    assert not torch.allclose(grads(tool_part, masked=False), grads(altered, masked=False))
+
+
+# The command line, killed and resumed -------------------------------------------------------------------------------
+def test_arpo_train_killed_midway_resumes_from_its_checkpoint(undecided, tokenizer, tmp_path):
+    model_dir = tmp_path / "tiny"
+    undecided.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(f"""
+model_name_or_path: {model_dir}
+output_dir: {tmp_path / 'run'}
+dataset_name: {tmp_path / 'tasks.jsonl'}
+num_generations: 4
+num_global: 2
+branch_alpha: 1.0
+branch_beta: 0.0
+per_device_train_batch_size: 4
+max_steps: 3
+save_steps: 1
+logging_steps: 1
+max_new_tokens_per_turn: 24
+max_completion_length: 400
+learning_rate: 1.0e-3
+gradient_checkpointing: false
+report_to: none
+use_cpu: true
+env_kwargs: {{max_tool_calls: 4, sandbox_options: {{timeout_s: 5}}}}
+""")
+    (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(TASK) + "\n" for _ in range(8)))
+    cmd = [sys.executable, "-m", "arpo_algo.cli", "train", "--config", str(recipe)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    run = tmp_path / "run"
+    deadline = time.monotonic() + 600
+    while not (run / "checkpoint-1" / "trainer_state.json").exists() and time.monotonic() < deadline:
+        assert proc.poll() is None, "training ended before its first checkpoint"
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # a hard kill, as by the OOM killer or a lost node
+    proc.wait()
+    done = json.loads((run / "checkpoint-1" / "trainer_state.json").read_text())["global_step"]
+    assert done >= 1 and not (run / "checkpoint-3").exists()
+    logged = (run / "rollouts.jsonl").read_text()
+
+    result = subprocess.run([*cmd, "--resume_from_checkpoint", "last"], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "resuming from" in result.stderr
+    final = json.loads((run / "checkpoint-3" / "trainer_state.json").read_text())
+    assert final["global_step"] == 3
+    after = (run / "rollouts.jsonl").read_text()
+    assert after.startswith(logged) and len(after) > len(logged)  # appended, never rewritten
+    steps = [json.loads(line)["stats"]["step"] for line in after.splitlines()]
+    assert steps[-1] == 3
+    assert "ARPO finished 3 steps" in result.stdout
