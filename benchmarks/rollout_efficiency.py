@@ -15,9 +15,9 @@ import argparse
 import time
 
 import gymnasium as gym
+from _warmup import warmed_model
 
 import arpo_env  # noqa: F401
-from _warmup import warmed_model
 from arpo_algo.hf_generator import HFGenerator
 from arpo_algo.rollout import ARPORollout, GRPORollout, RolloutConfig
 

@@ -57,9 +57,9 @@ def tokenizer():
 def agent(tokenizer):
     """A tiny Llama taught the scripted episode (define x, print x + 1, answer 42) by Adam steps."""
     import gymnasium as gym
+    from tiny_agent import episode_ids, teach, tiny_llama
 
     import arpo_env  # noqa: F401
-    from tiny_agent import episode_ids, teach, tiny_llama
 
     model = tiny_llama(tokenizer)
     env = gym.make("ARPO-Math-v0").unwrapped

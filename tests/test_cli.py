@@ -15,8 +15,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory):
-    from arpo_algo.models import load_tokenizer
     from tiny_agent import tiny_llama
+
+    from arpo_algo.models import load_tokenizer
 
     tokenizer = load_tokenizer("smollm2-135m")
     path = tmp_path_factory.mktemp("tiny")

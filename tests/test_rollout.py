@@ -5,13 +5,13 @@ from __future__ import annotations
 import gymnasium as gym
 import pytest
 import torch
+from tiny_agent import TASK
 
 import arpo_env  # noqa: F401
 from arpo_algo.generator import SamplingParams
 from arpo_algo.hf_generator import HFGenerator
 from arpo_algo.rollout import ARPORollout, GRPORollout, RolloutConfig
 from arpo_algo.tree import RolloutTree, read_jsonl, write_jsonl
-from tiny_agent import TASK
 
 
 def make_env():

@@ -11,9 +11,9 @@ import sys
 import threading
 
 import pytest
+from conftest import group_members, wait_until
 
 from arpo_env.sandbox import LocalSandbox, SandboxLimits, template_pids
-from conftest import group_members, wait_until
 
 LIMITS = SandboxLimits(timeout_s=2.0, kill_grace_s=2.0, memory_mb=512, max_output_chars=2000)
 

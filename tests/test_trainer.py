@@ -16,12 +16,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from tiny_agent import TASK, undecided_agent
 
 import arpo_env  # noqa: F401
 from arpo_algo.advantages import grpo_advantages, hard_attribution, reinforce_pp_advantages, token_owners
 from arpo_algo.arpo_config import ARPOConfig
 from arpo_algo.tree import Node, RolloutTree, Trajectory, read_jsonl
-from tiny_agent import TASK, undecided_agent
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,12 +13,12 @@ pytestmark = pytest.mark.skipif(not (vllm_available() and torch.cuda.is_availabl
 
 def test_vllm_rollout_tree(tmp_path):
     import gymnasium as gym
+    from tiny_agent import tiny_llama
 
     import arpo_env  # noqa: F401
     from arpo_algo.models import load_tokenizer
     from arpo_algo.rollout import ARPORollout, RolloutConfig
     from arpo_algo.vllm_generator import VLLMGenerator
-    from tiny_agent import tiny_llama
 
     tokenizer = load_tokenizer("smollm2-135m")
     tiny_llama(tokenizer, hidden=128).save_pretrained(tmp_path)
