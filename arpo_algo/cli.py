@@ -1,4 +1,4 @@
-"""The ``arpo`` command line: ``train`` (TRL's parser: a YAML recipe and flags), ``rollout``."""
+"""The ``arpo`` command line: ``train`` and ``sft`` (TRL's parser: a YAML recipe and flags), ``rollout``."""
 
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def rollout_main(args: argparse.Namespace) -> int:
     return 0
 
 
-TRL_COMMANDS = {"train": "arpo_algo.train"}
+TRL_COMMANDS = {"train": "arpo_algo.train", "sft": "arpo_algo.sft"}
 """Subcommands whose flags TRL's `TrlParser` reads (every GRPOConfig / SFTConfig field): dispatched whole."""
 
 
@@ -109,6 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="arpo", description="Agentic Reinforced Policy Optimization")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("train", help="train with ARPO or a baseline (arpo train --config recipe.yaml; --help for flags)")
+    sub.add_parser("sft", help="cold-start SFT on tool-use trajectories (arpo sft --config recipe.yaml)")
     _rollout_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "rollout":

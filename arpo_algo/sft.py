@@ -1,0 +1,265 @@
+"""``arpo sft``: the cold start — supervised fine-tuning on tool-integrated trajectories in our protocol.
+
+TRL's `SFTTrainer` trains on the model's own turns only: prompt tokens and tool output (``<result>…</result>``)
+are masked from the loss (``assistant_masks``), exactly as the RL loss masks them.
+
+Trajectory sources (JSONL, one record per line; any mix):
+
+* **native** — ``{"messages": [{"role": "system", …}, {"role": "user", …}], "segments": [{"kind": "action",
+  "text": "<think>…</think>\\n<python>…</python>"}, {"kind": "observation", "text": "\\n<result>\\n…\\n</result>\\n"},
+  …]}``: the actions are what the model writes, the observations what the env returns (``[kind, text]`` pairs are
+  accepted too). `arpo_env.procedural.scripted_episode` writes this format.
+* **chat** (ShareGPT-style) — ``{"conversations": [{"from": "system"|"human"|"gpt"|"tool"|"observation"|
+  "function", "value": …}]}`` or ``{"messages": [{"role": …, "content": …}]}`` without ``segments``. The first
+  user turn is the question; assistant turns become actions, mapped onto our tags (```` ```python ``` ```` blocks and
+  ``<code>`` become ``<python>``; a final ``\\boxed{}`` outside ``<answer>`` is wrapped in one); tool turns and
+  later user turns become ``<result>`` observations. The env's system prompt replaces the record's unless
+  ``keep_system_prompt`` is set, so the model learns the prompt it will see in RL.
+* **rollouts** — trees written by ``arpo rollout`` or ``arpo train`` (rejection sampling, ``--from_rollouts``):
+  trajectories whose answer is correct and format-valid are kept, as the exact token ids that were sampled.
+* **synthetic** — ``synthetic_tasks: N`` plays N procedural arithmetic tasks with the scripted teacher, whose code
+  really runs in the sandbox, so every ``<result>`` is real.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from arpo_env import tags
+
+# Sources ----------------------------------------------------------------------------------------------------------
+
+
+def read_records(path: str) -> Iterator[dict[str, Any]]:
+    """Records of a JSONL file (``-`` is standard input)."""
+    handle = sys.stdin if path == "-" else open(path, encoding="utf-8")
+    try:
+        for n, line in enumerate(handle, 1):
+            if line.strip():
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path}:{n}: not a JSON line ({e.msg})") from None
+    finally:
+        if handle is not sys.stdin:
+            handle.close()
+
+
+def env_messages(question: str, env_id: str = "ARPO-Math-v0", env_kwargs: dict[str, Any] | None = None
+                 ) -> list[dict[str, str]]:
+    """The chat messages (system prompt and user turn) the environment starts an episode with."""
+    import gymnasium as gym
+
+    import arpo_env  # noqa: F401
+
+    env = gym.make(env_id, **(env_kwargs or {})).unwrapped
+    try:
+        _, info = env.reset(options={"question": question, "answer": ""})
+        return info["messages"]
+    finally:
+        env.close()
+
+
+_FENCE = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.S)
+_CODE = re.compile(r"<code>(.*?)</code>", re.S)
+_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system",
+          "tool": "tool", "observation": "tool", "function": "tool", "ipython": "tool"}
+
+
+def map_action(text: str, final: bool) -> str:
+    """An assistant turn in another dialect, in our tags."""
+    text = _FENCE.sub(lambda m: f"<python>{m.group(1).strip()}</python>", text)
+    text = _CODE.sub(lambda m: f"<python>{m.group(1).strip()}</python>", text)
+    if final and tags.answer(text) is None:
+        value = tags.boxed(text)
+        if value is not None:
+            text = text.rstrip() + f"\n<answer>\\boxed{{{value}}}</answer>"
+    return text
+
+
+def from_chat(record: dict[str, Any], system: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    """A ShareGPT-style conversation as a native record. `system` replaces the record's system message."""
+    turns = record.get("conversations") or record.get("messages") or []
+    turns = [(_ROLES.get(str(t.get("from", t.get("role"))).lower(), "user"), str(t.get("value", t.get("content", ""))))
+             for t in turns]
+    if not any(role == "assistant" for role, _ in turns):
+        raise ValueError("a chat record needs at least one assistant turn")
+    first_user = next(i for i, (role, _) in enumerate(turns) if role == "user")
+    messages = [{"role": "system", "content": text} for role, text in turns[:first_user] if role == "system"]
+    if system is not None:
+        messages = [m for m in system if m["role"] == "system"]
+    messages.append({"role": "user", "content": turns[first_user][1]})
+    last_assistant = max(i for i, (role, _) in enumerate(turns) if role == "assistant")
+    segments = []
+    for i, (role, text) in enumerate(turns[first_user + 1:], first_user + 1):
+        if role == "assistant":
+            segments.append({"kind": "action", "text": map_action(text, final=i == last_assistant)})
+        elif i < last_assistant:
+            segments.append({"kind": "observation", "text": tags.wrap_result(text)})
+    return {"messages": messages, "segments": segments}
+
+
+def synthetic_records(n: int, seed: int = 1, env_id: str = "ARPO-Math-v0", progress: bool = True
+                      ) -> list[dict[str, Any]]:
+    """`n` scripted-teacher episodes on procedural arithmetic tasks (seed `seed`), played in the real sandbox."""
+    import gymnasium as gym
+    from tqdm.auto import tqdm
+
+    import arpo_env  # noqa: F401
+    from arpo_env.procedural import arithmetic_tasks, scripted_episode
+
+    env = gym.make(env_id).unwrapped
+    try:
+        records = []
+        for task in tqdm(arithmetic_tasks(n, seed=seed), desc="synthetic traces", disable=not progress):
+            episode = scripted_episode(env, task)
+            records.append({"messages": episode["messages"], "segments": [
+                {"kind": kind, "text": text} for kind, text in episode["segments"]], "reward": episode["reward"]})
+        return records
+    finally:
+        env.close()
+
+
+def rollout_records(path: str, min_reward: float | None = None) -> list[dict[str, Any]]:
+    """Rejection sampling: the correct, format-valid trajectories of rollout trees (``-`` reads standard input),
+    as token ids; duplicates (the same completion twice) are kept once."""
+    from arpo_algo.tree import RolloutTree
+
+    kept, seen = [], set()
+    for record in read_records(path):
+        tree = RolloutTree.from_dict(record)
+        for tr in tree.trajectories:
+            parts = tr.reward_parts
+            if not (parts.get("correct") and parts.get("format_ok", True)) or tr.truncated:
+                continue
+            if min_reward is not None and tr.reward < min_reward:
+                continue
+            key = (tuple(tr.prompt_ids), tuple(tr.completion_ids))
+            if key in seen:
+                continue
+            seen.add(key)
+            kept.append({"prompt_ids": tr.prompt_ids, "completion_ids": tr.completion_ids, "mask": tr.mask})
+    return kept
+
+
+# Tokenisation -----------------------------------------------------------------------------------------------------
+def tokenize(record: dict[str, Any], tokenizer: Any) -> dict[str, list[int]]:
+    """``input_ids`` and ``assistant_masks`` (1 on the model's own tokens and the final EOS, 0 on the prompt and on
+    tool output) for a native or token-id record. Each segment is encoded on its own, as the rollout does."""
+    eos = tokenizer.eos_token_id
+    if "prompt_ids" in record:
+        prompt, completion, mask = list(record["prompt_ids"]), list(record["completion_ids"]), list(record["mask"])
+        return {"input_ids": prompt + completion + [eos], "assistant_masks": [0] * len(prompt) + mask + [1]}
+    ids = tokenizer.apply_chat_template(record["messages"], add_generation_prompt=True, tokenize=True)
+    ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    mask = [0] * len(ids)
+    for segment in record["segments"]:
+        kind, text = (segment["kind"], segment["text"]) if isinstance(segment, dict) else segment
+        if kind not in ("action", "observation"):
+            raise ValueError(f"segment kind must be action or observation, not {kind!r}")
+        piece = tokenizer.encode(text, add_special_tokens=False)
+        ids += piece
+        mask += [1 if kind == "action" else 0] * len(piece)
+    return {"input_ids": ids + [eos], "assistant_masks": mask + [1]}
+
+
+def normalise(record: dict[str, Any], system: list[dict[str, str]] | None) -> dict[str, Any]:
+    if "prompt_ids" in record or "segments" in record:
+        return record
+    return from_chat(record, system)
+
+
+# Command line -----------------------------------------------------------------------------------------------------
+@dataclass
+class SFTScriptArguments:
+    """What ``arpo sft`` trains on (every SFTConfig and ModelConfig flag works too)."""
+
+    trajectories: list[str] | None = field(
+        default=None, metadata={"help": "JSONL files of trajectories: native or chat (ShareGPT-style) records."})
+    from_rollouts: str | None = field(
+        default=None, metadata={"help": "Rollout trees (JSONL, '-' for standard input): keep the correct, "
+                                        "format-valid trajectories (rejection sampling)."})
+    min_reward: float | None = field(
+        default=None, metadata={"help": "With --from_rollouts: also require at least this reward."})
+    synthetic_tasks: int = field(
+        default=0, metadata={"help": "Add this many scripted-teacher traces on procedural arithmetic tasks."})
+    synthetic_seed: int = field(
+        default=1, metadata={"help": "Seed of the synthetic tasks (the RL recipes train on seed 0)."})
+    env_id: str = field(
+        default="ARPO-Math-v0", metadata={"help": "Environment whose system prompt chat records get."})
+    keep_system_prompt: bool = field(
+        default=False, metadata={"help": "Keep a chat record's own system prompt instead of the env's."})
+
+
+def make_parser() -> Any:
+    from trl import ModelConfig, SFTConfig, TrlParser
+
+    return TrlParser((SFTScriptArguments, SFTConfig, ModelConfig), prog="arpo sft")
+
+
+def build_dataset(script: SFTScriptArguments, tokenizer: Any) -> Any:
+    from datasets import Dataset
+
+    records: list[dict[str, Any]] = []
+    system = None
+    for path in script.trajectories or []:
+        batch = list(read_records(path))
+        if system is None and not script.keep_system_prompt and any("segments" not in r for r in batch):
+            system = env_messages("", script.env_id)
+        records += [normalise(r, system) for r in batch]
+    if script.from_rollouts:
+        kept = rollout_records(script.from_rollouts, script.min_reward)
+        print(f"arpo sft: {len(kept)} correct, format-valid trajectories kept from {script.from_rollouts}",
+              file=sys.stderr)
+        records += kept
+    if script.synthetic_tasks:
+        records += synthetic_records(script.synthetic_tasks, script.synthetic_seed, script.env_id)
+    if not records:
+        raise SystemExit("arpo sft: no trajectories: give --trajectories, --from_rollouts or --synthetic_tasks")
+    return Dataset.from_list([tokenize(r, tokenizer) for r in records])
+
+
+def train(script: SFTScriptArguments, args: Any, model_args: Any) -> Any:
+    from trl import SFTTrainer, get_peft_config
+
+    from arpo_algo.models import load_model
+
+    model_name = model_args.model_name_or_path or "smollm2-135m"
+    model, tokenizer = load_model(model_name, dtype=model_args.dtype if model_args.dtype not in (None, "auto")
+                                  else None)
+    dataset = build_dataset(script, tokenizer)
+    print(f"arpo sft: {len(dataset)} trajectories, {sum(map(sum, dataset['assistant_masks']))} trained tokens "
+          f"(prompt and tool output masked)", file=sys.stderr)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
+                         peft_config=get_peft_config(model_args))
+    trainer.train(resume_from_checkpoint=args.resume_from_checkpoint or None)
+    trainer.save_model(args.output_dir)
+    tokenizer.save_pretrained(args.output_dir)
+    return trainer
+
+
+def run_sft_recipe(recipe: str, output_dir: str | None = None, extra: Sequence[str] = ()) -> Any:
+    """Run an ``arpo sft`` recipe from Python (``arpo train``'s cold start uses it)."""
+    argv = ["--config", recipe, *extra] + (["--output_dir", output_dir] if output_dir else [])
+    script, args, model_args = make_parser().parse_args_and_config(argv)
+    return train(script, args, model_args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import time
+
+    start = time.perf_counter()
+    script, args, model_args = make_parser().parse_args_and_config(list(argv) if argv is not None else None)
+    trainer = train(script, args, model_args)
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    if trainer.accelerator.is_main_process:
+        first = f"{losses[0]:.3f} → {losses[-1]:.3f}" if losses else "n/a"
+        print(f"\nSFT finished {trainer.state.global_step} steps in {time.perf_counter() - start:.0f} s; "
+              f"loss {first}\n  model  {Path(args.output_dir)}\n  next   arpo train --config "
+              f"examples/recipes/smollm2_cpu.yaml --model_name_or_path {args.output_dir}")
+    return 0

@@ -1,0 +1,133 @@
+"""Cold-start SFT: trajectory formats, rejection sampling, and real SFTTrainer steps with tool output masked."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from arpo_algo.sft import from_chat, rollout_records, synthetic_records, tokenize
+from arpo_algo.tree import Node, RolloutTree, Trajectory, write_jsonl
+from tiny_agent import tiny_llama
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def traces():
+    """Scripted-teacher episodes on procedural tasks; their <result> blocks come from the real sandbox."""
+    return synthetic_records(4, seed=5, progress=False)
+
+
+def test_synthetic_traces_are_real_episodes(traces):
+    for record in traces:
+        kinds = [s["kind"] for s in record["segments"]]
+        assert kinds == ["action", "observation", "action"] and record["reward"] == 1.0
+        expression = record["segments"][0]["text"].split("print(")[1].split(")</python>")[0]
+        assert str(eval(expression)) in record["segments"][1]["text"]  # the sandbox computed it
+
+
+def test_tokenize_masks_prompt_and_tool_output(traces, tokenizer):
+    row = tokenize(traces[0], tokenizer)
+    ids, mask = row["input_ids"], row["assistant_masks"]
+    assert len(ids) == len(mask) and ids[-1] == tokenizer.eos_token_id and mask[-1] == 1
+    trained = tokenizer.decode([t for t, m in zip(ids, mask) if m])
+    masked = tokenizer.decode([t for t, m in zip(ids, mask) if not m])
+    assert "<python>" in trained and "<answer>" in trained
+    assert "<result>" in masked and "<result>" not in trained and "careful problem solver" in masked
+
+
+def test_chat_records_are_mapped_onto_our_tags():
+    record = {"conversations": [
+        {"from": "system", "value": "You are helpful."},
+        {"from": "human", "value": "What is 6 * 7?"},
+        {"from": "gpt", "value": "Let me compute.\n```python\nprint(6 * 7)\n```"},
+        {"from": "observation", "value": "42"},
+        {"from": "gpt", "value": "So the answer is \\boxed{42}."}]}
+    native = from_chat(record)
+    assert native["messages"] == [{"role": "system", "content": "You are helpful."},
+                                  {"role": "user", "content": "What is 6 * 7?"}]
+    texts = [(s["kind"], s["text"]) for s in native["segments"]]
+    assert texts[0] == ("action", "Let me compute.\n<python>print(6 * 7)</python>")
+    assert texts[1][0] == "observation" and "<result>" in texts[1][1] and "42" in texts[1][1]
+    assert texts[2][1].endswith("<answer>\\boxed{42}</answer>")
+    replaced = from_chat(record, system=[{"role": "system", "content": "ours"}])
+    assert replaced["messages"][0]["content"] == "ours"
+    with pytest.raises(ValueError, match="assistant"):
+        from_chat({"messages": [{"role": "user", "content": "hi"}]})
+
+
+def test_rejection_sampling_keeps_correct_well_formed_trajectories(tmp_path):
+    def traj(node, ids, correct, fmt=True, truncated=False):
+        return Trajectory(node, [1, 2], ids, [1] * len(ids), [0.0] * len(ids), [None] * len(ids), [],
+                          1.0 if correct else 0.0, {"correct": correct, "format_ok": fmt}, 1, [], truncated)
+
+    tree = RolloutTree({"question": "q", "answer": "a"}, "arpo",
+                       [Node(i, None, 0, "global") for i in range(5)],
+                       [traj(0, [5, 6], True), traj(1, [5, 6], True), traj(2, [7], False),
+                        traj(3, [8], True, fmt=False), traj(4, [9], True, truncated=True)])
+    path = tmp_path / "trees.jsonl"
+    write_jsonl([tree], path)
+    kept = rollout_records(str(path))
+    assert kept == [{"prompt_ids": [1, 2], "completion_ids": [5, 6], "mask": [1, 1]}]  # duplicates once
+
+
+def test_sft_steps_on_real_traces_ignore_tool_output(traces, tokenizer, tmp_path):
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    model = tiny_llama(tokenizer, seed=3)
+    rows = [tokenize(traces[1], tokenizer)] * 8  # one trace, so every step sees the same batch
+    args = SFTConfig(str(tmp_path / "sft"), max_steps=4, per_device_train_batch_size=2, learning_rate=1e-2,
+                     logging_steps=1, report_to="none", save_strategy="no", use_cpu=True,
+                     gradient_checkpointing=False)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
+    trainer.train()
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert len(losses) == 4 and losses[-1] < losses[0]
+
+    # An episode cut right after its first tool result: the result's tokens come last, so they are only targets.
+    first = traces[0]
+    cut = tokenize({"messages": first["messages"], "segments": first["segments"][:2]}, tokenizer)
+    ids, mask = cut["input_ids"][:-1], cut["assistant_masks"][:-1]  # drop the EOS that follows the result
+    tool = [i for i, m in enumerate(mask) if m == 0 and i > mask.index(1)]
+    altered = list(ids)
+    for i in tool:
+        altered[i] = (altered[i] * 7919 + 13) % len(tokenizer)
+
+    def grads(input_ids, masks):
+        batch = trainer.data_collator([{"input_ids": input_ids, "labels": [t if m else -100
+                                                                           for t, m in zip(input_ids, masks)]}])
+        model.zero_grad()
+        trainer.compute_loss(model, batch).backward()
+        return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+    assert torch.equal(grads(ids, mask), grads(altered, mask))
+    all_ones = [1 if i >= mask.index(1) else 0 for i in range(len(mask))]
+    assert not torch.allclose(grads(ids, all_ones), grads(altered, all_ones))  # the control: unmasked, it matters
+
+
+def test_arpo_sft_command_trains_from_rollout_trees_on_stdin(traces, tokenizer, tmp_path):
+    """`… | arpo sft --from_rollouts -`: a real run of the command on a tiny model."""
+    model_dir = tmp_path / "tiny"
+    tiny_llama(tokenizer, seed=4).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    row = tokenize(traces[0], tokenizer)
+    prompt_len = row["assistant_masks"].index(1)
+    tree = RolloutTree({"question": "q", "answer": "a"}, "arpo", [Node(0, None, 0, "global")], [Trajectory(
+        0, row["input_ids"][:prompt_len], row["input_ids"][prompt_len:-1], row["assistant_masks"][prompt_len:-1],
+        [0.0] * (len(row["input_ids"]) - prompt_len - 1), [], [], 1.0, {"correct": True, "format_ok": True}, 1)])
+    stdin = json.dumps(tree.to_dict()) + "\n"
+    out = tmp_path / "out"
+    result = subprocess.run([sys.executable, "-m", "arpo_algo.cli", "sft", "--model_name_or_path", str(model_dir),
+                             "--from_rollouts", "-", "--output_dir", str(out), "--max_steps", "2",
+                             "--per_device_train_batch_size", "1", "--report_to", "none", "--use_cpu", "true",
+                             "--save_strategy", "no", "--gradient_checkpointing", "false"],
+                            input=stdin, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "1 correct, format-valid trajectories kept" in result.stderr
+    assert (out / "config.json").is_file() and "SFT finished 2 steps" in result.stdout
