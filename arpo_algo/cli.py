@@ -1,4 +1,4 @@
-"""The ``arpo`` command line: ``train`` and ``sft`` (TRL's parser: a YAML recipe and flags), ``rollout``."""
+"""The ``arpo`` command line: ``train`` and ``sft`` (TRL's parser: a YAML recipe and flags), ``eval``, ``rollout``."""
 
 from __future__ import annotations
 
@@ -96,20 +96,22 @@ def rollout_main(args: argparse.Namespace) -> int:
     return 0
 
 
-TRL_COMMANDS = {"train": "arpo_algo.train", "sft": "arpo_algo.sft"}
-"""Subcommands whose flags TRL's `TrlParser` reads (every GRPOConfig / SFTConfig field): dispatched whole."""
+MODULE_COMMANDS = {"train": "arpo_algo.train", "sft": "arpo_algo.sft", "eval": "arpo_algo.evaluation"}
+"""Subcommands with a parser of their own (train and sft: TRL's `TrlParser`, every GRPOConfig / SFTConfig field):
+the rest of the command line goes to the module's ``main``."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in TRL_COMMANDS:
+    if argv and argv[0] in MODULE_COMMANDS:
         import importlib
 
-        return importlib.import_module(TRL_COMMANDS[argv[0]]).main(argv[1:])
+        return importlib.import_module(MODULE_COMMANDS[argv[0]]).main(argv[1:])
     parser = argparse.ArgumentParser(prog="arpo", description="Agentic Reinforced Policy Optimization")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("train", help="train with ARPO or a baseline (arpo train --config recipe.yaml; --help for flags)")
     sub.add_parser("sft", help="cold-start SFT on tool-use trajectories (arpo sft --config recipe.yaml)")
+    sub.add_parser("eval", help="evaluate on the paper's benchmarks (arpo eval --model M --benchmarks … --out DIR)")
     _rollout_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "rollout":

@@ -27,13 +27,11 @@ def evaluate(model: str, env_kwargs: dict, n_tasks: int, max_new_tokens: int, la
 
     loaded, tokenizer = load_model(model)
     config = RolloutConfig(num_generations=1, num_global=1, max_new_tokens=max_new_tokens,
-                           max_completion_tokens=4 * max_new_tokens, temperature=0.0, branching=False)
+                           max_completion_tokens=3 * max_new_tokens, temperature=0.0, branching=False)
     with tqdm(total=n_tasks, desc=label, unit="episode") as bar:
         engine = GRPORollout(HFGenerator(loaded, tokenizer), lambda: gym.make("ARPO-Math-v0", **env_kwargs).unwrapped,
                              config, progress=bar.update)
-        trees = []
-        for first in range(0, n_tasks, 10):
-            trees += engine.run(list(range(first, min(first + 10, n_tasks))))
+        trees = engine.run(list(range(n_tasks)))  # one generation batch: every episode advances together
     trajectories = [t for tree in trees for t in tree.trajectories]
     n = len(trajectories)
     return {"format valid": sum(bool(t.reward_parts.get("format_ok")) for t in trajectories) / n,
@@ -50,7 +48,7 @@ def main() -> int:
     parser.add_argument("--data-dir", default=str(ROOT.parent / "shared/data/eval"), help="folder with gsm8k/")
     parser.add_argument("--gsm8k", type=int, default=50)
     parser.add_argument("--procedural", type=int, default=30)
-    parser.add_argument("--max-new-tokens", type=int, default=160, help="tokens per turn")
+    parser.add_argument("--max-new-tokens", type=int, default=128, help="tokens per turn")
     args = parser.parse_args()
 
     if not (Path(args.sft_model) / "config.json").is_file():

@@ -1,0 +1,435 @@
+"""``arpo eval``: the paper's 13 benchmarks, one command, a table in the paper's layout.
+
+Every sample is an episode of the matching environment — math (`ARPO-Math-v0`, Python), knowledge QA
+(`ARPO-QA-v0`, search and Python) or deep search (`ARPO-DeepSearch-v0`, search, browse and Python) — with the
+paper's evaluation settings unless overridden: temperature 0.6, top-p 0.95, up to 5 tool calls for math and 10
+for the search tasks, 500 items for GSM8K and MATH, all items elsewhere. ``--mode direct`` is the no-tool baseline.
+
+How each column is scored (the table says which was used):
+
+* math (AIME24, AIME25, MATH500, GSM8K, MATH): math-verify equivalence of the boxed answer with the gold one;
+* HotpotQA, 2Wiki, MuSiQue, Bamboogle: token F1 against the best gold alias;
+* WebWalker, GAIA, HLE, xbench: an LLM judge (``--judge URL``, an OpenAI-compatible endpoint), else F1;
+  HLE's multiple-choice items compare the option letter.
+
+A broken format scores 0. Pass@1 is the mean over ``--runs`` K runs; the spread is the standard deviation of the K
+run means. Results: ``samples.jsonl`` (one line per sample and run, with the full transcript; appended, so a run
+that is stopped and started again only does the missing samples), ``results.md`` and ``results.csv``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import statistics
+import sys
+import threading
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    column: str
+    group: str
+    env_id: str
+    metric: str
+    """"math" (math-verify), "f1", or "judge" (LLM judge when --judge is given, else F1)."""
+    default_limit: int | None = None
+
+
+GROUPS = {"math": "Mathematical reasoning", "knowledge": "Knowledge-intensive reasoning",
+          "deepsearch": "Deep search"}
+BENCHMARKS = {b.name: b for b in [
+    Benchmark("aime24", "AIME24", "math", "ARPO-Math-v0", "math"),
+    Benchmark("aime25", "AIME25", "math", "ARPO-Math-v0", "math"),
+    Benchmark("math500", "MATH500", "math", "ARPO-Math-v0", "math"),
+    Benchmark("gsm8k", "GSM8K", "math", "ARPO-Math-v0", "math", 500),
+    Benchmark("math", "MATH", "math", "ARPO-Math-v0", "math", 500),
+    Benchmark("webwalker", "WebWalker", "knowledge", "ARPO-QA-v0", "judge"),
+    Benchmark("hotpotqa", "HotpotQA", "knowledge", "ARPO-QA-v0", "f1"),
+    Benchmark("2wiki", "2Wiki", "knowledge", "ARPO-QA-v0", "f1"),
+    Benchmark("musique", "MuSiQue", "knowledge", "ARPO-QA-v0", "f1"),
+    Benchmark("bamboogle", "Bamboogle", "knowledge", "ARPO-QA-v0", "f1"),
+    Benchmark("gaia", "GAIA", "deepsearch", "ARPO-DeepSearch-v0", "judge"),
+    Benchmark("hle", "HLE", "deepsearch", "ARPO-DeepSearch-v0", "judge"),
+    Benchmark("xbench", "xbench", "deepsearch", "ARPO-DeepSearch-v0", "judge"),
+]}
+NEEDS_DATA_DIR = {"gaia": "GAIA (https://huggingface.co/datasets/gaia-benchmark/GAIA, gated: accept its terms)",
+                  "hle": "HLE (https://huggingface.co/datasets/cais/hle, gated: accept its terms)"}
+
+
+def select(spec: str) -> list[Benchmark]:
+    """``all``, a group name (math, knowledge, deepsearch) or a comma-separated list of benchmark names."""
+    names: list[str] = []
+    for part in [p.strip().lower() for p in spec.split(",") if p.strip()]:
+        if part == "all":
+            names += list(BENCHMARKS)
+        elif part in GROUPS:
+            names += [b.name for b in BENCHMARKS.values() if b.group == part]
+        elif part in BENCHMARKS:
+            names.append(part)
+        else:
+            raise SystemExit(f"arpo eval: unknown benchmark {part!r}. Known: {', '.join(BENCHMARKS)}; groups: "
+                             f"{', '.join(GROUPS)}, all")
+    return [BENCHMARKS[n] for n in dict.fromkeys(names)]
+
+
+def metric_label(bench: Benchmark, judge: str | None) -> str:
+    return {"math": "math-verify", "f1": "F1"}.get(bench.metric, "judge" if judge else "F1 (no judge)")
+
+
+# Episodes -----------------------------------------------------------------------------------------------------------
+@dataclass
+class Settings:
+    mode: str = "tir"
+    temperature: float = 0.6
+    top_p: float = 0.95
+    max_tool_calls: int | None = None
+    """None: 5 for math, 10 for the search tasks."""
+    max_new_tokens: int = 1024
+    max_completion_tokens: int = 8192
+    judge: str | None = None
+    search: str = "local"
+    seed: int = 0
+
+
+def env_kwargs(bench: Benchmark, data_dir: str | None, s: Settings) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"dataset": bench.name, "data_dir": data_dir}
+    kwargs["max_tool_calls"] = s.max_tool_calls or (5 if bench.group == "math" else 10)
+    if s.mode == "direct":
+        kwargs["tools"] = ()
+    if bench.group != "math":
+        kwargs["search"] = s.search
+        if bench.metric == "judge" and s.judge:
+            kwargs["judge_url"] = s.judge
+    return kwargs
+
+
+def sample_record(bench: Benchmark, index: int, run: int, task: dict[str, Any], traj: Any) -> dict[str, Any]:
+    parts = traj.reward_parts
+    score = float(parts.get("score", 0.0)) if parts.get("format_ok") else 0.0
+    return {"benchmark": bench.name, "index": index, "run": run, "question": task.get("question"),
+            "gold": task.get("answer"), "prediction": parts.get("prediction"), "score": score,
+            "correct": bool(parts.get("correct")), "format_ok": bool(parts.get("format_ok")),
+            "tool_calls": traj.tool_calls, "reward": traj.reward, "truncated": traj.truncated,
+            "transcript": traj.completion_text, "error": None}
+
+
+class RolloutRunner:
+    """hf and vllm backends: the rollout engine with K independent samples per question (one tree per question)."""
+
+    def __init__(self, generator: Any) -> None:
+        self.generator = generator
+        self.lock = threading.Lock()
+
+    def run(self, bench: Benchmark, make_env: Callable[[], Any], indices: list[int], runs: list[int],
+            s: Settings) -> list[dict[str, Any]]:
+        from arpo_algo.rollout import GRPORollout, RolloutConfig
+
+        k = len(runs)
+        config = RolloutConfig(num_generations=k, num_global=k, max_new_tokens=s.max_new_tokens,
+                               max_completion_tokens=s.max_completion_tokens, temperature=s.temperature,
+                               top_p=s.top_p, branching=False, seed=s.seed + indices[0])
+        with self.lock:
+            trees = GRPORollout(self.generator, make_env, config).run(indices)
+        return [sample_record(bench, i, run, tree.task, traj)
+                for i, tree in zip(indices, trees) for run, traj in zip(runs, tree.trajectories)]
+
+
+class OpenAIRunner:
+    """Any OpenAI-compatible chat endpoint: the transcript as messages (tool results as user turns), stopping
+    at the closing tags; episodes run in threads."""
+
+    def __init__(self, base_url: str, model: str, api_key: str | None = None, workers: int = 8) -> None:
+        import httpx
+
+        self.url = base_url.rstrip("/") + ("/chat/completions" if base_url.rstrip("/").endswith("/v1")
+                                           else "/v1/chat/completions")
+        self.model = model
+        self.client = httpx.Client(timeout=600, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
+        self.workers = workers
+
+    def complete(self, messages: list[dict[str, str]], s: Settings, stop: list[str], seed: int) -> str:
+        body = {"model": self.model, "messages": messages, "temperature": s.temperature, "top_p": s.top_p,
+                "max_tokens": s.max_new_tokens, "stop": stop, "seed": seed}
+        response = self.client.post(self.url, json=body)
+        response.raise_for_status()
+        choice = response.json()["choices"][0]
+        text = choice["message"]["content"] or ""
+        if choice.get("finish_reason") == "stop":  # the server strips the stop string: put the closing tag back
+            opened = [t for t in stop if text.rfind("<" + t[2:]) > text.rfind(t)]
+            if opened:
+                text += opened[0]
+        return text
+
+    def episode(self, make_env: Callable[[], Any], index: int, s: Settings, seed: int) -> tuple[dict, Any]:
+        from arpo_algo.rollout import _stop_strings
+
+        env = make_env()
+        try:
+            _, info = env.reset(seed=seed, options={"index": index})
+            messages = list(info["messages"])
+            while True:
+                action = self.complete(messages, s, _stop_strings(), seed)
+                obs, _, terminated, truncated, step = env.step(action)
+                messages.append({"role": "assistant", "content": action})
+                if terminated or truncated:
+                    return info["task"], _TextTrajectory(env, step, truncated)
+                messages.append({"role": "user", "content": obs})
+        finally:
+            env.close()
+
+    def run(self, bench: Benchmark, make_env: Callable[[], Any], indices: list[int], runs: list[int],
+            s: Settings) -> list[dict[str, Any]]:
+        jobs = [(i, r) for i in indices for r in runs]
+        with ThreadPoolExecutor(self.workers) as pool:
+            results = list(pool.map(lambda job: self.episode(make_env, job[0], s, s.seed + 7919 * job[1] + job[0]),
+                                    jobs))
+        return [sample_record(bench, i, r, task, traj) for (i, r), (task, traj) in zip(jobs, results)]
+
+
+class _TextTrajectory:
+    """What `sample_record` reads, for an episode played as text."""
+
+    def __init__(self, env: Any, step_info: dict[str, Any], truncated: bool) -> None:
+        self.reward_parts = step_info.get("reward_parts") or env.score().as_dict()
+        self.reward = float(self.reward_parts.get("total", 0.0))
+        self.tool_calls = env.state.total_tool_calls
+        self.truncated = truncated
+        self.completion_text = env.state.completion
+
+
+# The run ------------------------------------------------------------------------------------------------------------
+def load_done(path: Path) -> dict[tuple[str, int, int], dict[str, Any]]:
+    done: dict[tuple[str, int, int], dict[str, Any]] = {}
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:  # a line cut short by an interruption
+                continue
+            if rec.get("error") is None:
+                done[(rec["benchmark"], rec["index"], rec["run"])] = rec
+    return done
+
+
+def dataset_size(bench: Benchmark, kwargs: dict[str, Any]) -> int:
+    """The number of items of a benchmark; a clear message naming where the data is expected when it is missing."""
+    import gymnasium as gym
+
+    import arpo_env  # noqa: F401
+    from arpo_env.datasets import DataNotFound
+
+    try:
+        probe = gym.make(bench.env_id, **kwargs).unwrapped
+    except DataNotFound as e:
+        hint = f" {NEEDS_DATA_DIR[bench.name]} is not shipped; put it there." if bench.name in NEEDS_DATA_DIR else ""
+        raise SystemExit(f"arpo eval: {bench.name}: {e}{hint}") from None
+    n = len(probe.tasks)
+    probe.close()
+    return n
+
+
+def evaluate(benchmarks: list[Benchmark], runner: Any, data_dir: str | None, limit: int | None, runs: int,
+             s: Settings, out: Path, chunk: int = 16, sizes: dict[str, int] | None = None
+             ) -> dict[str, list[dict[str, Any]]]:
+    """Run every missing sample, appending to ``out/samples.jsonl``; return the records per benchmark."""
+    from tqdm.auto import tqdm
+
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "samples.jsonl"
+    done = load_done(path)
+    results: dict[str, list[dict[str, Any]]] = {}
+    for bench in benchmarks:
+        kwargs = env_kwargs(bench, data_dir, s)
+        n = sizes[bench.name] if sizes else dataset_size(bench, kwargs)
+        n = min(n, limit if limit else (bench.default_limit or n))
+        todo = [(i, r) for i in range(n) for r in range(runs) if (bench.name, i, r) not in done]
+        make_env = _maker(bench.env_id, kwargs)
+        with tqdm(total=n * runs, initial=n * runs - len(todo), desc=bench.name, unit="sample") as bar, \
+                open(path, "a", encoding="utf-8") as sink:
+            pending = sorted({i for i, _ in todo})
+            for start in range(0, len(pending), chunk):
+                indices = pending[start:start + chunk]
+                run_ids = sorted({r for i, r in todo if i in indices})
+                for rec in _run_chunk(runner, bench, make_env, indices, run_ids, s):
+                    if (bench.name, rec["index"], rec["run"]) in done:
+                        continue
+                    sink.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                    sink.flush()
+                    bar.update(1)
+                    if rec["error"] is None:
+                        done[(bench.name, rec["index"], rec["run"])] = rec
+                    else:
+                        bar.write(f"{bench.name} #{rec['index']} run {rec['run']}: error: {rec['error']}")
+        results[bench.name] = [done.get((bench.name, i, r)) or {"benchmark": bench.name, "index": i, "run": r,
+                                                                  "score": 0.0, "tool_calls": 0, "error": "failed"}
+                               for i in range(n) for r in range(runs)]
+    return results
+
+
+def _run_chunk(runner: Any, bench: Benchmark, make_env: Callable[[], Any], indices: list[int], runs: list[int],
+               s: Settings) -> list[dict[str, Any]]:
+    """A chunk together; if it fails, each sample alone, so that one crash is one error record."""
+    try:
+        return runner.run(bench, make_env, indices, runs, s)
+    except Exception:  # noqa: BLE001 - a sample's crash must not end the run
+        if len(indices) == 1 and len(runs) == 1:
+            return [{"benchmark": bench.name, "index": indices[0], "run": runs[0], "score": 0.0, "tool_calls": 0,
+                     "error": traceback.format_exc(limit=3).strip().splitlines()[-1]}]
+        return [rec for i in indices for r in runs for rec in _run_chunk(runner, bench, make_env, [i], [r], s)]
+
+
+def _maker(env_id: str, kwargs: dict[str, Any]) -> Callable[[], Any]:
+    import gymnasium as gym
+
+    return lambda: gym.make(env_id, **kwargs).unwrapped
+
+
+# The table ------------------------------------------------------------------------------------------------------------
+def summarise(results: dict[str, list[dict[str, Any]]], runs: int) -> dict[str, dict[str, float]]:
+    summary = {}
+    for name, recs in results.items():
+        per_run = [[r["score"] for r in recs if r["run"] == k] for k in range(runs)]
+        means = [100 * statistics.fmean(x) for x in per_run if x]
+        summary[name] = {"pass@1": statistics.fmean(means) if means else math.nan,
+                         "spread": statistics.stdev(means) if len(means) > 1 else 0.0,
+                         "tool_calls": statistics.fmean(r["tool_calls"] for r in recs) if recs else 0.0,
+                         "samples": len(recs) // max(runs, 1), "errors": sum(r.get("error") is not None
+                                                                              for r in recs)}
+    return summary
+
+
+def paper_rows(path: Path, model: str) -> list[tuple[str, dict[str, float]]]:
+    """Rows of the paper's Table 1 whose base model matches `model` (by name, case-insensitively)."""
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for row in csv.DictReader(f, delimiter="\t"):
+            if row["model"].lower() in model.lower() or model.lower() in row["model"].lower():
+                rows.append((f"paper: {row['method']}", {k: float(v) for k, v in row.items()
+                                                          if k not in ("model", "method") and v}))
+    return rows
+
+
+def table(summary: dict[str, dict[str, float]], benchmarks: list[Benchmark], judge: str | None, label: str,
+          runs: int, compare: list[tuple[str, dict[str, float]]] = ()) -> tuple[str, list[list[str]]]:
+    """Markdown in the paper's layout (groups, their averages, the overall average) and the same as CSV rows."""
+    columns: list[tuple[str, Any]] = []
+    for group in GROUPS:
+        members = [b for b in benchmarks if b.group == group]
+        columns += [(b.column, b) for b in members]
+        if len(members) > 1:
+            columns.append((f"{group} avg", [b.name for b in members]))
+    columns.append(("avg", [b.name for b in benchmarks]))
+
+    def cells(values: dict[str, float], spread: dict[str, float] | None) -> list[str]:
+        out = []
+        for _, col in columns:
+            if isinstance(col, Benchmark):
+                v = values.get(col.name)
+                s = spread.get(col.name) if spread else None
+                out.append("–" if v is None else f"{v:.1f}" + (f" ± {s:.1f}" if s else ""))
+            else:
+                vs = [values[n] for n in col if n in values]
+                out.append(f"{statistics.fmean(vs):.1f}" if vs else "–")
+        return out
+
+    ours = {n: v["pass@1"] for n, v in summary.items()}
+    header = ["model"] + [name for name, _ in columns]
+    rows = [[label] + cells(ours, {n: v["spread"] for n, v in summary.items()})]
+    rows.append(["tool calls / question"] + [f"{summary[c.name]['tool_calls']:.2f}" if isinstance(c, Benchmark)
+                                             and c.name in summary else "" for _, c in columns])
+    for name, values in compare:
+        rows.append([name] + cells({b.name: values[b.name] for b in benchmarks if b.name in values}, None))
+    metrics = ", ".join(f"{b.column}: {metric_label(b, judge)}" for b in benchmarks)
+    md = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    md += ["| " + " | ".join(r) + " |" for r in rows]
+    md += ["", f"Pass@1 (%) = mean over {runs} run(s)" + (" ± standard deviation of the run means" if runs > 1
+                                                         else "") + f". Metrics — {metrics}. A broken format "
+           "scores 0.", ""]
+    md += [f"- {b.column}: {summary[b.name]['samples']} items, {summary[b.name]['errors']} errors, "
+           f"{summary[b.name]['tool_calls']:.2f} tool calls per question" for b in benchmarks if b.name in summary]
+    return "\n".join(md), [header, *rows]
+
+
+# Command line ---------------------------------------------------------------------------------------------------------
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="arpo eval", description="Evaluate a model on the ARPO paper's benchmarks.")
+    p.add_argument("--model", required=True, help="hub id, local path, smollm2-135m, or the served model's name")
+    p.add_argument("--backend", choices=["hf", "vllm", "openai"], default="hf")
+    p.add_argument("--base-url", default="http://127.0.0.1:8000/v1", help="openai backend: the endpoint")
+    p.add_argument("--api-key", default=None, help="openai backend: the key (or $OPENAI_API_KEY)")
+    p.add_argument("--benchmarks", default="all", help="names, a group (math, knowledge, deepsearch) or all")
+    p.add_argument("--data-dir", default=None, help="folder with one sub-folder per benchmark")
+    p.add_argument("--limit", type=int, default=None, help="items per benchmark (default: 500 for gsm8k and math, "
+                                                          "all elsewhere)")
+    p.add_argument("--runs", type=int, default=1, help="K: pass@1 is the mean over K runs")
+    p.add_argument("--mode", choices=["tir", "direct"], default="tir", help="tool-integrated, or no tools")
+    p.add_argument("--judge", default=None, help="OpenAI-compatible URL of an LLM judge (WebWalker, deep search)")
+    p.add_argument("--search", default="local", help="search backend for QA: local (offline BM25), ddgs, recorded")
+    p.add_argument("--temperature", type=float, default=0.6)
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--max-tool-calls", type=int, default=None, help="default: 5 for math, 10 for search tasks")
+    p.add_argument("--max-new-tokens", type=int, default=1024, help="tokens per turn")
+    p.add_argument("--max-completion-tokens", type=int, default=8192, help="tokens per episode")
+    p.add_argument("--concurrency", type=int, default=16, help="samples generated together")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--compare", choices=["paper"], default=None, help="print the paper's numbers beside ours")
+    p.add_argument("--paper-table", default=None, help="the paper's Table 1 as TSV (default: the packaged copy)")
+    p.add_argument("--out", required=True, help="output folder (samples.jsonl, results.md, results.csv)")
+    return p
+
+
+def make_runner(args: argparse.Namespace) -> Any:
+    import os
+
+    if args.backend == "openai":
+        return OpenAIRunner(args.base_url, args.model, args.api_key or os.environ.get("OPENAI_API_KEY"),
+                            workers=args.concurrency)
+    from arpo_algo.cli import make_generator
+
+    return RolloutRunner(make_generator(args.model, args.backend))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    benchmarks = select(args.benchmarks)
+    for b in benchmarks:
+        if b.name in NEEDS_DATA_DIR and not args.data_dir:
+            raise SystemExit(f"arpo eval: {b.name} needs --data-dir: {NEEDS_DATA_DIR[b.name]} is not shipped with "
+                             f"arpo. Download it and put its test set at DATA_DIR/{b.name}/test.jsonl.")
+    settings = Settings(args.mode, args.temperature, args.top_p, args.max_tool_calls, args.max_new_tokens,
+                        args.max_completion_tokens, args.judge, args.search, args.seed)
+    out = Path(args.out)
+    start = time.perf_counter()
+    sizes = {b.name: dataset_size(b, env_kwargs(b, args.data_dir, settings)) for b in benchmarks}  # before loading
+    runner = make_runner(args)
+    results = evaluate(benchmarks, runner, args.data_dir, args.limit, args.runs, settings, out,
+                       chunk=args.concurrency, sizes=sizes)
+    summary = summarise(results, args.runs)
+    compare = []
+    if args.compare == "paper":
+        compare = paper_rows(Path(args.paper_table) if args.paper_table else PAPER_TABLE, args.model)
+        if not compare:
+            print(f"arpo eval: the paper reports no numbers for {args.model}; its base models are "
+                  "Qwen2.5-3B-Instruct, Llama3.1-8B-Instruct and Qwen2.5-7B-Instruct", file=sys.stderr)
+    label = f"{args.model} ({args.mode})"
+    md, rows = table(summary, benchmarks, args.judge, label, args.runs, compare)
+    (out / "results.md").write_text(md + "\n", encoding="utf-8")
+    with open(out / "results.csv", "w", newline="", encoding="utf-8") as f:
+        csv.writer(f).writerows(rows)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    print("\n" + md + f"\n\n{sum(len(r) for r in results.values())} samples in {time.perf_counter() - start:.0f} s "
+          f"→ {out / 'samples.jsonl'}, {out / 'results.md'}, {out / 'results.csv'}")
+    return 0
+
+
+PAPER_TABLE = Path(__file__).with_name("paper_table1.tsv")

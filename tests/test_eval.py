@@ -1,0 +1,126 @@
+"""`arpo eval`: the scoring of every benchmark's answer format on real records, the table, and resumable runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+
+import arpo_env  # noqa: F401
+from arpo_algo.evaluation import BENCHMARKS, PAPER_TABLE, Settings, env_kwargs, paper_rows, select, summarise, table
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def answer_episode(bench, data_dir, index, text):
+    kwargs = env_kwargs(BENCHMARKS[bench], str(data_dir / "eval"), Settings())
+    env = gym.make(BENCHMARKS[bench].env_id, **kwargs).unwrapped
+    try:
+        _, info = env.reset(options={"index": index})
+        _, reward, terminated, _, step = env.step(text)
+        assert terminated
+        return info["task"], step["reward_parts"]
+    finally:
+        env.close()
+
+
+def gold_text(answer):
+    if isinstance(answer, list):
+        return str(answer[0])
+    return str(answer)
+
+
+@pytest.mark.parametrize("bench", list(BENCHMARKS))
+def test_the_gold_answer_scores_full_marks_and_a_wrong_one_does_not(bench, data_dir):
+    task, parts = answer_episode(bench, data_dir, 0, "")
+    gold = gold_text(task["answer"])
+    if task["meta"].get("answer_type") == "multipleChoice":
+        gold = gold.strip()[:1]  # HLE multiple choice: the option letter
+    _, right = answer_episode(bench, data_dir, 0, f"<answer>\\boxed{{{gold}}}</answer>")
+    assert right["format_ok"] and right["score"] == pytest.approx(1.0), (bench, gold, right)
+    _, wrong = answer_episode(bench, data_dir, 0, "<answer>\\boxed{zebra quantum 98765}</answer>")
+    assert wrong["format_ok"] and wrong["score"] < 0.5, (bench, wrong)
+    _, broken = answer_episode(bench, data_dir, 0, f"the answer is {gold}")
+    assert not broken["format_ok"]
+
+
+def test_math_answers_are_compared_by_equivalence(data_dir):
+    # GSM8K's gold is the number after '####'; 1/2 and 0.5 are the same answer to math-verify
+    task, _ = answer_episode("gsm8k", data_dir, 0, "")
+    _, parts = answer_episode("gsm8k", data_dir, 0, f"<answer>\\boxed{{{task['answer']}.0}}</answer>")
+    assert parts["correct"]
+    env = gym.make("ARPO-Math-v0", tools=()).unwrapped
+    env.reset(options={"question": "half?", "answer": "\\frac{1}{2}"})
+    _, _, _, _, step = env.step("<answer>\\boxed{0.5}</answer>")
+    env.close()
+    assert step["reward_parts"]["correct"]
+
+
+def test_qa_answers_get_partial_f1_credit(data_dir):
+    task, _ = answer_episode("hotpotqa", data_dir, 1, "")
+    gold = gold_text(task["answer"])
+    _, parts = answer_episode("hotpotqa", data_dir, 1, f"<answer>\\boxed{{{gold} and some other words}}</answer>")
+    assert 0.0 < parts["score"] < 1.0
+
+
+def test_selection_and_clear_errors():
+    assert [b.name for b in select("math")] == ["aime24", "aime25", "math500", "gsm8k", "math"]
+    assert len(select("all")) == 13
+    assert [b.name for b in select("gsm8k,hotpotqa,gsm8k")] == ["gsm8k", "hotpotqa"]
+    with pytest.raises(SystemExit, match="unknown benchmark 'gsm9k'"):
+        select("gsm9k")
+
+
+def test_table_has_the_paper_layout_and_the_paper_numbers():
+    results = {"gsm8k": [{"run": r, "score": s, "tool_calls": 1} for r, s in ((0, 1.0), (0, 0.0), (1, 1.0),
+                                                                              (1, 1.0))],
+               "hotpotqa": [{"run": 0, "score": 0.5, "tool_calls": 2}, {"run": 1, "score": 0.25, "tool_calls": 0}]}
+    summary = summarise(results, runs=2)
+    assert summary["gsm8k"]["pass@1"] == pytest.approx(75.0) and summary["gsm8k"]["spread"] > 0
+    paper = paper_rows(PAPER_TABLE, "Qwen/Qwen2.5-7B-Instruct")
+    assert [name for name, _ in paper][-1] == "paper: ARPO" and paper[-1][1]["gsm8k"] == pytest.approx(92.0, abs=10)
+    md, rows = table(summary, select("gsm8k,hotpotqa"), None, "mine", 2, paper)
+    assert rows[0][:3] == ["model", "GSM8K", "HotpotQA"] and rows[1][0] == "mine"
+    assert rows[1][1].startswith("75.0 ±") and "F1" in md and "math-verify" in md
+    assert rows[2][0] == "tool calls / question" and rows[2][1] == "1.00"
+
+
+def test_gaia_without_a_data_dir_says_where_to_get_it(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "arpo_algo.cli", "eval", "--model", "x", "--benchmarks", "gaia",
+                             "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert result.returncode != 0 and "needs --data-dir" in result.stderr and "huggingface.co" in result.stderr
+    result = subprocess.run([sys.executable, "-m", "arpo_algo.cli", "eval", "--model", "x", "--benchmarks", "gsm8k",
+                             "--data-dir", str(tmp_path), "--out", str(tmp_path / "o")], capture_output=True,
+                            text=True, cwd=ROOT, timeout=120)
+    assert result.returncode != 0 and "gsm8k" in result.stderr and str(tmp_path) in result.stderr
+
+
+def test_an_interrupted_eval_finishes_only_the_missing_samples(agent, tokenizer, data_dir, tmp_path):
+    model_dir = tmp_path / "tiny"
+    agent.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    out = tmp_path / "eval"
+    cmd = [sys.executable, "-m", "arpo_algo.cli", "eval", "--model", str(model_dir), "--benchmarks", "gsm8k,bamboogle",
+           "--data-dir", str(data_dir / "eval"), "--limit", "3", "--max-new-tokens", "32", "--out", str(out)]
+    first = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    samples = (out / "samples.jsonl").read_text().splitlines()
+    assert len(samples) == 6
+    record = json.loads(samples[0])
+    assert {"question", "gold", "prediction", "score", "tool_calls", "transcript"} <= set(record)
+    assert isinstance(record["tool_calls"], int) and record["error"] is None
+    # as if interrupted after four samples: the last two are lost, and a second run does only those
+    (out / "samples.jsonl").write_text("\n".join(samples[:4]) + "\n")
+    second = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert second.returncode == 0, second.stderr[-3000:]
+    after = (out / "samples.jsonl").read_text().splitlines()
+    assert after[:4] == samples[:4] and len(after) == 6
+    assert {(json.loads(s)["benchmark"], json.loads(s)["index"]) for s in after} == {
+        (b, i) for b in ("gsm8k", "bamboogle") for i in range(3)}
+    md = (out / "results.md").read_text()
+    assert "GSM8K" in md and "Bamboogle" in md and "tool calls / question" in md
+    assert (out / "results.csv").read_text().startswith("model,GSM8K,Bamboogle")
