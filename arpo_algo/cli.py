@@ -33,7 +33,7 @@ def _rollout_parser(sub: Any) -> None:
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-tasks", type=int, default=4, help="tasks rolled out together (one generation batch)")
-    p.add_argument("--out", default="trees.jsonl", help="JSONL file the trees are appended to")
+    p.add_argument("--out", default="trees.jsonl", help="JSONL file the trees are appended to ('-': standard output)")
 
 
 def make_generator(model: str, backend: str = "hf") -> Any:
@@ -80,7 +80,12 @@ def rollout_main(args: argparse.Namespace) -> int:
         for first in range(args.start, args.start + n_tasks, args.batch_tasks):
             batch = list(range(first, min(first + args.batch_tasks, args.start + n_tasks)))
             trees = engine.run(batch)
-            write_jsonl(trees, args.out)
+            if args.out == "-":  # a pipe: `arpo rollout … --out - | arpo sft --from_rollouts -`
+                for tree in trees:
+                    sys.stdout.write(json.dumps(tree.to_dict(), ensure_ascii=False) + "\n")
+                sys.stdout.flush()
+            else:
+                write_jsonl(trees, args.out)
             for tree in trees:
                 rewards += [t.reward for t in tree.trajectories]
                 correct += sum(bool(t.reward_parts.get("correct")) for t in tree.trajectories)
@@ -92,7 +97,8 @@ def rollout_main(args: argparse.Namespace) -> int:
     print(f"\n{n_tasks} tasks, {len(rewards)} trajectories in {time.perf_counter() - start:.1f} s → {args.out}\n"
           f"mean reward {sum(rewards) / n:+.3f} | accuracy {correct / n:.1%} | tool calls {tools} "
           f"({tools / n:.2f}/traj) | branches {branches}\n"
-          f"generated tokens {stats.generated_tokens} | encoded (prefill) tokens {stats.prefill_tokens}")
+          f"generated tokens {stats.generated_tokens} | encoded (prefill) tokens {stats.prefill_tokens}",
+          file=sys.stderr if args.out == "-" else sys.stdout)
     return 0
 
 
