@@ -107,8 +107,7 @@ def summary(trainer: Any, seconds: float) -> str:
     lines += [f"  run directory            {out}",
               f"  checkpoints              {', '.join(p.name for p in checkpoints) or 'none'}",
               f"  metrics                  {out / 'metrics.jsonl'}",
-              f"  rollout trees            {out / (trainer.args.rollout_log or '-')}",
-              f"  look at them             arpo view {out} --out {out / 'report.html'}"]
+              f"  rollout trees            {out / (trainer.args.rollout_log or '-')}"]
     return "\n".join(lines)
 
 

@@ -231,3 +231,19 @@ env_kwargs: {{max_tool_calls: 4, sandbox_options: {{timeout_s: 5}}}}
     steps = [json.loads(line)["stats"]["step"] for line in after.splitlines()]
     assert steps[-1] == 3
     assert "ARPO finished 3 steps" in result.stdout
+
+
+@pytest.mark.parametrize("algorithm", ["dapo", "reinforce_pp"])
+def test_baselines_run_through_the_same_trainer(algorithm, undecided, tokenizer, tmp_path):
+    from arpo_algo.arpo_trainer import ARPOTrainer
+
+    trainer = ARPOTrainer(copy.deepcopy(undecided), args=config(tmp_path, algorithm=algorithm, max_steps=1,
+                                                                dynamic_sampling_rounds=1),
+                          train_dataset=dataset(), processing_class=tokenizer)
+    trainer.train()
+    (log,) = [h for h in trainer.state.log_history if "loss" in h]
+    assert math.isfinite(log["loss"]) and log["arpo/branches_per_question"] == 0  # independent rollouts
+    if algorithm == "dapo":
+        assert "dapo/groups_replaced" in log and trainer.loss_type == "dapo" and trainer.epsilon_high == 0.28
+    (tree,) = read_jsonl(tmp_path / "run" / "rollouts.jsonl")
+    assert tree.stats["algorithm"] == algorithm and len(tree.trajectories) == 4
