@@ -354,7 +354,7 @@ class ARPOTrainer(GRPOTrainer):
 
 class MetricsFile(TrainerCallback):
     """Append every log (one JSON object per line, with the step) to ``output_dir/metrics.jsonl``: a record a
-    killed and resumed run keeps adding to, and what ``arpo view`` plots."""
+    killed and resumed run keeps adding to, and what a viewer can plot."""
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         if not logs or not state.is_world_process_zero:
