@@ -119,7 +119,7 @@ class ARPOTrainer(GRPOTrainer):
             name = model if isinstance(model, str) else model.config._name_or_path
             args = ARPOConfig(f"{str(name).rstrip('/').split('/')[-1]}-ARPO")
         if train_dataset is None:
-            train_dataset = task_dataset(args.env_id, self._env_kwargs(args))
+            train_dataset = task_dataset(args.env_id, self.env_kwargs(args))
         extra = reward_funcs if isinstance(reward_funcs, list) else ([reward_funcs] if reward_funcs else [])
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*'rollout_func'.*experimental")
@@ -136,14 +136,15 @@ class ARPOTrainer(GRPOTrainer):
                 f"multiple of num_generations (M={args.num_generations})")
         if args.use_vllm and args.vllm_enable_sleep_mode:
             raise ValueError("ARPOTrainer does not support vllm_enable_sleep_mode yet: turn it off")
-        env_kwargs = self._env_kwargs(args)
+        env_kwargs = self.env_kwargs(args)
         self.make_env = make_env or _env_maker(args.env_id, env_kwargs)
         self._pending: dict[str, Any] | None = None
         self._server_client: Any = None
         self.add_callback(MetricsFile())
 
     @staticmethod
-    def _env_kwargs(args: ARPOConfig) -> dict[str, Any]:
+    def env_kwargs(args: ARPOConfig) -> dict[str, Any]:
+        """gym.make keyword arguments: ``env_kwargs`` with ``max_tool_calls`` when it is set."""
         kwargs = dict(args.env_kwargs or {})
         if args.max_tool_calls is not None:
             kwargs["max_tool_calls"] = args.max_tool_calls
@@ -161,7 +162,7 @@ class ARPOTrainer(GRPOTrainer):
         output = super()._generate_and_score_completions(inputs)
         if mode == "train":
             output["advantages"] = self._advantages(trees, output)
-            self._write_trees(trees, output)
+            self._write_trees(trees)
         self._pending = None
         return output
 
@@ -340,7 +341,7 @@ class ARPOTrainer(GRPOTrainer):
         if after:
             self._log_metric("arpo/entropy_after_tool", float(np.mean(after)))
 
-    def _write_trees(self, trees: list[RolloutTree], output: dict[str, Any]) -> None:
+    def _write_trees(self, trees: list[RolloutTree]) -> None:
         if not self.args.rollout_log:
             return
         rank = self.accelerator.process_index

@@ -68,8 +68,6 @@ def build_trainer(script_args: ARPOScriptArguments, args: ARPOConfig, model_args
     if script_args.data_dir:
         env_kwargs["data_dir"] = script_args.data_dir
     args.env_kwargs = env_kwargs
-    if args.max_tool_calls is not None:
-        env_kwargs = {**env_kwargs, "max_tool_calls": args.max_tool_calls}
     model_name = model_args.model_name_or_path or "smollm2-135m"
     if script_args.cold_start and not Path(model_name).exists():
         from arpo_algo.sft import run_sft_recipe
@@ -84,7 +82,7 @@ def build_trainer(script_args: ARPOScriptArguments, args: ARPOConfig, model_args
     if model_args.attn_implementation:
         model_init_kwargs.setdefault("attn_implementation", model_args.attn_implementation)
     args.model_init_kwargs = model_init_kwargs or None
-    dataset = task_dataset(args.env_id, env_kwargs, limit=script_args.train_limit)
+    dataset = task_dataset(args.env_id, ARPOTrainer.env_kwargs(args), limit=script_args.train_limit)
     return ARPOTrainer(path, args=args, train_dataset=dataset, processing_class=load_tokenizer(model_name),
                        peft_config=get_peft_config(model_args))
 
@@ -127,7 +125,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(summary(trainer, time.perf_counter() - start))
         with open(Path(args.output_dir) / "arpo_config.json", "w") as f:
             json.dump({k: v for k, v in vars(args).items() if _jsonable(v)}, f, indent=1, default=str)
-    trainer.end() if hasattr(trainer, "end") else None
+    if hasattr(trainer, "end"):  # transformers >= 5.18: finish the trackers, destroy the process group
+        trainer.end()
     return 0
 
 

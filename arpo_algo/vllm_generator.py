@@ -27,15 +27,38 @@ def vllm_available() -> bool:
     return True
 
 
-class VLLMGenerator(PathGenerator):
+def top_logprob_entropy(logprobs: list[float], k: int, log_vocab: float) -> float:
+    """Entropy of the `k` most likely tokens (from their log-probs), normalised by ln|V|: the reference's estimate."""
+    ranked = sorted((v for v in logprobs if v is not None), reverse=True)[:k]
+    return -sum(math.exp(v) * v for v in ranked) / log_vocab
+
+
+class _CacheServedPaths(PathGenerator):
+    """Backends whose engine caches prefixes itself: a path is its tokens alone, so a fork is a slice, and
+    requests are seeded ``seed × 1,000,003 + n`` for the n-th request since `seed`."""
+
+    _seed = 0
+    _requests = 0
+
+    def seed(self, seed: int) -> None:
+        self._seed, self._requests = seed, 0
+
+    def fork(self, path: Path, at: int | None = None) -> Path:
+        at = len(path.tokens) if at is None else at
+        return Path(path.tokens[:at], 0, None, path.prompt_len)
+
+    def _next_seed(self) -> int:
+        self._requests += 1
+        return self._seed * 1_000_003 + self._requests
+
+
+class VLLMGenerator(_CacheServedPaths):
     def __init__(self, llm: Any, tokenizer: Any | None = None, top_logprobs: int = 20) -> None:
         self.llm = llm
         self.tokenizer = tokenizer if tokenizer is not None else llm.get_tokenizer()
         self.top_logprobs = top_logprobs
         self.stats = GeneratorStats()
         self.log_vocab = math.log(llm.llm_engine.model_config.get_vocab_size())
-        self._seed = 0
-        self._requests = 0
 
     @classmethod
     def from_pretrained(cls, model: str, gpu_memory_utilization: float = 0.5, dtype: str = "auto",
@@ -48,13 +71,6 @@ class VLLMGenerator(PathGenerator):
                   dtype=dtype, max_model_len=max_model_len, **kwargs)
         return cls(llm)
 
-    def seed(self, seed: int) -> None:
-        self._seed, self._requests = seed, 0
-
-    def fork(self, path: Path, at: int | None = None) -> Path:
-        at = len(path.tokens) if at is None else at
-        return Path(path.tokens[:at], 0, None, path.prompt_len)
-
     def generate(self, paths: list[Path], params: SamplingParams) -> list[Segment]:
         from vllm import SamplingParams as VLLMParams
         from vllm.inputs import TokensPrompt
@@ -62,12 +78,10 @@ class VLLMGenerator(PathGenerator):
         if not paths:
             return []
         self.stats.calls += 1
-        requests = []
-        for _ in paths:
-            self._requests += 1  # a per-request seed: reproducible whatever the batch composition
-            requests.append(VLLMParams(max_tokens=params.max_new_tokens, temperature=params.temperature,
-                                       top_p=params.top_p, stop=list(params.stop), include_stop_str_in_output=True,
-                                       logprobs=self.top_logprobs, seed=self._seed * 1_000_003 + self._requests))
+        # a per-request seed: reproducible whatever the batch composition
+        requests = [VLLMParams(max_tokens=params.max_new_tokens, temperature=params.temperature, top_p=params.top_p,
+                               stop=list(params.stop), include_stop_str_in_output=True, logprobs=self.top_logprobs,
+                               seed=self._next_seed()) for _ in paths]
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p.tokens) for p in paths], requests,
                                     use_tqdm=False)
         segments = []
@@ -78,8 +92,8 @@ class VLLMGenerator(PathGenerator):
             for j, (token, top) in enumerate(zip(ids, completion.logprobs or [])):
                 logprobs.append(float(top[token].logprob))
                 if j < params.entropy_k:
-                    ranked = sorted(top.values(), key=lambda lp: lp.logprob, reverse=True)[: self.top_logprobs]
-                    entropies.append(-sum(math.exp(lp.logprob) * lp.logprob for lp in ranked) / self.log_vocab)
+                    entropies.append(top_logprob_entropy([lp.logprob for lp in top.values()], self.top_logprobs,
+                                                         self.log_vocab))
             self.stats.prefill_tokens += len(path.tokens) - int(getattr(out, "num_cached_tokens", 0) or 0)
             self.stats.generated_tokens += len(ids)
             path.tokens.extend(ids)
@@ -89,7 +103,7 @@ class VLLMGenerator(PathGenerator):
         return segments
 
 
-class VLLMServerGenerator(PathGenerator):
+class VLLMServerGenerator(_CacheServedPaths):
     """Generate through a ``trl vllm-serve`` server with TRL's `VLLMClient` (token-id prompts, top-k log-probs).
 
     The server keeps the trained weights in sync (TRL's trainer pushes them); this class only asks for
@@ -103,26 +117,16 @@ class VLLMServerGenerator(PathGenerator):
         self.stats = GeneratorStats()
         self.log_vocab = math.log(len(tokenizer))
         self.eos_ids = {tokenizer.eos_token_id}
-        self._seed = 0
-        self._calls = 0
-
-    def seed(self, seed: int) -> None:
-        self._seed, self._calls = seed, 0
-
-    def fork(self, path: Path, at: int | None = None) -> Path:
-        at = len(path.tokens) if at is None else at
-        return Path(path.tokens[:at], 0, None, path.prompt_len)
 
     def generate(self, paths: list[Path], params: SamplingParams) -> list[Segment]:
         if not paths:
             return []
         self.stats.calls += 1
-        self._calls += 1
         out = self.client.generate(
             prompts=[p.tokens for p in paths], n=1, temperature=params.temperature, top_p=params.top_p,
             max_tokens=params.max_new_tokens, logprobs=self.top_logprobs,
             generation_kwargs={"stop": list(params.stop), "include_stop_str_in_output": True,
-                               "seed": self._seed * 1_000_003 + self._calls})
+                               "seed": self._next_seed()})
         segments = []
         for path, ids, top, top_ids in zip(paths, out["completion_ids"], out["logprobs"], out["logprob_token_ids"]):
             ids = list(ids)
@@ -130,8 +134,7 @@ class VLLMServerGenerator(PathGenerator):
             for j, (token, values, tokens) in enumerate(zip(ids, top, top_ids)):
                 logprobs.append(float(values[tokens.index(token)]) if token in tokens else float(values[0]))
                 if j < params.entropy_k:
-                    ranked = sorted((v for v in values if v is not None), reverse=True)[: self.top_logprobs]
-                    entropies.append(-sum(math.exp(v) * v for v in ranked) / self.log_vocab)
+                    entropies.append(top_logprob_entropy(values, self.top_logprobs, self.log_vocab))
             text = self.tokenizer.decode(ids, skip_special_tokens=True)
             self.stats.prefill_tokens += len(path.tokens)
             self.stats.generated_tokens += len(ids)

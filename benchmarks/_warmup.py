@@ -16,16 +16,11 @@ from arpo_env.procedural import arithmetic_tasks, scripted_episode
 
 
 def episode_tensors(tokenizer, episode) -> tuple[list[int], list[int]]:
-    prompt = tokenizer.apply_chat_template(episode["messages"], add_generation_prompt=True, tokenize=True)
-    prompt = list(prompt["input_ids"] if hasattr(prompt, "keys") else prompt)
-    ids, labels = list(prompt), [-100] * len(prompt)
-    for kind, text in episode["segments"]:
-        toks = tokenizer.encode(text, add_special_tokens=False)
-        ids += toks
-        labels += toks if kind == "action" else [-100] * len(toks)
-    ids.append(tokenizer.eos_token_id)
-    labels.append(tokenizer.eos_token_id)
-    return ids, labels
+    """Input ids and labels (-100 on the prompt and the tool output) of a scripted episode."""
+    from arpo_algo.sft import tokenize
+
+    row = tokenize(episode, tokenizer)
+    return row["input_ids"], [t if m else -100 for t, m in zip(row["input_ids"], row["assistant_masks"])]
 
 
 def warm_up(model, tokenizer, steps: int = 30, batch: int = 4, lr: float = 1e-4, seed: int = 1234) -> list[float]:

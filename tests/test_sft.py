@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_agent import tiny_llama
 
 from arpo_algo.sft import from_chat, rollout_records, synthetic_records, tokenize
 from arpo_algo.tree import Node, RolloutTree, Trajectory, write_jsonl
-from tiny_agent import tiny_llama
 
 ROOT = Path(__file__).resolve().parents[1]
 
