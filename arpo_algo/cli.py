@@ -1,4 +1,5 @@
-"""The ``arpo`` command line: ``train`` and ``sft`` (TRL's parser: a YAML recipe and flags), ``eval``, ``rollout``."""
+"""The ``arpo`` command line: ``train`` and ``sft`` (TRL's parser: a YAML recipe and flags), ``eval``, ``rollout``,
+``view``."""
 
 from __future__ import annotations
 
@@ -102,7 +103,8 @@ def rollout_main(args: argparse.Namespace) -> int:
     return 0
 
 
-MODULE_COMMANDS = {"train": "arpo_algo.train", "sft": "arpo_algo.sft", "eval": "arpo_algo.evaluation"}
+MODULE_COMMANDS = {"train": "arpo_algo.train", "sft": "arpo_algo.sft", "eval": "arpo_algo.evaluation",
+                   "view": "arpo_algo.viewer"}
 """Subcommands with a parser of their own (train and sft: TRL's `TrlParser`, every GRPOConfig / SFTConfig field):
 the rest of the command line goes to the module's ``main``."""
 
@@ -118,6 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("train", help="train with ARPO or a baseline (arpo train --config recipe.yaml; --help for flags)")
     sub.add_parser("sft", help="cold-start SFT on tool-use trajectories (arpo sft --config recipe.yaml)")
     sub.add_parser("eval", help="evaluate on the paper's benchmarks (arpo eval --model M --benchmarks … --out DIR)")
+    sub.add_parser("view", help="HTML report of rollout trees or a training run (arpo view PATH --out report.html)")
     _rollout_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "rollout":

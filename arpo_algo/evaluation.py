@@ -23,13 +23,14 @@ import argparse
 import csv
 import json
 import math
+import re
 import statistics
 import sys
 import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -378,14 +379,39 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=0.6)
     p.add_argument("--top-p", type=float, default=0.95)
     p.add_argument("--max-tool-calls", type=int, default=None, help="default: 5 for math, 10 for search tasks")
-    p.add_argument("--max-new-tokens", type=int, default=1024, help="tokens per turn")
-    p.add_argument("--max-completion-tokens", type=int, default=8192, help="tokens per episode")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help=f"tokens per turn (default {PAPER_BUDGET[0]}; {CPU_BUDGET[0]} with the hf backend on a CPU)")
+    p.add_argument("--max-completion-tokens", type=int, default=None,
+                   help=f"tokens per episode (default {PAPER_BUDGET[1]}; {CPU_BUDGET[1]} with the hf backend on a CPU)")
     p.add_argument("--concurrency", type=int, default=16, help="samples generated together")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--compare", choices=["paper"], default=None, help="print the paper's numbers beside ours")
     p.add_argument("--paper-table", default=None, help="the paper's Table 1 as TSV (default: the packaged copy)")
-    p.add_argument("--out", required=True, help="output folder (samples.jsonl, results.md, results.csv)")
+    p.add_argument("--out", default=None, help="output folder for samples.jsonl, results.md, results.csv and "
+                   "summary.json (default: runs/eval/MODEL); running again with the same folder resumes")
     return p
+
+
+PAPER_BUDGET = (1024, 8192)
+"""Tokens per turn and per episode: the evaluation budget on a GPU."""
+CPU_BUDGET = (512, 2048)
+"""The budget when transformers generates on a CPU, where the paper's budget makes an untuned small model (which
+writes until it is cut off) take tens of minutes per handful of questions. Both flags override it."""
+
+
+def token_budget(args: argparse.Namespace) -> tuple[int, int]:
+    on_cpu = False
+    if args.backend == "hf":
+        import torch
+
+        on_cpu = not torch.cuda.is_available()
+    default = CPU_BUDGET if on_cpu else PAPER_BUDGET
+    return (args.max_new_tokens or default[0], args.max_completion_tokens or default[1])
+
+
+def default_out(model: str) -> Path:
+    name = Path(model.rstrip("/")).name or "model"
+    return Path("runs") / "eval" / re.sub(r"[^A-Za-z0-9._-]+", "_", name)
 
 
 def make_runner(args: argparse.Namespace) -> Any:
@@ -406,9 +432,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if b.name in NEEDS_DATA_DIR and not args.data_dir:
             raise SystemExit(f"arpo eval: {b.name} needs --data-dir: {NEEDS_DATA_DIR[b.name]} is not shipped with "
                              f"arpo. Download it and put its test set at DATA_DIR/{b.name}/test.jsonl.")
-    settings = Settings(args.mode, args.temperature, args.top_p, args.max_tool_calls, args.max_new_tokens,
-                        args.max_completion_tokens, args.judge, args.search, args.seed)
-    out = Path(args.out)
+    max_new, max_completion = token_budget(args)
+    settings = Settings(args.mode, args.temperature, args.top_p, args.max_tool_calls, max_new, max_completion,
+                        args.judge, args.search, args.seed)
+    out = Path(args.out) if args.out else default_out(args.model)
+    print(f"arpo eval → {out} | {args.backend} | temperature {settings.temperature}, top-p {settings.top_p}, "
+          f"{max_new} tokens per turn, {max_completion} per episode", file=sys.stderr)
     start = time.perf_counter()
     sizes = {b.name: dataset_size(b, env_kwargs(b, args.data_dir, settings)) for b in benchmarks}  # before loading
     runner = make_runner(args)
@@ -423,10 +452,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                   "Qwen2.5-3B-Instruct, Llama3.1-8B-Instruct and Qwen2.5-7B-Instruct", file=sys.stderr)
     label = f"{args.model} ({args.mode})"
     md, rows = table(summary, benchmarks, args.judge, label, args.runs, compare)
+    md += (f"\n\nSettings: backend {args.backend}, mode {settings.mode}, temperature {settings.temperature}, top-p "
+           f"{settings.top_p}, tool calls per episode {settings.max_tool_calls or '5 (math) / 10 (search tasks)'}, "
+           f"{max_new} tokens per turn, {max_completion} per episode, seed {settings.seed}.")
     (out / "results.md").write_text(md + "\n", encoding="utf-8")
     with open(out / "results.csv", "w", newline="", encoding="utf-8") as f:
         csv.writer(f).writerows(rows)
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    (out / "summary.json").write_text(json.dumps({"benchmarks": summary, "settings": {
+        "model": args.model, "backend": args.backend, **asdict(settings), "runs": args.runs, "limit": args.limit}},
+        indent=1))
     print("\n" + md + f"\n\n{sum(len(r) for r in results.values())} samples in {time.perf_counter() - start:.0f} s "
           f"→ {out / 'samples.jsonl'}, {out / 'results.md'}, {out / 'results.csv'}")
     return 0

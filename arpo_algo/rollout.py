@@ -206,7 +206,22 @@ class ARPORollout:
         x.mask += [1] * len(seg.token_ids)
         x.logprobs += seg.logprobs
         x.entropies += list(seg.entropies) + [None] * (len(seg.token_ids) - len(seg.entropies))
-        x.segments.append({"kind": "model", "text": seg.text, "start": start, "end": len(x.completion)})
+        x.segments.append({"kind": "model", "text": seg.text, "start": start, "end": len(x.completion),
+                           "pieces": self._pieces(seg.token_ids[:len(seg.entropies)])})
+
+    def _pieces(self, ids: list[int]) -> list[str]:
+        """The text of each measured token, decoded incrementally so that the pieces join into the decoded prefix
+        (a character split over two tokens lands in the second); `arpo view` colours them by entropy."""
+        tok = self.generator.tokenizer
+        pieces, before = [], ""
+        for i in range(1, len(ids) + 1):
+            text = tok.decode(ids[:i], skip_special_tokens=False)
+            if text.endswith("\ufffd"):  # an incomplete UTF-8 sequence: wait for the token that completes it
+                pieces.append("")
+                continue
+            pieces.append(text[len(before):])
+            before = text
+        return pieces
 
     # Branching ------------------------------------------------------------------------------------------------------
     def _maybe_branch(self, x: _Live, seg: Segment, start: int, state: _TaskState) -> list[_Live]:

@@ -106,6 +106,8 @@ def summary(trainer: Any, seconds: float) -> str:
               f"  checkpoints              {', '.join(p.name for p in checkpoints) or 'none'}",
               f"  metrics                  {out / 'metrics.jsonl'}",
               f"  rollout trees            {out / (trainer.args.rollout_log or '-')}"]
+    if trainer.args.rollout_log:
+        lines.append(f"  look at them             arpo view {out} --out {out / 'report.html'}")
     return "\n".join(lines)
 
 

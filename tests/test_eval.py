@@ -124,3 +124,17 @@ def test_an_interrupted_eval_finishes_only_the_missing_samples(agent, tokenizer,
     md = (out / "results.md").read_text()
     assert "GSM8K" in md and "Bamboogle" in md and "tool calls / question" in md
     assert (out / "results.csv").read_text().startswith("model,GSM8K,Bamboogle")
+
+
+def test_token_budget_and_default_output_folder():
+    from arpo_algo.evaluation import CPU_BUDGET, PAPER_BUDGET, default_out, make_parser, token_budget
+
+    parse = make_parser().parse_args
+    import torch
+
+    hf = parse(["--model", "smollm2-135m"])  # transformers on a CPU gets the smaller budget
+    assert token_budget(hf) == (PAPER_BUDGET if torch.cuda.is_available() else CPU_BUDGET)
+    assert token_budget(parse(["--model", "m", "--backend", "vllm"])) == PAPER_BUDGET
+    assert token_budget(parse(["--model", "m", "--max-new-tokens", "64", "--max-completion-tokens", "99"])) == (64, 99)
+    assert default_out("smollm2-135m") == Path("runs/eval/smollm2-135m")
+    assert default_out("Qwen/Qwen2.5-7B-Instruct/") == Path("runs/eval/Qwen2.5-7B-Instruct")

@@ -232,6 +232,15 @@ env_kwargs: {{max_tool_calls: 4, sandbox_options: {{timeout_s: 5}}}}
     assert steps[-1] == 3
     assert "ARPO finished 3 steps" in result.stdout
 
+    # The run directory is what `arpo view` reads: trees, training curves from metrics.jsonl (steps deduplicated).
+    view = subprocess.run([sys.executable, "-m", "arpo_algo.cli", "view", str(run), "--out", str(tmp_path / "r.html")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert view.returncode == 0, view.stderr[-3000:]
+    assert (tmp_path / "r.training.png").exists() and (tmp_path / "r.entropy.png").exists()
+    from arpo_algo.viewer import read_metrics
+
+    assert [m["step"] for m in read_metrics(run / "metrics.jsonl")] == [1, 2, 3]
+
 
 @pytest.mark.parametrize("algorithm", ["dapo", "reinforce_pp"])
 def test_baselines_run_through_the_same_trainer(algorithm, undecided, tokenizer, tmp_path):

@@ -1,0 +1,379 @@
+"""`arpo view`: one self-contained HTML report of rollout trees, their token entropy, and a run's training curves.
+
+    arpo view trees.jsonl --out report.html          # the output of `arpo rollout`
+    arpo view runs/smollm2-arpo --out report.html    # a training run: rollouts*.jsonl and metrics.jsonl
+
+The page needs no network: styles, script, data and plots (PNG, base64) are inside the file. Each tree is stored as
+its own JSON block and parsed only when its card scrolls into view, and cards are added page by page, so a run with
+thousands of trajectories opens without freezing the browser. The plots are also written as PNG files beside the
+report (``report.entropy.png``, and ``report.training.png`` for a run directory).
+
+What the page shows, per task: the tree of trajectories (one row per path; a branch starts where its parent's row
+has a dot labelled with ΔH and P), tool calls and results on each row, and each leaf's reward. Clicking a row opens
+that trajectory: its segments, model text with the measured tokens coloured by entropy, tool calls and results set
+apart, and the reward and its parts. Filters: by reward range, by task text, by source and by training step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+import io
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+SCHEMA = 1
+"""Version of the page's data layout (the compact trees below); the script checks it."""
+
+
+# Reading ------------------------------------------------------------------------------------------------------------
+@dataclass
+class Source:
+    """What `arpo view` was pointed at: rollout files, an optional metrics file, and what could not be read."""
+
+    path: Path
+    rollout_files: list[Path]
+    metrics_file: Path | None = None
+    bad_lines: list[str] = field(default_factory=list)
+
+    @property
+    def is_run(self) -> bool:
+        return self.metrics_file is not None
+
+
+def find_source(path: str | Path) -> Source:
+    """A rollout JSONL file, or a directory: a training run (``rollouts.jsonl``, ``rollouts.rankN.jsonl``,
+    ``metrics.jsonl``) or any folder of tree files."""
+    p = Path(path)
+    if not p.exists():
+        raise SystemExit(f"arpo view: {p} does not exist (give a rollout JSONL file or a training run directory)")
+    if p.is_file():
+        return Source(p, [p])
+    files = sorted(p.glob("rollouts*.jsonl")) or sorted(f for f in p.glob("*.jsonl") if f.name != "metrics.jsonl")
+    metrics = p / "metrics.jsonl"
+    if not files:
+        raise SystemExit(f"arpo view: no rollout trees in {p}: expected rollouts.jsonl (written by arpo train) or "
+                         "a trees file from arpo rollout")
+    return Source(p, files, metrics if metrics.exists() else None)
+
+
+def read_trees(source: Source, limit: int | None = None) -> list[dict[str, Any]]:
+    """Every tree as a dict, in file order. A line that is not a tree (a run killed while writing leaves a cut last
+    line) is skipped and reported, never fatal. With `limit`, the last `limit` trees (the newest of a run)."""
+    trees: list[dict[str, Any]] = []
+    for f in source.rollout_files:
+        with open(f, encoding="utf-8", errors="replace") as fh:
+            for n, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    tree = json.loads(line)
+                    if not isinstance(tree, dict) or "trajectories" not in tree or "nodes" not in tree:
+                        raise ValueError("not a rollout tree (no nodes and trajectories)")
+                except ValueError as e:
+                    source.bad_lines.append(f"{f.name}:{n}: {str(e)[:120]}")
+                    continue
+                tree.setdefault("stats", {})["file"] = f.name
+                trees.append(tree)
+    if not trees:
+        raise SystemExit(f"arpo view: {source.path} holds no readable rollout trees"
+                         + (f" ({source.bad_lines[0]})" if source.bad_lines else ""))
+    return trees[-limit:] if limit else trees
+
+
+def read_metrics(path: Path | None) -> list[dict[str, Any]]:
+    """The training log, one entry per step (a resumed run logs the steps after its last checkpoint twice; the later
+    entry is the one that trained)."""
+    if path is None:
+        return []
+    by_step: dict[int, dict[str, Any]] = {}
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and "reward" in entry and "step" in entry:
+            by_step[int(entry["step"])] = entry
+    return [by_step[s] for s in sorted(by_step)]
+
+
+# The page's data ----------------------------------------------------------------------------------------------------
+def _r(x: Any, nd: int = 4) -> Any:
+    return round(float(x), nd) if isinstance(x, (int, float)) and math.isfinite(float(x)) else x
+
+
+def compact(tree: dict[str, Any], index: int) -> dict[str, Any]:
+    """What the page needs of one tree: no token ids or log-probs; each model segment keeps the entropy of its
+    measured tokens and, when the rollout recorded them, those tokens' text."""
+    trajs = []
+    for t in tree["trajectories"]:
+        ents = t.get("entropies") or []
+        segs = []
+        for s in t.get("segments", []):
+            seg: dict[str, Any] = {"k": "m" if s.get("kind") == "model" else "t", "text": s.get("text", ""),
+                                   "a": s.get("start", 0), "b": s.get("end", 0)}
+            if seg["k"] == "m":
+                measured = []
+                for e in ents[seg["a"]:seg["b"]]:
+                    if e is None:
+                        break
+                    measured.append(_r(e, 3))
+                seg["ent"] = measured
+                if s.get("pieces"):
+                    seg["pieces"] = s["pieces"][: len(measured)]
+            segs.append(seg)
+        parts = {k: _r(v) for k, v in (t.get("reward_parts") or {}).items() if not isinstance(v, (dict, list))}
+        trajs.append({"node": t["node"], "reward": _r(t.get("reward", 0.0)), "parts": parts,
+                      "tools": t.get("tool_calls", 0), "truncated": bool(t.get("truncated")),
+                      "len": len(t.get("completion_ids") or []), "segs": segs,
+                      "decisions": [{k: _r(v) for k, v in d.items()} for d in t.get("decisions", [])]})
+    task = tree.get("task") or {}
+    return {"v": SCHEMA, "i": index, "task": {k: task.get(k) for k in ("id", "source", "kind", "question", "answer")},
+            "algo": tree.get("algo"), "stats": {k: _r(v) for k, v in (tree.get("stats") or {}).items()},
+            "nodes": [{k: _r(v) for k, v in n.items()} for n in tree["nodes"]], "trajs": trajs}
+
+
+def summary_row(c: dict[str, Any]) -> dict[str, Any]:
+    """One line of the page's index (what filters and the task list need, without parsing the tree)."""
+    rewards = [t["reward"] for t in c["trajs"]]
+    q = str(c["task"].get("question") or "")
+    return {"i": c["i"], "id": str(c["task"].get("id", c["i"])), "source": c["task"].get("source") or "",
+            "q": q[:240], "step": c["stats"].get("step"), "algo": c["algo"], "rewards": rewards,
+            "nodes": len(c["nodes"]), "branches": sum(n.get("kind") == "branch" for n in c["nodes"]),
+            "tools": sum(t["tools"] for t in c["trajs"]),
+            "correct": sum(bool(t["parts"].get("correct")) for t in c["trajs"])}
+
+
+def totals(trees: list[dict[str, Any]]) -> dict[str, Any]:
+    trajs = [t for c in trees for t in c["trajs"]]
+    n = max(1, len(trajs))
+    decisions = [d for t in trajs for d in t["decisions"] if d.get("delta_h") is not None]
+    steps = sorted({c["stats"]["step"] for c in trees if c["stats"].get("step") is not None})
+    return {"tasks": len(trees), "trajectories": len(trajs), "nodes": sum(len(c["nodes"]) for c in trees),
+            "mean reward": sum(t["reward"] for t in trajs) / n,
+            "accuracy": sum(bool(t["parts"].get("correct")) for t in trajs) / n,
+            "format valid": sum(bool(t["parts"].get("format_ok")) for t in trajs) / n,
+            "tool calls / trajectory": sum(t["tools"] for t in trajs) / n,
+            "branches / task": sum(s["branches"] for s in map(summary_row, trees)) / max(1, len(trees)),
+            "mean ΔH at tool steps": (sum(d["delta_h"] for d in decisions) / len(decisions)) if decisions else None,
+            "algorithms": ", ".join(sorted({str(c["algo"]) for c in trees})),
+            "steps": f"{steps[0]}–{steps[-1]}" if len(steps) > 1 else (str(steps[0]) if steps else None)}
+
+
+# Plots --------------------------------------------------------------------------------------------------------------
+def entropy_by_position(trees: Iterable[dict[str, Any]]) -> dict[str, list[tuple[float, float, int]]]:
+    """Mean (and standard error, count) of the measured entropy at each token position of a model segment, for the
+    start of the response (the first segment) and for segments that follow a tool result."""
+    acc: dict[str, list[list[float]]] = {"start of response": [], "after a tool result": []}
+    for c in trees:
+        for t in c["trajs"]:
+            prev = None
+            for s in t["segs"]:
+                if s["k"] == "m" and s.get("ent"):
+                    key = "start of response" if prev is None else ("after a tool result" if prev == "t" else None)
+                    if key:
+                        rows = acc[key]
+                        for j, e in enumerate(s["ent"]):
+                            while len(rows) <= j:
+                                rows.append([])
+                            rows[j].append(e)
+                prev = s["k"]
+    out = {}
+    for key, rows in acc.items():
+        stats = []
+        for values in rows:
+            m = sum(values) / len(values)
+            var = sum((v - m) ** 2 for v in values) / max(1, len(values) - 1)
+            stats.append((m, math.sqrt(var / len(values)), len(values)))
+        out[key] = stats
+    return out
+
+
+def _png(fig: Any) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def entropy_plot(trees: list[dict[str, Any]]) -> bytes | None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    curves = entropy_by_position(trees)
+    if not any(curves.values()):
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    for (label, stats), colour in zip(curves.items(), ("#4a6fa5", "#d1495b")):
+        if not stats:
+            continue
+        x = list(range(1, len(stats) + 1))
+        m = [s[0] for s in stats]
+        se = [s[1] for s in stats]
+        ax.plot(x, m, marker="o", ms=3, color=colour, label=f"{label} ({stats[0][2]} segments)")
+        ax.fill_between(x, [a - b for a, b in zip(m, se)], [a + b for a, b in zip(m, se)], color=colour, alpha=0.2)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("token position in the segment")
+    ax.set_ylabel("normalised entropy")
+    ax.set_title("Entropy of the first generated tokens")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return _png(fig)
+
+
+TRAINING_CURVES = (("reward", "reward"), ("arpo/accuracy", "accuracy"),
+                   ("arpo/tool_calls_per_trajectory", "tool calls / trajectory"),
+                   ("arpo/branches_per_question", "branches / task"))
+
+
+def training_curves(metrics: list[dict[str, Any]], trees: list[dict[str, Any]]) -> dict[str, list[tuple[int, float]]]:
+    """Per step: from the run's metrics.jsonl, or computed from the trees' step numbers when there is no log."""
+    if metrics:
+        return {label: [(int(m["step"]), float(m[key])) for m in metrics if isinstance(m.get(key), (int, float))]
+                for key, label in TRAINING_CURVES}
+    by_step: dict[int, list[dict[str, Any]]] = {}
+    for c in trees:
+        if c["stats"].get("step") is not None:
+            by_step.setdefault(int(c["stats"]["step"]), []).append(c)
+    curves: dict[str, list[tuple[int, float]]] = {label: [] for _, label in TRAINING_CURVES}
+    for step in sorted(by_step):
+        t = totals(by_step[step])
+        for key, label in (("mean reward", "reward"), ("accuracy", "accuracy"),
+                           ("tool calls / trajectory", "tool calls / trajectory"), ("branches / task",
+                                                                                    "branches / task")):
+            curves[label].append((step, float(t[key])))
+    return curves
+
+
+def training_plot(curves: dict[str, list[tuple[int, float]]]) -> bytes | None:
+    if sum(len(v) for v in curves.values()) == 0:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    fig, axes = plt.subplots(1, 4, figsize=(13, 3.0))
+    for ax, (label, pts) in zip(axes, curves.items()):
+        if pts:
+            ax.plot(*zip(*pts), marker="o", ms=3, color="#2e7d32")
+        ax.set_title(label)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return _png(fig)
+
+
+# The page -----------------------------------------------------------------------------------------------------------
+def _json_block(element_id: str, value: Any) -> str:
+    # "</script>" or "<!--" in model text would end or derail the script element: no "<" reaches the HTML parser
+    # ("\u003c" is the same JSON string).
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
+    return f'<script type="application/json" id="{element_id}">{text}</script>'
+
+
+def _asset(name: str) -> str:
+    return resources.files("arpo_algo").joinpath("viewer_assets", name).read_text(encoding="utf-8")
+
+
+def render(trees: list[dict[str, Any]], source: Source, metrics: list[dict[str, Any]],
+           plots: dict[str, bytes]) -> str:
+    """The report as one HTML string."""
+    head = totals(trees)
+    cells = []
+    for key, value in head.items():
+        if value is None:
+            continue
+        if isinstance(value, float):
+            value = f"{value:.1%}" if key in ("accuracy", "format valid") else f"{value:+.3f}" if "reward" in key \
+                or "ΔH" in key else f"{value:.2f}"
+        cells.append(f'<div class="stat"><b>{html.escape(str(value))}</b><span>{html.escape(key)}</span></div>')
+    if metrics:
+        cells.append(f'<div class="stat"><b>{len(metrics)}</b><span>logged steps</span></div>')
+    warn = ""
+    if source.bad_lines:
+        shown = "".join(f"<li>{html.escape(b)}</li>" for b in source.bad_lines[:5])
+        warn = (f'<div class="warn">{len(source.bad_lines)} line(s) skipped, not rollout trees:<ul>{shown}</ul>'
+                "</div>")
+    figs = "".join(f'<figure><img alt="{html.escape(name)}" src="data:image/png;base64,'
+                   f'{base64.b64encode(png).decode()}"><figcaption>{html.escape(name)}</figcaption></figure>'
+                   for name, png in plots.items())
+    blocks = "\n".join(_json_block(f"tree-{c['i']}", c) for c in trees)
+    index = _json_block("index", {"v": SCHEMA, "emax": entropy_scale(trees), "rows": [summary_row(c) for c in trees]})
+    values = {"title": html.escape(f"arpo view — {source.path.name}"), "source": html.escape(str(source.path)),
+              "style": _asset("report.css"), "stats": "".join(cells), "warnings": warn, "figures": figs,
+              "script": _asset("report.js"), "data": index + "\n" + blocks}
+    # One pass, so that text from the trees can never be taken for a placeholder.
+    return re.sub(r"\{\{(\w+)\}\}", lambda m: values[m.group(1)], _asset("report.html"))
+
+
+def entropy_scale(trees: list[dict[str, Any]]) -> float:
+    """Where the colour of a token saturates: the 95th percentile of the measured entropies (normalised entropies of
+    a trained model are small, so a fixed 0–1 scale would leave every token white)."""
+    values = sorted(e for c in trees for t in c["trajs"] for s in t["segs"] for e in s.get("ent", ()))
+    if not values:
+        return 0.3
+    return max(0.02, round(values[int(0.95 * (len(values) - 1))], 3))
+
+
+def build(path: str | Path, out: str | Path, limit: int | None = None) -> dict[str, Any]:
+    """Write the report (and its PNG plots) for `path`; returns what was written and the header numbers."""
+    source = find_source(path)
+    trees = [compact(t, i) for i, t in enumerate(read_trees(source, limit))]
+    metrics = read_metrics(source.metrics_file)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    plots: dict[str, bytes] = {}
+    written = []
+    ent = entropy_plot(trees)
+    if ent:
+        plots["entropy by token position: start of the response vs after a tool result"] = ent
+        p = out.with_suffix(".entropy.png")
+        p.write_bytes(ent)
+        written.append(p)
+    if source.is_run or len({c["stats"].get("step") for c in trees} - {None}) > 1:
+        train = training_plot(training_curves(metrics, trees))
+        if train:
+            plots["training: reward, accuracy, tool calls and branches per step"] = train
+            p = out.with_suffix(".training.png")
+            p.write_bytes(train)
+            written.append(p)
+    out.write_text(render(trees, source, metrics, plots), encoding="utf-8")
+    return {"report": out, "plots": written, "totals": totals(trees), "skipped": source.bad_lines}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="arpo view", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("path", help="rollout trees (JSONL, from arpo rollout) or a training run directory")
+    parser.add_argument("--out", default="report.html", help="the HTML file to write (default: report.html)")
+    parser.add_argument("--limit", type=int, default=None, help="only the last N trees (the newest steps of a run)")
+    args = parser.parse_args(argv)
+    result = build(args.path, args.out, args.limit)
+    t = result["totals"]
+    print(f"{t['tasks']} tasks, {t['trajectories']} trajectories, mean reward {t['mean reward']:+.3f}, "
+          f"accuracy {t['accuracy']:.1%}")
+    for s in result["skipped"][:3]:
+        print(f"skipped {s}", file=sys.stderr)
+    print(f"wrote {result['report']}" + "".join(f", {p}" for p in result["plots"])
+          + f"\nopen it in a browser: file://{Path(result['report']).resolve()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

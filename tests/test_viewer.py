@@ -1,0 +1,179 @@
+"""`arpo view`: the report built from real rollout trees, opened in headless Chromium as a person would open it."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+from browser import Browser, ensure_chromium
+from tiny_agent import TASK
+
+import arpo_env  # noqa: F401
+from arpo_algo import viewer
+from arpo_algo.hf_generator import HFGenerator
+from arpo_algo.rollout import ARPORollout, RolloutConfig
+from arpo_algo.tree import write_jsonl
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def trees_file(agent, tokenizer, tmp_path_factory) -> Path:
+    """Real trees: the scripted tiny agent on three tasks, ARPO branching forced at every tool step."""
+    config = RolloutConfig(num_generations=4, num_global=2, alpha=1.0, beta=0.0, max_new_tokens=24,
+                           max_completion_tokens=400, temperature=0.7, seed=3)
+    engine = ARPORollout(HFGenerator(agent, tokenizer), lambda: gym.make(
+        "ARPO-Math-v0", sandbox_options={"timeout_s": 5}, max_tool_calls=4).unwrapped, config)
+    path = tmp_path_factory.mktemp("view") / "trees.jsonl"
+    write_jsonl(engine.run([TASK, 1, 2]), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def browser():
+    executable = ensure_chromium()
+    if executable is None:
+        pytest.fail("chromium is not installed and could not be installed with apt-get (install Debian's chromium)")
+    b = Browser(executable)
+    yield b
+    b.close()
+
+
+def file_counts(path: Path) -> tuple[int, int]:
+    trees = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return len(trees), sum(len(t["nodes"]) for t in trees)
+
+
+def type_into(browser: Browser, element_id: str, value: str) -> None:
+    browser.evaluate(f"{{ const f = document.getElementById({json.dumps(element_id)}); f.value = {json.dumps(value)};"
+                     " f.dispatchEvent(new Event('input')); }")
+
+
+def test_report_in_headless_chromium(trees_file, browser, tmp_path):
+    n_trees, n_nodes = file_counts(trees_file)
+    assert n_trees == 3 and n_nodes == 12
+    out = tmp_path / "report.html"
+    result = viewer.build(trees_file, out)
+    assert result["plots"] == [tmp_path / "report.entropy.png"]  # no run directory: no training curves
+
+    browser.open(out.as_uri())
+    drawn = browser.wait_for(f"document.querySelectorAll('svg.tree').length === {n_trees}")
+    assert drawn, "every tree card should be drawn once it is in view"
+    assert browser.evaluate("document.querySelectorAll('svg.tree g.node').length") == n_nodes
+    # Branch points are drawn and labelled with ΔH and P.
+    branches = sum(n["kind"] == "branch" for line in trees_file.read_text().splitlines()
+                   for n in json.loads(line)["nodes"])
+    assert branches > 0
+    assert browser.evaluate("document.querySelectorAll('circle.bp').length") == branches
+    assert "ΔH" in browser.evaluate("document.querySelector('text.bpl').textContent")
+
+    # A click on a trajectory's row opens it: segments, tool output set apart, tokens coloured by entropy.
+    assert browser.evaluate("document.querySelectorAll('.traj').length") == 0
+    browser.click("svg.tree g.node .hit")
+    assert browser.wait_for("document.querySelectorAll('.traj').length === 1")
+    text = browser.evaluate("document.querySelector('.traj').innerText")
+    assert "reward" in text and "<python>" in text
+    assert browser.evaluate("document.querySelectorAll('.traj .seg.tool').length") >= 2  # the task and a result
+    coloured = browser.evaluate("[...document.querySelectorAll('.traj .tok')].filter(e => e.style.background)"
+                                ".length")
+    assert coloured > 0
+
+    # Filters: a reward range no trajectory reaches hides every task; clearing it brings them back.
+    type_into(browser, "f-min", "5")
+    assert browser.evaluate("document.querySelectorAll('.card').length") == 0
+    type_into(browser, "f-min", "")
+    assert browser.evaluate("document.querySelectorAll('.card').length") == n_trees
+
+    png = browser.screenshot()
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(png)).convert("RGB")
+    colours = image.getcolors(maxcolors=1 << 20)
+    assert colours is not None and len(colours) > 50, "the screenshot is blank"
+    assert browser.errors() == []
+    assert all(u.startswith(("file:", "data:")) for u in browser.requests()), "the report must not use the network"
+
+
+def test_thousands_of_trajectories_load_lazily(trees_file, browser, tmp_path):
+    """1,500 trees (6,000 trajectories) open with a page of cards; only cards in view are drawn; scrolling adds more."""
+    lines = [json.loads(line) for line in trees_file.read_text().splitlines()]
+    big = tmp_path / "big.jsonl"
+    with open(big, "w") as f:
+        for k in range(500):
+            for tree in lines:
+                tree["task"]["id"] = f"task-{k}-{tree['task'].get('id')}"
+                f.write(json.dumps(tree) + "\n")
+    out = tmp_path / "big.html"
+    viewer.build(big, out)
+    browser.open(out.as_uri())
+    assert browser.wait_for("document.querySelectorAll('svg.tree').length > 0")
+    assert browser.evaluate("window.arpoView.rows.length") == 1500
+    first = browser.evaluate("document.querySelectorAll('.card').length")
+    assert first == 40
+    assert browser.evaluate("document.querySelectorAll('svg.tree').length") < first  # off-screen cards wait
+    browser.evaluate("window.scrollTo(0, document.body.scrollHeight)")
+    assert browser.wait_for("document.querySelectorAll('.card').length > 40")
+    assert "showing" in browser.evaluate("document.getElementById('count').textContent")
+    assert browser.errors() == []
+
+
+def test_cut_lines_and_bad_paths(trees_file, tmp_path):
+    cut = tmp_path / "cut.jsonl"
+    text = trees_file.read_text()
+    cut.write_text(text + text.splitlines()[0][:200])  # a run killed while writing its last line
+    result = viewer.build(cut, tmp_path / "r.html")
+    assert result["totals"]["tasks"] == 3 and len(result["skipped"]) == 1
+    assert "line(s) skipped" in (tmp_path / "r.html").read_text()
+    with pytest.raises(SystemExit, match="does not exist"):
+        viewer.build(tmp_path / "nope.jsonl", tmp_path / "x.html")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit, match="no rollout trees"):
+        viewer.build(tmp_path / "empty", tmp_path / "x.html")
+
+
+def test_text_from_the_model_cannot_break_the_page(trees_file, tmp_path):
+    """Model output is hostile: a closing script tag or a template placeholder in it stays text."""
+    tree = json.loads(trees_file.read_text().splitlines()[0])
+    evil = "</script><script>window.pwned = 1</script>{{script}}"
+    tree["trajectories"][0]["segments"][0]["text"] = evil + tree["trajectories"][0]["segments"][0]["text"]
+    tree["task"]["question"] = evil
+    path = tmp_path / "evil.jsonl"
+    path.write_text(json.dumps(tree) + "\n")
+    page = viewer.build(path, tmp_path / "evil.html")["report"].read_text()
+    assert "<script>window.pwned" not in page
+    assert page.count("</script>") == page.count("<script")  # no block was closed early
+
+
+def test_entropy_curves_and_run_metrics(trees_file, tmp_path):
+    source = viewer.find_source(trees_file)
+    trees = [viewer.compact(t, i) for i, t in enumerate(viewer.read_trees(source))]
+    curves = viewer.entropy_by_position(trees)
+    assert curves["start of response"] and curves["after a tool result"]
+    assert all(0.0 <= m <= 1.0 and n > 0 for m, _, n in curves["after a tool result"])
+    # A resumed run logs some steps twice: the later entry is the one that trained.
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "rollouts.jsonl").write_text(trees_file.read_text())
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(m) for m in [
+        {"step": 1, "reward": 0.1, "arpo/accuracy": 0.2}, {"step": 2, "reward": 0.3, "arpo/accuracy": 0.4},
+        {"step": 2, "reward": 0.5, "arpo/accuracy": 0.6}, {"step": 2, "train_runtime": 9.0}]) + "\n")
+    metrics = viewer.read_metrics(run / "metrics.jsonl")
+    assert [(m["step"], m["reward"]) for m in metrics] == [(1, 0.1), (2, 0.5)]
+    assert viewer.training_curves(metrics, trees)["accuracy"] == [(1, 0.2), (2, 0.6)]
+    result = viewer.build(run, tmp_path / "run.html")
+    assert [p.name for p in result["plots"]] == ["run.entropy.png", "run.training.png"]
+
+
+def test_arpo_view_command(trees_file, tmp_path):
+    out = tmp_path / "cli" / "report.html"
+    cmd = [sys.executable, "-m", "arpo_algo.cli", "view", str(trees_file), "--out", str(out)]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "3 tasks, 12 trajectories" in result.stdout and out.exists()
