@@ -112,6 +112,7 @@ def _r(x: Any, nd: int = 4) -> Any:
 def compact(tree: dict[str, Any], index: int) -> dict[str, Any]:
     """What the page needs of one tree: no token ids or log-probs; each model segment keeps the entropy of its
     measured tokens and, when the rollout recorded them, those tokens' text."""
+    starts = {n["id"]: n.get("start", 0) for n in tree["nodes"]}
     trajs = []
     for t in tree["trajectories"]:
         ents = t.get("entropies") or []
@@ -130,7 +131,8 @@ def compact(tree: dict[str, Any], index: int) -> dict[str, Any]:
                     seg["pieces"] = s["pieces"][: len(measured)]
             segs.append(seg)
         parts = {k: _r(v) for k, v in (t.get("reward_parts") or {}).items() if not isinstance(v, (dict, list))}
-        trajs.append({"node": t["node"], "reward": _r(t.get("reward", 0.0)), "parts": parts,
+        trajs.append({"node": t["node"], "start": starts.get(t["node"], 0), "reward": _r(t.get("reward", 0.0)),
+                      "parts": parts,
                       "tools": t.get("tool_calls", 0), "truncated": bool(t.get("truncated")),
                       "len": len(t.get("completion_ids") or []), "segs": segs,
                       "decisions": [{k: _r(v) for k, v in d.items()} for d in t.get("decisions", [])]})
@@ -170,13 +172,14 @@ def totals(trees: list[dict[str, Any]]) -> dict[str, Any]:
 # Plots --------------------------------------------------------------------------------------------------------------
 def entropy_by_position(trees: Iterable[dict[str, Any]]) -> dict[str, list[tuple[float, float, int]]]:
     """Mean (and standard error, count) of the measured entropy at each token position of a model segment, for the
-    start of the response (the first segment) and for segments that follow a tool result."""
+    start of the response (the first segment) and for segments that follow a tool result. A segment shared by
+    several trajectories of a tree (the prefix before a branch point) counts once."""
     acc: dict[str, list[list[float]]] = {"start of response": [], "after a tool result": []}
     for c in trees:
         for t in c["trajs"]:
             prev = None
             for s in t["segs"]:
-                if s["k"] == "m" and s.get("ent"):
+                if s["k"] == "m" and s.get("ent") and s["a"] >= t.get("start", 0):
                     key = "start of response" if prev is None else ("after a tool result" if prev == "t" else None)
                     if key:
                         rows = acc[key]

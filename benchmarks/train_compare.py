@@ -2,9 +2,11 @@
 
     python benchmarks/train_compare.py [--steps 6] [--algorithms arpo grpo] [--out runs/compare]
 
+    python benchmarks/train_compare.py --reuse        # table and plot again from the runs in --out
+
 Each algorithm is one ``arpo train`` run of `examples/recipes/smollm2_cpu.yaml` (the cold-start SFT checkpoint is
 made first when missing) with only ``--algorithm`` changed. Per step: reward, accuracy, tool calls (total over the
-step's trajectories) and branches per question; saved as ``compare.csv``, ``compare.md`` and ``compare.png``.
+step's trajectories), tokens generated and branches per question; saved as ``compare.csv``, ``compare.md`` and ``compare.png``.
 """
 
 from __future__ import annotations
@@ -20,9 +22,12 @@ ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "examples/recipes/smollm2_cpu.yaml"
 
 
-def run(algorithm: str, out: Path, steps: int, extra: list[str]) -> list[dict]:
+def run(algorithm: str, out: Path, steps: int, extra: list[str], reuse: bool = False) -> list[dict]:
     run_dir = out / algorithm
     metrics = run_dir / "metrics.jsonl"
+    if reuse and metrics.exists():
+        print(f"=== {algorithm}: reusing {metrics}")
+        return [json.loads(line) for line in metrics.read_text().splitlines() if '"reward"' in line]
     if metrics.exists():
         metrics.unlink()  # a fresh comparison
     cmd = [sys.executable, "-m", "arpo_algo.cli", "train", "--config", str(RECIPE), "--algorithm", algorithm,
@@ -37,12 +42,13 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--algorithms", nargs="+", default=["arpo", "grpo"])
     parser.add_argument("--out", default=str(ROOT / "runs/compare"))
+    parser.add_argument("--reuse", action="store_true", help="rebuild the table and plot from runs already in --out")
     parser.add_argument("extra", nargs="*", help="more arpo train flags, after --")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     per_traj = 8  # the recipe's per_device_train_batch_size: trajectories per step
-    results = {a: run(a, out, args.steps, args.extra) for a in args.algorithms}
+    results = {a: run(a, out, args.steps, args.extra, args.reuse) for a in args.algorithms}
 
     rows = []
     for algorithm, logs in results.items():
@@ -56,16 +62,20 @@ def main() -> int:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    lines = ["| step | " + " | ".join(f"{a} reward | {a} accuracy | {a} tool calls" for a in results) + " |",
-             "|---|" + "---|---|---|" * len(results)]
+    lines = ["| step | " + " | ".join(f"{a} reward | {a} accuracy | {a} tool calls | {a} tokens generated"
+                                     for a in results) + " |",
+             "|---|" + "---|---|---|---|" * len(results)]
     for step in range(1, args.steps + 1):
         cells = []
         for algorithm in results:
             r = next((r for r in rows if r["algorithm"] == algorithm and r["step"] == step), None)
-            cells += [f"{r['reward']:+.3f}", f"{r['accuracy']:.2f}", f"{r['tool_calls']:.0f}"] if r else ["-"] * 3
+            cells += ([f"{r['reward']:+.3f}", f"{r['accuracy']:.2f}", f"{r['tool_calls']:.0f}",
+                       f"{r['tokens_generated']:.0f}"] if r else ["-"] * 4)
         lines.append(f"| {step} | " + " | ".join(cells) + " |")
     totals = {a: sum(r["tool_calls"] for r in rows if r["algorithm"] == a) for a in results}
+    tokens = {a: sum(r["tokens_generated"] or 0 for r in rows if r["algorithm"] == a) for a in results}
     lines.append("\ntotal tool calls: " + ", ".join(f"{a} {t:.0f}" for a, t in totals.items()))
+    lines.append("total tokens generated: " + ", ".join(f"{a} {t:.0f}" for a, t in tokens.items()))
     table = "\n".join(lines)
     (out / "compare.md").write_text(table + "\n")
     print("\n" + table)
@@ -75,9 +85,9 @@ def main() -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    for ax, key, label in zip(axes, ("reward", "accuracy", "tool_calls"), ("reward", "accuracy",
-                                                                        "tool calls per step")):
+    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
+    for ax, key, label in zip(axes, ("reward", "accuracy", "tool_calls", "tokens_generated"),
+                              ("reward", "accuracy", "tool calls per step", "tokens generated per step")):
         for algorithm in results:
             pts = [(r["step"], r[key]) for r in rows if r["algorithm"] == algorithm and r[key] is not None]
             ax.plot(*zip(*pts), marker="o", label=algorithm)

@@ -155,6 +155,9 @@ def test_entropy_curves_and_run_metrics(trees_file, tmp_path):
     trees = [viewer.compact(t, i) for i, t in enumerate(viewer.read_trees(source))]
     curves = viewer.entropy_by_position(trees)
     assert curves["start of response"] and curves["after a tool result"]
+    # Branches share their first segment with their parent: each start of a response is counted once, per root.
+    roots = sum(n.get("parent") is None for c in trees for n in c["nodes"])
+    assert curves["start of response"][0][2] == roots
     assert all(0.0 <= m <= 1.0 and n > 0 for m, _, n in curves["after a tool result"])
     # A resumed run logs some steps twice: the later entry is the one that trained.
     run = tmp_path / "run"
