@@ -441,8 +441,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     start = time.perf_counter()
     sizes = {b.name: dataset_size(b, env_kwargs(b, args.data_dir, settings)) for b in benchmarks}  # before loading
     runner = make_runner(args)
-    results = evaluate(benchmarks, runner, args.data_dir, args.limit, args.runs, settings, out,
-                       chunk=args.concurrency, sizes=sizes)
+    saved = out / "samples.jsonl"
+    before = sum(1 for _ in open(saved, encoding="utf-8")) if saved.exists() else 0
+    try:
+        results = evaluate(benchmarks, runner, args.data_dir, args.limit, args.runs, settings, out,
+                           chunk=args.concurrency, sizes=sizes)
+    except KeyboardInterrupt:
+        n = sum(1 for _ in open(saved, encoding="utf-8")) if saved.exists() else 0
+        print(f"\narpo eval: interrupted; {n} finished samples are in {saved}. Run the same command again to do "
+              "only the missing ones.", file=sys.stderr)
+        return 130
     summary = summarise(results, args.runs)
     compare = []
     if args.compare == "paper":
@@ -461,7 +469,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     (out / "summary.json").write_text(json.dumps({"benchmarks": summary, "settings": {
         "model": args.model, "backend": args.backend, **asdict(settings), "runs": args.runs, "limit": args.limit}},
         indent=1))
-    print("\n" + md + f"\n\n{sum(len(r) for r in results.values())} samples in {time.perf_counter() - start:.0f} s "
+    done = (sum(1 for _ in open(saved, encoding="utf-8")) if saved.exists() else 0) - before
+    print("\n" + md + f"\n\n{sum(len(r) for r in results.values())} samples ({done} run now, the rest from an earlier "
+          f"run) in {time.perf_counter() - start:.0f} s "
           f"→ {out / 'samples.jsonl'}, {out / 'results.md'}, {out / 'results.csv'}")
     return 0
 

@@ -6,7 +6,8 @@
 
 Each algorithm is one ``arpo train`` run of `examples/recipes/smollm2_cpu.yaml` (the cold-start SFT checkpoint is
 made first when missing) with only ``--algorithm`` changed. Per step: reward, accuracy, tool calls (total over the
-step's trajectories), tokens generated and branches per question; saved as ``compare.csv``, ``compare.md`` and ``compare.png``.
+step's trajectories), tokens generated and branches per question; saved as ``compare.csv``, ``compare.md`` and
+``compare.png``.
 """
 
 from __future__ import annotations
