@@ -106,7 +106,10 @@ def read_metrics(path: Path | None) -> list[dict[str, Any]]:
 
 # The page's data ----------------------------------------------------------------------------------------------------
 def _r(x: Any, nd: int = 4) -> Any:
-    return round(float(x), nd) if isinstance(x, (int, float)) and math.isfinite(float(x)) else x
+    """Floats rounded for the page; NaN and infinities become null (JSON.parse rejects them); the rest unchanged."""
+    if isinstance(x, float):
+        return round(x, nd) if math.isfinite(x) else None
+    return x
 
 
 def compact(tree: dict[str, Any], index: int) -> dict[str, Any]:

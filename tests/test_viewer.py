@@ -143,11 +143,18 @@ def test_text_from_the_model_cannot_break_the_page(trees_file, tmp_path):
     evil = "</script><script>window.pwned = 1</script>{{script}}"
     tree["trajectories"][0]["segments"][0]["text"] = evil + tree["trajectories"][0]["segments"][0]["text"]
     tree["task"]["question"] = evil
+    tree["trajectories"][0]["reward_parts"]["score"] = float("nan")  # not JSON: must not reach the page as NaN
     path = tmp_path / "evil.jsonl"
     path.write_text(json.dumps(tree) + "\n")
     page = viewer.build(path, tmp_path / "evil.html")["report"].read_text()
     assert "<script>window.pwned" not in page
     assert page.count("</script>") == page.count("<script")  # no block was closed early
+    block = page.split('id="tree-0">', 1)[1].split("</script>", 1)[0]
+
+    def reject(constant: str) -> None:
+        raise ValueError(f"{constant} is not JSON")
+
+    assert json.loads(block, parse_constant=reject)["trajs"][0]["parts"]["score"] is None
 
 
 def test_entropy_curves_and_run_metrics(trees_file, tmp_path):
