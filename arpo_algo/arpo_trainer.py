@@ -36,7 +36,7 @@ from trl import GRPOTrainer
 from arpo_algo.advantages import grpo_advantages, hard_attribution, reinforce_pp_advantages
 from arpo_algo.arpo_config import ARPOConfig
 from arpo_algo.rollout import ARPORollout, GRPORollout, RolloutConfig
-from arpo_algo.tree import RolloutTree, write_jsonl
+from arpo_algo.tree import RolloutTree, entropy_windows, write_jsonl
 
 
 def env_reward(completions: list[Any], env_reward: list[float], **kwargs: Any) -> list[float]:
@@ -335,7 +335,10 @@ class ARPOTrainer(GRPOTrainer):
             self._log_metric("arpo/delta_h_mean", float(np.mean([d["delta_h"] for d in decisions])))
             self._log_metric("arpo/delta_h_max", float(np.max([d["delta_h"] for d in decisions])))
             self._log_metric("arpo/branch_probability", float(np.mean([d["p"] for d in decisions])))
-        start, after = _segment_entropies(trajectories)
+        windows = [(where, float(np.mean(values))) for t in trajectories
+                   for where, values in entropy_windows(t.segments, t.entropies)]
+        start = [v for where, v in windows if where == "start"]
+        after = [v for where, v in windows if where == "after_tool"]
         if start:
             self._log_metric("arpo/entropy_start", float(np.mean(start)))
         if after:
@@ -415,15 +418,3 @@ def _seed(base: int, step: int, rank: int, call: int) -> int:
 def _uniform(tree: RolloutTree) -> bool:
     rewards = [t.reward for t in tree.trajectories]
     return max(rewards) - min(rewards) < 1e-9
-
-
-def _segment_entropies(trajectories: list[Any]) -> tuple[list[float], list[float]]:
-    """Mean measured entropy of each model segment: the first segment's (start) and those after a tool result."""
-    start, after = [], []
-    for tr in trajectories:
-        model_segments = [s for s in tr.segments if s["kind"] == "model"]
-        for j, seg in enumerate(model_segments):
-            values = [e for e in tr.entropies[seg["start"]:seg["end"]] if e is not None]
-            if values:
-                (start if j == 0 else after).append(float(np.mean(values)))
-    return start, after

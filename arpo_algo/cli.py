@@ -16,7 +16,8 @@ def _rollout_parser(sub: Any) -> None:
     p.add_argument("--model", default="smollm2-135m", help="hub id, local path, or smollm2-135m (embedded)")
     p.add_argument("--backend", choices=["hf", "vllm"], default="hf")
     p.add_argument("--env", default="ARPO-Math-v0", help="environment id")
-    p.add_argument("--env-kwargs", default="{}", help='JSON keyword arguments for the env, e.g. \'{"dataset": "gsm8k"}\'')
+    p.add_argument("--env-kwargs", default="{}",
+                   help='JSON keyword arguments for the env, e.g. \'{"dataset": "gsm8k"}\'')
     p.add_argument("--dataset", default=None, help="shortcut for env kwarg dataset")
     p.add_argument("--data-dir", default=None, help="shortcut for env kwarg data_dir")
     p.add_argument("--tasks", type=int, default=8, help="number of tasks (the first ones of the dataset)")

@@ -85,6 +85,23 @@ class RolloutTree:
                    [Trajectory(**t) for t in d["trajectories"]], d.get("stats", {}))
 
 
+def entropy_windows(segments: list[dict[str, Any]], entropies: list[float | None], own_from: int = 0
+                    ) -> Iterator[tuple[str, list[float]]]:
+    """The measured entropies of each model segment, with where it sits: ``"start"`` (the response's first segment)
+    or ``"after_tool"`` (it follows a tool result) — the two windows ARPO compares. The trainer logs their means and
+    `arpo view` plots them by position. Segments starting before `own_from` are skipped: give a branch's start to
+    count the prefix it shares with its parent once."""
+    previous = None
+    for seg in segments:
+        where = "start" if previous is None else "after_tool" if previous == "tool" else None
+        previous = seg["kind"]
+        if seg["kind"] != "model" or where is None or seg["start"] < own_from:
+            continue
+        values = [e for e in entropies[seg["start"]:seg["end"]] if e is not None]
+        if values:
+            yield where, values
+
+
 def write_jsonl(trees: Iterable[RolloutTree], path: str | os.PathLike, append: bool = True) -> int:
     """Write one tree per line; by default append (rollout logs are never rewritten). Returns the count."""
     n = 0

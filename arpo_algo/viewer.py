@@ -29,6 +29,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from arpo_algo.tree import entropy_windows
+
 SCHEMA = 1
 """Version of the page's data layout (the compact trees below); the script checks it."""
 
@@ -115,7 +117,6 @@ def _r(x: Any, nd: int = 4) -> Any:
 def compact(tree: dict[str, Any], index: int) -> dict[str, Any]:
     """What the page needs of one tree: no token ids or log-probs; each model segment keeps the entropy of its
     measured tokens and, when the rollout recorded them, those tokens' text."""
-    starts = {n["id"]: n.get("start", 0) for n in tree["nodes"]}
     trajs = []
     for t in tree["trajectories"]:
         ents = t.get("entropies") or []
@@ -134,8 +135,7 @@ def compact(tree: dict[str, Any], index: int) -> dict[str, Any]:
                     seg["pieces"] = s["pieces"][: len(measured)]
             segs.append(seg)
         parts = {k: _r(v) for k, v in (t.get("reward_parts") or {}).items() if not isinstance(v, (dict, list))}
-        trajs.append({"node": t["node"], "start": starts.get(t["node"], 0), "reward": _r(t.get("reward", 0.0)),
-                      "parts": parts,
+        trajs.append({"node": t["node"], "reward": _r(t.get("reward", 0.0)), "parts": parts,
                       "tools": t.get("tool_calls", 0), "truncated": bool(t.get("truncated")),
                       "len": len(t.get("completion_ids") or []), "segs": segs,
                       "decisions": [{k: _r(v) for k, v in d.items()} for d in t.get("decisions", [])]})
@@ -166,31 +166,31 @@ def totals(trees: list[dict[str, Any]]) -> dict[str, Any]:
             "accuracy": sum(bool(t["parts"].get("correct")) for t in trajs) / n,
             "format valid": sum(bool(t["parts"].get("format_ok")) for t in trajs) / n,
             "tool calls / trajectory": sum(t["tools"] for t in trajs) / n,
-            "branches / task": sum(s["branches"] for s in map(summary_row, trees)) / max(1, len(trees)),
+            "branches / task": sum(n.get("kind") == "branch" for c in trees for n in c["nodes"]) / max(1, len(trees)),
             "mean ΔH at tool steps": (sum(d["delta_h"] for d in decisions) / len(decisions)) if decisions else None,
             "algorithms": ", ".join(sorted({str(c["algo"]) for c in trees})),
             "steps": f"{steps[0]}–{steps[-1]}" if len(steps) > 1 else (str(steps[0]) if steps else None)}
 
 
 # Plots --------------------------------------------------------------------------------------------------------------
+ENTROPY_WINDOWS = {"start": "start of response", "after_tool": "after a tool result"}
+
+
 def entropy_by_position(trees: Iterable[dict[str, Any]]) -> dict[str, list[tuple[float, float, int]]]:
     """Mean (and standard error, count) of the measured entropy at each token position of a model segment, for the
-    start of the response (the first segment) and for segments that follow a tool result. A segment shared by
-    several trajectories of a tree (the prefix before a branch point) counts once."""
-    acc: dict[str, list[list[float]]] = {"start of response": [], "after a tool result": []}
-    for c in trees:
-        for t in c["trajs"]:
-            prev = None
-            for s in t["segs"]:
-                if s["k"] == "m" and s.get("ent") and s["a"] >= t.get("start", 0):
-                    key = "start of response" if prev is None else ("after a tool result" if prev == "t" else None)
-                    if key:
-                        rows = acc[key]
-                        for j, e in enumerate(s["ent"]):
-                            while len(rows) <= j:
-                                rows.append([])
-                            rows[j].append(e)
-                prev = s["k"]
+    start of the response and for segments that follow a tool result (`arpo_algo.tree.entropy_windows`), over the
+    trees as read from the file. A prefix shared by the trajectories of a branch counts once."""
+    acc: dict[str, list[list[float]]] = {label: [] for label in ENTROPY_WINDOWS.values()}
+    for tree in trees:
+        starts = {n["id"]: n.get("start", 0) for n in tree["nodes"]}
+        for t in tree["trajectories"]:
+            windows = entropy_windows(t.get("segments") or [], t.get("entropies") or [], starts.get(t["node"], 0))
+            for where, values in windows:
+                rows = acc[ENTROPY_WINDOWS[where]]
+                for j, e in enumerate(values):
+                    while len(rows) <= j:
+                        rows.append([])
+                    rows[j].append(e)
     out = {}
     for key, rows in acc.items():
         stats = []
@@ -340,13 +340,14 @@ def entropy_scale(trees: list[dict[str, Any]]) -> float:
 def build(path: str | Path, out: str | Path, limit: int | None = None) -> dict[str, Any]:
     """Write the report (and its PNG plots) for `path`; returns what was written and the header numbers."""
     source = find_source(path)
-    trees = [compact(t, i) for i, t in enumerate(read_trees(source, limit))]
+    raw = read_trees(source, limit)
+    trees = [compact(t, i) for i, t in enumerate(raw)]
     metrics = read_metrics(source.metrics_file)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     plots: dict[str, bytes] = {}
     written = []
-    ent = entropy_plot(trees)
+    ent = entropy_plot(raw)
     if ent:
         plots["entropy by token position: start of the response vs after a tool result"] = ent
         p = out.with_suffix(".entropy.png")

@@ -159,8 +159,9 @@ def test_text_from_the_model_cannot_break_the_page(trees_file, tmp_path):
 
 def test_entropy_curves_and_run_metrics(trees_file, tmp_path):
     source = viewer.find_source(trees_file)
-    trees = [viewer.compact(t, i) for i, t in enumerate(viewer.read_trees(source))]
-    curves = viewer.entropy_by_position(trees)
+    raw = viewer.read_trees(source)
+    trees = [viewer.compact(t, i) for i, t in enumerate(raw)]
+    curves = viewer.entropy_by_position(raw)
     assert curves["start of response"] and curves["after a tool result"]
     # Branches share their first segment with their parent: each start of a response is counted once, per root.
     roots = sum(n.get("parent") is None for c in trees for n in c["nodes"])
