@@ -126,3 +126,13 @@ def test_entropy_is_exact_and_normalised(agent, tokenizer):
     expected = float(-(logp.exp() * logp).sum() / torch.log(torch.tensor(float(logits.numel()))))
     assert len(seg.entropies) == 2 and seg.entropies[0] == pytest.approx(expected, rel=1e-4)
     assert 0.0 <= seg.entropies[0] <= 1.0
+
+
+def test_entropy_windows_name_the_start_and_after_tool_segments():
+    from arpo_algo.tree import entropy_windows
+
+    segments = [{"kind": "model", "start": 0, "end": 3}, {"kind": "tool", "start": 3, "end": 5},
+                {"kind": "model", "start": 5, "end": 8}, {"kind": "tool", "start": 8, "end": 8}]
+    entropies = [0.1, 0.2, None, None, None, 0.3, None, None]
+    assert list(entropy_windows(segments, entropies)) == [("start", [0.1, 0.2]), ("after_tool", [0.3])]
+    assert list(entropy_windows(segments, entropies, own_from=5)) == [("after_tool", [0.3])]  # a branch's own part
