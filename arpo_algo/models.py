@@ -68,3 +68,10 @@ def load_model(name_or_path: str, dtype: str | None = None, device: str | None =
     if device:
         model = model.to(device)
     return model, load_tokenizer(name_or_path)
+
+
+def prompt_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+    """The token ids of a chat prompt, ready for the assistant's turn: what rollouts generate from and what SFT
+    trains after, so both see the same prefix (transformers 5 returns a BatchEncoding, older versions a list)."""
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)

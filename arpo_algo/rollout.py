@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from arpo_algo.generator import Generator, Path, SamplingParams, Segment
+from arpo_algo.models import prompt_ids
 from arpo_algo.tree import Node, RolloutTree, Trajectory
 
 
@@ -122,7 +123,7 @@ class ARPORollout:
             env = self.make_env()
             options = {"index": task} if isinstance(task, int) else dict(task)
             _, info = env.reset(seed=cfg.seed + t, options=options)
-            prompt = self._prompt_ids(info["messages"])
+            prompt = prompt_ids(self.generator.tokenizer, info["messages"])
             state = _TaskState(info["task"], env, prompt)
             states.append(state)
             live += [self._fresh(t, state, "global") for _ in range(self._initial(cfg))]
@@ -271,13 +272,6 @@ class ARPORollout:
         x.env.close()
         if self.progress:
             self.progress(1)
-
-    def _prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
-        tok = self.generator.tokenizer
-        ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        if hasattr(ids, "keys"):
-            ids = ids["input_ids"]
-        return list(ids)
 
 
 class GRPORollout(ARPORollout):

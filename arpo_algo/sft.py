@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from arpo_algo.models import prompt_ids
 from arpo_env import tags
 
 # Sources ----------------------------------------------------------------------------------------------------------
@@ -155,8 +156,7 @@ def tokenize(record: dict[str, Any], tokenizer: Any) -> dict[str, list[int]]:
     if "prompt_ids" in record:
         prompt, completion, mask = list(record["prompt_ids"]), list(record["completion_ids"]), list(record["mask"])
         return {"input_ids": prompt + completion + [eos], "assistant_masks": [0] * len(prompt) + mask + [1]}
-    ids = tokenizer.apply_chat_template(record["messages"], add_generation_prompt=True, tokenize=True)
-    ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    ids = prompt_ids(tokenizer, record["messages"])
     mask = [0] * len(ids)
     for segment in record["segments"]:
         kind, text = (segment["kind"], segment["text"]) if isinstance(segment, dict) else segment

@@ -19,7 +19,7 @@ import gymnasium as gym
 import arpo_env  # noqa: F401
 from arpo_algo.generator import SamplingParams
 from arpo_algo.hf_generator import HFGenerator
-from arpo_algo.models import load_model
+from arpo_algo.models import load_model, prompt_ids
 from arpo_env.procedural import arithmetic_tasks, scripted_episode
 
 
@@ -39,8 +39,7 @@ def main() -> None:
     starts, afters = [], []
     for task in arithmetic_tasks(args.episodes, seed=args.seed + 50):
         episode = scripted_episode(env, task)
-        prompt = tokenizer.apply_chat_template(episode["messages"], add_generation_prompt=True, tokenize=True)
-        prompt = list(prompt["input_ids"] if hasattr(prompt, "keys") else prompt)
+        prompt = prompt_ids(tokenizer, episode["messages"])
         action, observation = episode["segments"][0][1], episode["segments"][1][1]
         starts.append(generator.new_path(prompt))
         afters.append(generator.new_path(prompt + tokenizer.encode(action + observation, add_special_tokens=False)))
