@@ -13,8 +13,17 @@ Attribution decides what the tokens that several trajectories share (the prefix 
   trajectories below it and so enters the loss once per descendant, with each descendant's advantage (plain GRPO
   over the M sequences; what the reference implementation does);
 * hard (`hard_attribution`) — a shared token enters the loss once, with the mean advantage of the trajectories
-  below it. Its copies in the other descendants are masked out of the loss. (Without that de-duplication a
-  linear loss would sum the same mean k times, which is the soft result again.)
+  below it: one of its copies (the *keeper*) carries that advantage and the others carry 0. (Without that
+  de-duplication a linear loss would sum the same mean k times, which is the soft result again.)
+
+  Copies are silenced through their advantage, not through the loss mask: every TRL loss is linear in the advantage
+  of each token (``grpo``, ``bnpo``, ``dr_grpo``, ``dapo``, ``luspo``, ``cispo``, ``sapo``, ``vespo``), so a copy
+  with advantage 0 adds nothing, while the mask, and with it each loss type's normaliser (a row's length for
+  ``grpo``/``sapo``, the batch's token count for ``dapo``, …) stays what it is under soft attribution. A kept token
+  therefore weighs exactly what any token of its row weighs under that loss type. (Masking the copies instead would
+  shrink a branch row's length to its own few tokens, and ``grpo``/``sapo``, which divide each row by its length,
+  would give those tokens a whole sequence's weight.) The keeper is a trajectory whose tokens reach the loss: with
+  ``mask_truncated_completions`` a truncated descendant is never chosen while another descendant is not truncated.
 
 Tokens are identified through the tree: in a trajectory whose chain of nodes is leaf → … → root, token ``t``
 belongs to the deepest node whose ``start`` is ≤ ``t``; two trajectories share token ``t`` exactly when it belongs
@@ -68,13 +77,16 @@ def token_owners(tree: RolloutTree, trajectory: int) -> np.ndarray:
     return owners
 
 
-def hard_attribution(tree: RolloutTree, advantages: Sequence[float]) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Per-token advantages and a de-duplication mask for the trajectories of one tree.
+def hard_attribution(tree: RolloutTree, advantages: Sequence[float], eligible: Sequence[bool] | None = None
+                     ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Per-token advantages and the keeper of each shared token, for the trajectories of one tree.
 
     Returns ``(token_advantages, keep)``: for trajectory ``i``, ``token_advantages[i][t]`` is the mean of
     ``advantages[j]`` over every trajectory ``j`` that shares token ``t``, and ``keep[i][t]`` is 1 in exactly one
-    of those trajectories (the first) and 0 in the others, so the loss counts each distinct token once.
+    of those trajectories and 0 in the others. The keeper is the first sharing trajectory that is `eligible` (whose
+    tokens reach the loss; all are by default), or the first one when none is.
     """
+    eligible = [True] * len(tree.trajectories) if eligible is None else [bool(e) for e in eligible]
     owners = [token_owners(tree, i) for i in range(len(tree.trajectories))]
     length = max((len(o) for o in owners), default=0)
     nodes = max((n.id for n in tree.nodes), default=-1) + 1
@@ -82,7 +94,9 @@ def hard_attribution(tree: RolloutTree, advantages: Sequence[float]) -> tuple[li
     count = np.zeros((nodes, length))
     first = np.full((nodes, length), -1, dtype=np.int64)
     positions = np.arange(length)
-    for i, own in enumerate(owners):
+    # eligible trajectories claim first, so a token goes to an ineligible keeper only when all its sharers are
+    for i in sorted(range(len(owners)), key=lambda i: (not eligible[i], i)):
+        own = owners[i]
         pos = positions[: len(own)]
         total[own, pos] += advantages[i]
         count[own, pos] += 1
@@ -94,3 +108,11 @@ def hard_attribution(tree: RolloutTree, advantages: Sequence[float]) -> tuple[li
         token_adv.append(total[own, pos] / count[own, pos])
         keep.append((first[own, pos] == i).astype(np.int64))
     return token_adv, keep
+
+
+def hard_token_advantages(tree: RolloutTree, advantages: Sequence[float], eligible: Sequence[bool] | None = None
+                          ) -> list[np.ndarray]:
+    """What each token of each trajectory trains on under hard attribution: the mean advantage of the trajectories
+    sharing it on its keeper copy, 0 on the other copies (see the module's docstring for why not the mask)."""
+    token_adv, keep = hard_attribution(tree, advantages, eligible)
+    return [a * k for a, k in zip(token_adv, keep)]

@@ -34,7 +34,16 @@ class ARPOConfig(GRPOConfig):
 
     Parameters that differ from GRPOConfig's defaults:
         num_generations (`int`, defaults to 16): M, trajectories per question (the paper's 16).
+        gradient_accumulation_steps (`int`, defaults to 2): with TRL's ``per_device_train_batch_size`` of 8, one
+            optimizer step (and one generation batch) holds 16 trajectories: one tree of M = 16, so that
+            ``ARPOConfig(output_dir)`` is valid as constructed.
         max_completion_length (`int`, defaults to 4096): tokens per trajectory, tool outputs included.
+        bf16 (`bool`): TRL's default (on) where a device supports bf16, off elsewhere (a CPU-only machine).
+
+    Settings of GRPOConfig that the rollout engine does not apply (``top_k``, ``min_p``, ``repetition_penalty``,
+    ``generation_kwargs``, ``multi_objective_aggregation="normalize_then_sum"``, a colocated vLLM engine with
+    ``vllm_tensor_parallel_size > 1``) are refused with a message rather than silently ignored, and so are the
+    combinations hard attribution cannot do (see ``advantage_attribution``).
     """
 
     num_generations: int | None = field(
@@ -42,6 +51,11 @@ class ARPOConfig(GRPOConfig):
         metadata={"help": "M: trajectories per question (one tree). The per-process generation batch "
                           "(per_device_train_batch_size × steps_per_generation) must be a multiple of it, so that a "
                           "tree is rolled out on one process."},
+    )
+    gradient_accumulation_steps: int = field(
+        default=2,
+        metadata={"help": "Micro-batches accumulated per optimizer step. With per_device_train_batch_size 8, the "
+                          "default 2 makes one step (and one generation batch) 16 trajectories: a tree of M=16."},
     )
     max_completion_length: int | None = field(
         default=4096,
@@ -91,7 +105,9 @@ class ARPOConfig(GRPOConfig):
         default="soft",
         metadata={"help": "soft: GRPO over the M sequences (a shared prefix counts once per descendant; the "
                           "reference implementation). hard: each shared token enters the loss once, with the mean "
-                          "advantage of the trajectories below it.", "choices": ["soft", "hard"]},
+                          "advantage of the trajectories below it and the weight any token of its trajectory has "
+                          "under loss_type (every loss type). Hard needs beta=0 and no entropy bonus: TRL adds those "
+                          "terms to every copy of a shared token.", "choices": ["soft", "hard"]},
     )
     advantage_estimator: str = field(
         default="grpo",
@@ -130,6 +146,8 @@ class ARPOConfig(GRPOConfig):
             raise ValueError(f"advantage_attribution must be soft or hard, not {self.advantage_attribution!r}")
         if self.advantage_estimator not in ("grpo", "reinforce_pp"):
             raise ValueError(f"advantage_estimator must be grpo or reinforce_pp, not {self.advantage_estimator!r}")
+        if self.bf16 is None and not self.fp16 and not _bf16_device():
+            self.bf16 = False  # TRL's default is bf16, which TrainingArguments refuses where no device supports it
         if isinstance(self.env_kwargs, str):
             self.env_kwargs = json.loads(self.env_kwargs) if self.env_kwargs.strip() else {}
         self.env_kwargs = dict(self.env_kwargs or {})
@@ -137,7 +155,46 @@ class ARPOConfig(GRPOConfig):
         if not 1 <= self.num_global <= self.num_generations:
             raise ValueError(f"num_global (N={self.num_global}) must be between 1 and num_generations "
                              f"(M={self.num_generations})")
+        problems = unsupported_settings(self)
+        if problems:
+            raise ValueError("ARPOConfig: " + "; ".join(problems))
 
     @property
     def branching(self) -> bool:
         return self.algorithm == "arpo"
+
+
+def _bf16_device() -> bool:
+    from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
+
+    return bool(is_torch_bf16_gpu_available() or is_torch_xla_available())
+
+
+def unsupported_settings(args: GRPOConfig) -> list[str]:
+    """What in `args` the ARPO rollout or attribution would not honour, each as a sentence saying what to do."""
+    problems = []
+    if args.top_k not in (None, 0, -1):
+        problems.append(f"top_k={args.top_k} is not applied by the rollout engine (it samples with temperature and "
+                        "top_p); unset it")
+    if args.min_p is not None:
+        problems.append(f"min_p={args.min_p} is not applied by the rollout engine; unset it")
+    if args.repetition_penalty != 1.0:
+        problems.append(f"repetition_penalty={args.repetition_penalty} is not applied by the rollout engine; set it "
+                        "to 1.0")
+    if args.generation_kwargs:
+        problems.append(f"generation_kwargs={args.generation_kwargs!r} are not passed to the rollout engine; unset "
+                        "them")
+    if args.multi_objective_aggregation != "sum_then_normalize":
+        problems.append(f"multi_objective_aggregation={args.multi_objective_aggregation!r}: ARPO's advantages sum "
+                        "the weighted rewards, then normalise; use 'sum_then_normalize'")
+    if args.use_vllm and args.vllm_mode == "colocate" and args.vllm_tensor_parallel_size > 1:
+        problems.append("a colocated vLLM engine with vllm_tensor_parallel_size > 1 is not supported by the rollout "
+                        "engine (each process drives its own engine); use vllm_mode='server' for tensor parallelism")
+    if getattr(args, "advantage_attribution", "soft") == "hard":
+        if args.beta != 0.0:
+            problems.append(f"advantage_attribution='hard' with beta={args.beta}: TRL's KL term would count every "
+                            "copy of a shared prefix; set beta=0 or use soft attribution")
+        if args.entropy_coef != 0.0 or args.use_adaptive_entropy:
+            problems.append("advantage_attribution='hard' with an entropy bonus: TRL's bonus would count every copy "
+                            "of a shared prefix; set entropy_coef=0 (and use_adaptive_entropy=false) or use soft")
+    return problems

@@ -33,7 +33,7 @@ import torch
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
-from arpo_algo.advantages import grpo_advantages, hard_attribution, reinforce_pp_advantages
+from arpo_algo.advantages import grpo_advantages, hard_token_advantages, reinforce_pp_advantages
 from arpo_algo.arpo_config import ARPOConfig
 from arpo_algo.rollout import ARPORollout, GRPORollout, RolloutConfig
 from arpo_algo.tree import RolloutTree, entropy_windows, write_jsonl
@@ -66,10 +66,15 @@ def row_task(row: dict[str, Any]) -> dict[str, Any]:
     """The env's reset options for a dataset row (of `task_dataset`, or any row with question and answer)."""
     answer = row.get("answer", row.get("solution"))
     if isinstance(answer, str) and answer[:1] in '["':
+        # `task_dataset` stores answers as JSON (a string, or a QA task's list of aliases). A plain math answer
+        # that merely looks like a list ("[-2,0]", an interval) stays what it is.
         try:
-            answer = json.loads(answer)
+            decoded = json.loads(answer)
         except ValueError:
-            pass
+            decoded = answer
+        from_task_dataset = "task_id" in row  # every answer there is JSON-encoded, lists included
+        if isinstance(decoded, str) or (isinstance(decoded, list) and (row.get("kind") == "qa" or from_task_dataset)):
+            answer = decoded
     if "question" in row:
         question = row["question"]
     else:
@@ -139,6 +144,8 @@ class ARPOTrainer(GRPOTrainer):
         env_kwargs = self.env_kwargs(args)
         self.make_env = make_env or _env_maker(args.env_id, env_kwargs)
         self._pending: dict[str, Any] | None = None
+        self._pending_trees: list[RolloutTree] | None = None
+        self._trained: list[Any] | None = None
         self._server_client: Any = None
         self.add_callback(MetricsFile())
 
@@ -158,12 +165,13 @@ class ARPOTrainer(GRPOTrainer):
         if mode == "train" and self.args.dynamic_sampling:
             trees = self._resample_uniform_groups(inputs, trees, m)
         self._pending = self._as_trl_rollout(trees)
+        self._pending_trees = trees if mode == "train" else None
         self._log_rollout_metrics(trees)
-        output = super()._generate_and_score_completions(inputs)
+        output = super()._generate_and_score_completions(inputs)  # computes the rewards, then our advantages
         if mode == "train":
-            output["advantages"] = self._advantages(trees, output)
+            output["advantages"] = self._advantage_tensor(output["completion_ids"].size(1))
             self._write_trees(trees)
-        self._pending = None
+        self._pending = self._pending_trees = self._trained = None
         return output
 
     def _rollout_output(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
@@ -257,14 +265,14 @@ class ARPOTrainer(GRPOTrainer):
     def _as_trl_rollout(self, trees: list[RolloutTree]) -> dict[str, Any]:
         """Token ids, log-probs and env_mask for TRL. A finished (not truncated) trajectory gets the EOS token,
         masked out of the loss, so TRL does not count it as clipped."""
-        hard = self.args.advantage_attribution == "hard" and self.model.training
         eos = self.eos_token_ids[0]
         out: dict[str, list[Any]] = {k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask",
                                                      "env_reward", "tool_calls")}
         for tree in trees:
-            keep = hard_attribution(tree, [0.0] * len(tree.trajectories))[1] if hard else None
-            for i, tr in enumerate(tree.trajectories):
-                mask = list(tr.mask) if keep is None else [a * int(b) for a, b in zip(tr.mask, keep[i])]
+            # Hard attribution keeps the full mask too: copies of shared tokens are silenced through their
+            # advantage (`arpo_algo.advantages`), so every loss type keeps its own normalisation.
+            for tr in tree.trajectories:
+                mask = list(tr.mask)
                 ids, logprobs = list(tr.completion_ids), list(tr.logprobs)
                 if not tr.truncated:
                     ids, logprobs, mask = ids + [eos], logprobs + [0.0], mask + [0]
@@ -279,18 +287,20 @@ class ARPOTrainer(GRPOTrainer):
     # Advantages -----------------------------------------------------------------------------------------------------
     def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any
                            ) -> torch.Tensor:
+        """TRL's rewards ([global batch, functions], gathered from every process); then ARPO's advantages from them,
+        here rather than after TRL's step so that their metrics are logged with this step."""
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        self._rewards_per_func = rewards_per_func  # [global batch, functions], gathered from every process
+        if getattr(self, "_pending_trees", None) is not None:
+            self._trained = self._advantages(self._pending_trees, rewards_per_func)
         return rewards_per_func
 
-    def _advantages(self, trees: list[RolloutTree], output: dict[str, Any]) -> torch.Tensor:
+    def _advantages(self, trees: list[RolloutTree], rewards_per_func: torch.Tensor) -> list[Any]:
         """Replace TRL's advantages: the estimator over the rewards TRL computed (the env's plus any extra reward
         functions, weighted, over the whole batch of every process), then the attribution over each of this
-        process's trees. Per-token (B, T) for hard attribution."""
-        device = self.accelerator.device
+        process's trees: one float per trajectory (soft) or one array per trajectory of per-token values (hard)."""
         m = self.num_generations
-        weights = self.reward_weights.to(self._rewards_per_func.device)
-        rewards = torch.nansum(self._rewards_per_func * weights, dim=1).cpu().numpy().astype(np.float64)
+        weights = self.reward_weights.to(rewards_per_func.device)
+        rewards = torch.nansum(rewards_per_func * weights, dim=1).cpu().numpy().astype(np.float64)
         if self.args.advantage_estimator == "reinforce_pp":
             everything = reinforce_pp_advantages(rewards)
         else:
@@ -304,16 +314,47 @@ class ARPOTrainer(GRPOTrainer):
             for tr, a in zip(tree.trajectories, group):
                 tr.reward_parts = {**tr.reward_parts, "advantage": float(a)}
         if self.args.advantage_attribution == "soft":
-            return torch.tensor(adv, dtype=torch.float32, device=device)
-        width = output["completion_ids"].size(1)
-        per_token = torch.zeros(n, width, dtype=torch.float32)
+            self._log_metric("arpo/advantage_abs", float(np.mean(np.abs(adv))) if n else 0.0)
+            return adv.tolist()
+        trained: list[Any] = []
+        masks_truncated = self.args.mask_truncated_completions
         for g, tree in enumerate(trees):
-            token_adv, _ = hard_attribution(tree, adv[g * m:(g + 1) * m].tolist())
-            for i, values in enumerate(token_adv):
-                row = g * m + i
-                per_token[row, : len(values)] = torch.from_numpy(values.astype(np.float32))
-                per_token[row, len(values):] = float(adv[row])  # the EOS appended for TRL (masked) and padding
-        return per_token.to(device)
+            eligible = [not (masks_truncated and tr.truncated) for tr in tree.trajectories]
+            trained += hard_token_advantages(tree, adv[g * m:(g + 1) * m].tolist(), eligible)
+        trajectories = [tr for tree in trees for tr in tree.trajectories]
+        loss_values = [values[np.asarray(tr.mask, dtype=bool)] for tr, values in zip(trajectories, trained)]
+        flat = np.concatenate(loss_values) if loss_values else np.zeros(0)
+        self._log_metric("arpo/advantage_abs", float(np.abs(flat).mean()) if flat.size else 0.0)
+        return trained
+
+    def _advantage_tensor(self, width: int) -> torch.Tensor:
+        """The advantages of `_advantages` as TRL's input ((B,) or (B, T)); also shown in TRL's completions table,
+        in place of the GRPO advantages TRL computed there: per trajectory for soft attribution, and for hard the
+        mean of the per-token values over the trajectory's loss tokens (copies of shared tokens count 0)."""
+        from accelerate.utils import gather_object
+
+        device = self.accelerator.device
+        trees = self._pending_trees
+        if self.args.advantage_attribution == "soft":
+            shown = [float(a) for a in self._trained]
+            tensor = torch.tensor(shown, dtype=torch.float32, device=device)
+        else:
+            tensor = torch.zeros(len(self._trained), width, dtype=torch.float32)
+            shown = []
+            trajectories = [tr for tree in trees for tr in tree.trajectories]
+            for row, (tr, values) in enumerate(zip(trajectories, self._trained)):
+                # after the completion: the EOS appended for TRL and padding, masked from the loss; 0 keeps them inert
+                tensor[row, : len(values)] = torch.from_numpy(values.astype(np.float32))
+                own = values[np.asarray(tr.mask, dtype=bool)]
+                shown.append(float(own.mean()) if own.size else 0.0)
+                tr.reward_parts["advantage_trained_mean"] = shown[-1]
+            tensor = tensor.to(device)
+        everything = gather_object(shown)
+        logged = self._logs["advantages"]
+        for _ in range(min(len(everything), len(logged))):
+            logged.pop()
+        logged.extend(everything)
+        return tensor
 
     # Logs -----------------------------------------------------------------------------------------------------------
     def _log_rollout_metrics(self, trees: list[RolloutTree]) -> None:
@@ -335,8 +376,12 @@ class ARPOTrainer(GRPOTrainer):
             self._log_metric("arpo/delta_h_mean", float(np.mean([d["delta_h"] for d in decisions])))
             self._log_metric("arpo/delta_h_max", float(np.max([d["delta_h"] for d in decisions])))
             self._log_metric("arpo/branch_probability", float(np.mean([d["p"] for d in decisions])))
-        windows = [(where, float(np.mean(values))) for t in trajectories
-                   for where, values in entropy_windows(t.segments, t.entropies)]
+        windows = []  # per segment, H/k (the mean per-token entropy); a window shared by several trajectories once
+        for tree in trees:
+            starts = {n.id: n.start for n in tree.nodes}
+            for t in tree.trajectories:
+                windows += [(where, float(np.mean(values)))
+                            for where, values in entropy_windows(t.segments, t.entropies, starts.get(t.node, 0))]
         start = [v for where, v in windows if where == "start"]
         after = [v for where, v in windows if where == "after_tool"]
         if start:

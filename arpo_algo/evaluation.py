@@ -12,8 +12,13 @@ How each column is scored (the table says which was used):
 * WebWalker, GAIA, HLE, xbench: an LLM judge (``--judge URL``, an OpenAI-compatible endpoint), else F1;
   HLE's multiple-choice items compare the option letter.
 
-A broken format scores 0. Pass@1 is the mean over ``--runs`` K runs; the spread is the standard deviation of the K
-run means. Results: ``samples.jsonl`` (one line per sample and run, with the full transcript; appended, so a run
+The answer is extracted as the benchmarks do, whatever the transcript's format: the last ``<answer>`` (its
+``\boxed{}``), else the last ``\boxed{}`` the model wrote (never one inside a tool result), with ``\text{…}`` and
+similar wrappers unwrapped before QA and multiple-choice scoring. A transcript that breaks the training format is
+still scored, and counted in the table's *format failures* column (the training reward's −1 gate is the env's,
+not the benchmark's). With ``--judge``, samples whose judge was unreachable (or answered neither correct nor
+incorrect) are scored by F1 and counted as *judge fallbacks*. Pass@1 is the mean over ``--runs`` K runs; the
+spread is the standard deviation of the K run means. Results: ``samples.jsonl`` (one line per sample and run, with the full transcript; appended, so a run
 that is stopped and started again only does the missing samples), ``results.md`` and ``results.csv``.
 """
 
@@ -34,6 +39,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from arpo_env.tags import eval_answer
+
 
 @dataclass(frozen=True)
 class Benchmark:
@@ -46,14 +53,15 @@ class Benchmark:
     default_limit: int | None = None
 
 
-GROUPS = {"math": "Mathematical reasoning", "knowledge": "Knowledge-intensive reasoning",
+GROUPS = {"mathematical": "Mathematical reasoning", "knowledge": "Knowledge-intensive reasoning",
           "deepsearch": "Deep search"}
+"""Group names, distinct from every benchmark name (``math`` is the MATH benchmark, ``mathematical`` its group)."""
 BENCHMARKS = {b.name: b for b in [
-    Benchmark("aime24", "AIME24", "math", "ARPO-Math-v0", "math"),
-    Benchmark("aime25", "AIME25", "math", "ARPO-Math-v0", "math"),
-    Benchmark("math500", "MATH500", "math", "ARPO-Math-v0", "math"),
-    Benchmark("gsm8k", "GSM8K", "math", "ARPO-Math-v0", "math", 500),
-    Benchmark("math", "MATH", "math", "ARPO-Math-v0", "math", 500),
+    Benchmark("aime24", "AIME24", "mathematical", "ARPO-Math-v0", "math"),
+    Benchmark("aime25", "AIME25", "mathematical", "ARPO-Math-v0", "math"),
+    Benchmark("math500", "MATH500", "mathematical", "ARPO-Math-v0", "math"),
+    Benchmark("gsm8k", "GSM8K", "mathematical", "ARPO-Math-v0", "math", 500),
+    Benchmark("math", "MATH", "mathematical", "ARPO-Math-v0", "math", 500),
     Benchmark("webwalker", "WebWalker", "knowledge", "ARPO-QA-v0", "judge"),
     Benchmark("hotpotqa", "HotpotQA", "knowledge", "ARPO-QA-v0", "f1"),
     Benchmark("2wiki", "2Wiki", "knowledge", "ARPO-QA-v0", "f1"),
@@ -68,15 +76,16 @@ NEEDS_DATA_DIR = {"gaia": "GAIA (https://huggingface.co/datasets/gaia-benchmark/
 
 
 def select(spec: str) -> list[Benchmark]:
-    """``all``, a group name (math, knowledge, deepsearch) or a comma-separated list of benchmark names."""
+    """``all``, group names (mathematical, knowledge, deepsearch) and benchmark names, comma-separated. Every
+    benchmark is selected by its own name (``math`` is the MATH benchmark alone)."""
     names: list[str] = []
     for part in [p.strip().lower() for p in spec.split(",") if p.strip()]:
         if part == "all":
             names += list(BENCHMARKS)
-        elif part in GROUPS:
-            names += [b.name for b in BENCHMARKS.values() if b.group == part]
         elif part in BENCHMARKS:
             names.append(part)
+        elif part in GROUPS:
+            names += [b.name for b in BENCHMARKS.values() if b.group == part]
         else:
             raise SystemExit(f"arpo eval: unknown benchmark {part!r}. Known: {', '.join(BENCHMARKS)}; groups: "
                              f"{', '.join(GROUPS)}, all")
@@ -104,23 +113,44 @@ class Settings:
 
 def env_kwargs(bench: Benchmark, data_dir: str | None, s: Settings) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"dataset": bench.name, "data_dir": data_dir}
-    kwargs["max_tool_calls"] = s.max_tool_calls or (5 if bench.group == "math" else 10)
+    kwargs["max_tool_calls"] = s.max_tool_calls or (5 if bench.group == "mathematical" else 10)
     if s.mode == "direct":
         kwargs["tools"] = ()
-    if bench.group != "math":
-        kwargs["search"] = s.search
-        if bench.metric == "judge" and s.judge:
-            kwargs["judge_url"] = s.judge
+    if bench.group != "mathematical":
+        kwargs["search"] = s.search  # the judge scores here, in `score_sample`, not in the env's reward
     return kwargs
 
 
-def sample_record(bench: Benchmark, index: int, run: int, task: dict[str, Any], traj: Any) -> dict[str, Any]:
+def score_sample(bench: Benchmark, transcript: str, task: dict[str, Any], judge: str | None
+                 ) -> tuple[str | None, float, bool | None]:
+    """``(prediction, score, judged)`` of a transcript: the answer extracted as benchmarks do
+    (`arpo_env.tags.eval_answer`), scored by the column's metric; `judged` is None when no judge was asked, False
+    when F1 stood in for an unreachable judge."""
+    from arpo_env.qa_metrics import LLMJudge, qa_score
+    from arpo_env.rewards import math_score
+
+    prediction = eval_answer(transcript)
+    meta = {**(task.get("meta") or {}), "question": task.get("question", "")}
+    gold = task.get("answer")
+    if prediction is None:
+        return None, 0.0, None
+    if bench.metric == "math":
+        return prediction, math_score(prediction, gold), None
+    if bench.metric == "judge" and judge:
+        score, judged = LLMJudge(judge).judge(prediction, gold, meta)
+        return prediction, score, judged
+    return prediction, qa_score(prediction, gold, meta), None
+
+
+def sample_record(bench: Benchmark, index: int, run: int, task: dict[str, Any], traj: Any,
+                  judge: str | None = None) -> dict[str, Any]:
     parts = traj.reward_parts
-    score = float(parts.get("score", 0.0)) if parts.get("format_ok") else 0.0
+    prediction, score, judged = score_sample(bench, traj.completion_text, task, judge)
     return {"benchmark": bench.name, "index": index, "run": run, "question": task.get("question"),
-            "gold": task.get("answer"), "prediction": parts.get("prediction"), "score": score,
-            "correct": bool(parts.get("correct")), "format_ok": bool(parts.get("format_ok")),
-            "tool_calls": traj.tool_calls, "reward": traj.reward, "truncated": traj.truncated,
+            "gold": task.get("answer"), "prediction": prediction, "score": score,
+            "correct": score > 0 if bench.metric == "math" else score >= 1.0,
+            "format_ok": bool(parts.get("format_ok")), "format_errors": parts.get("errors") or [],
+            "judged": judged, "tool_calls": traj.tool_calls, "reward": traj.reward, "truncated": traj.truncated,
             "transcript": traj.completion_text, "error": None}
 
 
@@ -141,7 +171,7 @@ class RolloutRunner:
                                top_p=s.top_p, branching=False, seed=s.seed + indices[0])
         with self.lock:
             trees = GRPORollout(self.generator, make_env, config).run(indices)
-        return [sample_record(bench, i, run, tree.task, traj)
+        return [sample_record(bench, i, run, tree.task, traj, s.judge)
                 for i, tree in zip(indices, trees) for run, traj in zip(runs, tree.trajectories)]
 
 
@@ -194,7 +224,7 @@ class OpenAIRunner:
         with ThreadPoolExecutor(self.workers) as pool:
             results = list(pool.map(lambda job: self.episode(make_env, job[0], s, s.seed + 7919 * job[1] + job[0]),
                                     jobs))
-        return [sample_record(bench, i, r, task, traj) for (i, r), (task, traj) in zip(jobs, results)]
+        return [sample_record(bench, i, r, task, traj, s.judge) for (i, r), (task, traj) in zip(jobs, results)]
 
 
 class _TextTrajectory:
@@ -305,7 +335,10 @@ def summarise(results: dict[str, list[dict[str, Any]]], runs: int) -> dict[str, 
                          "spread": statistics.stdev(means) if len(means) > 1 else 0.0,
                          "tool_calls": statistics.fmean(r["tool_calls"] for r in recs) if recs else 0.0,
                          "samples": len(recs) // max(runs, 1), "errors": sum(r.get("error") is not None
-                                                                              for r in recs)}
+                                                                              for r in recs),
+                         "format_failures": 100 * statistics.fmean(not r.get("format_ok", False) for r in recs)
+                         if recs else 0.0,
+                         "judge_fallbacks": sum(r.get("judged") is False for r in recs)}
     return summary
 
 
@@ -346,18 +379,29 @@ def table(summary: dict[str, dict[str, float]], benchmarks: list[Benchmark], jud
     ours = {n: v["pass@1"] for n, v in summary.items()}
     header = ["model"] + [name for name, _ in columns]
     rows = [[label] + cells(ours, {n: v["spread"] for n, v in summary.items()})]
-    rows.append(["tool calls / question"] + [f"{summary[c.name]['tool_calls']:.2f}" if isinstance(c, Benchmark)
-                                             and c.name in summary else "" for _, c in columns])
+    def per_benchmark(label: str, fmt: Callable[[dict[str, float]], str]) -> list[str]:
+        return [label] + [fmt(summary[c.name]) if isinstance(c, Benchmark) and c.name in summary else ""
+                          for _, c in columns]
+
+    rows.append(per_benchmark("tool calls / question", lambda v: f"{v['tool_calls']:.2f}"))
+    rows.append(per_benchmark("format failures (%)", lambda v: f"{v.get('format_failures', 0.0):.1f}"))
+    if judge:
+        rows.append(per_benchmark("judge fallbacks (F1)", lambda v: str(int(v.get("judge_fallbacks", 0)))))
     for name, values in compare:
         rows.append([name] + cells({b.name: values[b.name] for b in benchmarks if b.name in values}, None))
     metrics = ", ".join(f"{b.column}: {metric_label(b, judge)}" for b in benchmarks)
     md = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     md += ["| " + " | ".join(r) + " |" for r in rows]
     md += ["", f"Pass@1 (%) = mean over {runs} run(s)" + (" ± standard deviation of the run means" if runs > 1
-                                                         else "") + f". Metrics — {metrics}. A broken format "
-           "scores 0.", ""]
+                                                         else "") + f". Metrics — {metrics}. The answer is "
+           "the last <answer> (else the last \\boxed{}) whatever the format; format failures are the samples that "
+           "broke the training format (scored all the same)." + (" Judge fallbacks: samples scored by F1 because "
+                                                                  "the judge was unreachable." if judge else ""), ""]
     md += [f"- {b.column}: {summary[b.name]['samples']} items, {summary[b.name]['errors']} errors, "
-           f"{summary[b.name]['tool_calls']:.2f} tool calls per question" for b in benchmarks if b.name in summary]
+           f"{summary[b.name]['tool_calls']:.2f} tool calls per question, "
+           f"{summary[b.name].get('format_failures', 0.0):.1f}% format failures"
+           + (f", {int(summary[b.name].get('judge_fallbacks', 0))} judge fallbacks" if judge else "")
+           for b in benchmarks if b.name in summary]
     return "\n".join(md), [header, *rows]
 
 
@@ -368,7 +412,10 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=["hf", "vllm", "openai"], default="hf")
     p.add_argument("--base-url", default="http://127.0.0.1:8000/v1", help="openai backend: the endpoint")
     p.add_argument("--api-key", default=None, help="openai backend: the key (or $OPENAI_API_KEY)")
-    p.add_argument("--benchmarks", default="all", help="names, a group (math, knowledge, deepsearch) or all")
+    p.add_argument("--benchmarks", default="all",
+                   help="comma-separated benchmark names (" + ", ".join(BENCHMARKS) + "), groups (mathematical = "
+                        "aime24..math, knowledge = webwalker..bamboogle, deepsearch = gaia, hle, xbench) or all; "
+                        "'math' is the MATH benchmark alone")
     p.add_argument("--data-dir", default=None, help="folder with one sub-folder per benchmark")
     p.add_argument("--limit", type=int, default=None, help="items per benchmark (default: 500 for gsm8k and math, "
                                                           "all elsewhere)")

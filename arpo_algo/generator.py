@@ -11,13 +11,17 @@ engine calls:
 * `extend(path, token_ids)` — append an observation's tokens (encoded lazily at the next `generate`);
 * `fork(path, at=None)` — a new path sharing the prefix ``tokens[:at]`` (and its cache: no re-encoding).
 
-Entropy is normalised by ln|V| (the reference implementation's scale, so α and β mean the same on every backend).
+Every backend measures the same thing: the entropy of the sampling distribution (after temperature and top-p),
+normalised by ln|V|, for each of the first ``entropy_k`` tokens; a segment's H is their sum, ΔH a difference of two
+such sums (`arpo_algo.entropy` defines all of it, with its formulas), so α and β mean what they mean in the paper.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from arpo_algo.entropy import window_entropy
 
 
 @dataclass(frozen=True)
@@ -41,11 +45,14 @@ class Segment:
     text: str
     finish: str
     """"stop" (a stop string), "eos" or "length"."""
+    entropy_k: int = 20
+    """The window the entropies were measured over."""
 
     @property
-    def entropy(self) -> float:
-        """Mean entropy over the measured window: the quantity ARPO compares."""
-        return sum(self.entropies) / len(self.entropies) if self.entropies else 0.0
+    def entropy(self) -> float | None:
+        """H: the window entropy ARPO compares (`arpo_algo.entropy.window_entropy`: the sum over the k measured
+        tokens, on the reference's scale); None for an empty segment."""
+        return window_entropy(self.entropies, self.entropy_k)
 
 
 @dataclass

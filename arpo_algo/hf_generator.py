@@ -5,7 +5,7 @@ Every path keeps the key/value cache of its encoded prefix (per layer, ``[heads,
 (the last sampled token plus any observation) right-aligned after them, an attention mask that hides both
 paddings, and explicit position ids, so each row sees exactly its own sequence. Only pending tokens are encoded; an
 observation costs its own tokens, not the whole prefix. A fork shares its parent's cache tensors (cropped to the
-branch point: a view, no copy). Entropy is exact: computed from the full next-token distribution.
+branch point: a view, no copy). Entropy is exact: computed from the full sampling distribution (`arpo_algo.entropy`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from arpo_algo.entropy import nucleus_log_probs, token_entropy
 from arpo_algo.generator import GeneratorStats, Path, PathGenerator, SamplingParams, Segment
 
 
@@ -28,7 +29,7 @@ class HFGenerator(PathGenerator):
         self.stats = GeneratorStats()
         self.eos_ids = _eos_ids(model, tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
-        self.log_vocab = math.log(model.config.vocab_size)
+        self.log_vocab = math.log(model.config.vocab_size)  # the logits' width: the normaliser of every entropy
         self._rng = torch.Generator(device="cpu")
         self._rng.manual_seed(0)
 
@@ -111,26 +112,24 @@ class HFGenerator(PathGenerator):
             self.stats.generated_tokens += len(generated[i])
             text_ids = [t for t in generated[i] if t not in self.eos_ids]
             segments.append(Segment(generated[i], logprobs[i], entropies[i],
-                                    self.tokenizer.decode(text_ids, skip_special_tokens=False), finish[i]))
+                                    self.tokenizer.decode(text_ids, skip_special_tokens=False), finish[i],
+                                    params.entropy_k))
         return segments
 
     def _sample(self, logits: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Sample one token per row; return it, its log-prob under the sampling temperature, and the normalised
-        entropy of the model's (temperature-1) distribution."""
-        raw = torch.log_softmax(logits, dim=-1)
-        entropy = -(raw.exp() * raw).sum(-1) / self.log_vocab
+        """Sample one token per row; return it, its log-prob under the sampling distribution (temperature and top-p
+        applied, renormalised over the nucleus) and that distribution's normalised entropy (`arpo_algo.entropy`)."""
         if params.temperature <= 0:
+            raw = torch.log_softmax(logits.float(), dim=-1)
             tokens = logits.argmax(-1)
-            return tokens, raw.gather(1, tokens[:, None])[:, 0], entropy
-        scaled = torch.log_softmax(logits / params.temperature, dim=-1)
-        probs = scaled.exp()
+            return tokens, raw.gather(1, tokens[:, None])[:, 0], token_entropy(logits)
+        logp = torch.log_softmax(logits.float() / params.temperature, dim=-1)
         if params.top_p < 1.0:
-            sorted_probs, order = probs.sort(-1, descending=True)
-            drop = sorted_probs.cumsum(-1) - sorted_probs > params.top_p
-            sorted_probs = sorted_probs.masked_fill(drop, 0.0)
-            probs = torch.zeros_like(probs).scatter(1, order, sorted_probs)
-        tokens = torch.multinomial(probs.cpu(), 1, generator=self._rng)[:, 0].to(logits.device)
-        return tokens, scaled.gather(1, tokens[:, None])[:, 0], entropy
+            logp = nucleus_log_probs(logp, params.top_p)
+        tokens = torch.multinomial(logp.exp().cpu(), 1, generator=self._rng)[:, 0].to(logits.device)
+        probs = logp.exp()
+        entropy = torch.where(probs > 0, -probs * logp, torch.zeros_like(probs)).sum(-1) / self.log_vocab
+        return tokens, logp.gather(1, tokens[:, None])[:, 0], entropy
 
     def _hit_stop(self, generated: list[int], stops: tuple[str, ...]) -> bool:
         tail = self.tokenizer.decode(generated[-16:], skip_special_tokens=False)

@@ -3,9 +3,11 @@
 ARPO, per task:
 
 1. sample N global trajectories;
-2. record each trajectory's *initial entropy* H₀: the mean normalised entropy of the first k tokens of its response;
-3. after every tool result, measure the entropy H of the first k generated tokens; ΔH = H − H₀, and with
-   probability P = clip(α + β·ΔH, 0, 1) branch Z−1 extra ways from the point right after the result — the
+2. record each trajectory's *initial entropy* H₀: the entropy of the first k tokens of its response, summed
+   (`arpo_algo.entropy.window_entropy`: per-token entropies of the sampling distribution normalised by ln|V|, summed
+   over the window as the reference code does, so H ∈ [0, k]);
+3. after every tool result, measure the entropy H of the first k generated tokens the same way; ΔH = H − H₀, and
+   with probability P = clip(α + β·ΔH, 0, 1) branch Z−1 extra ways from the point right after the result — the
    environment is forked (a live copy of the interpreter) and the token prefix and its key/value cache are shared —
    while the task has fewer than M trajectories;
 4. when every path of a task has ended and there are fewer than M, top up with fresh samples; exactly M per task.
@@ -23,6 +25,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from arpo_algo.entropy import branch_probability
 from arpo_algo.generator import Generator, Path, SamplingParams, Segment
 from arpo_algo.models import prompt_ids
 from arpo_algo.tree import Node, RolloutTree, Trajectory
@@ -41,7 +44,7 @@ class RolloutConfig:
     beta: float = 0.2
     """Weight of the entropy change ΔH in the branching probability."""
     entropy_k: int = 20
-    """Tokens whose entropy is measured at the start of the response and after each tool result."""
+    """k: tokens whose entropies are summed into H at the start of the response (H₀) and after each tool result."""
     max_new_tokens: int = 512
     """Tokens per generated segment (one turn)."""
     max_completion_tokens: int = 4096
@@ -75,6 +78,8 @@ class _Live:
     segments: list[dict[str, Any]] = field(default_factory=list)
     decisions: list[dict[str, Any]] = field(default_factory=list)
     h0: float | None = None
+    """H₀, the window entropy of the response's first segment (None if it was empty)."""
+    measured: bool = False
     after_tool: bool = False
     skip_check: bool = False
     steps: int = 0
@@ -163,8 +168,8 @@ class ARPORollout:
         for x, seg in zip(live, segments):
             start = len(x.completion)
             self._record(x, seg)
-            if x.h0 is None:
-                x.h0 = seg.entropy
+            if not x.measured:
+                x.h0, x.measured = seg.entropy, True
             elif x.after_tool and not x.skip_check and self._branching():
                 branches += self._maybe_branch(x, seg, start, states[x.task])
             x.skip_check = False
@@ -227,8 +232,11 @@ class ARPORollout:
     # Branching ------------------------------------------------------------------------------------------------------
     def _maybe_branch(self, x: _Live, seg: Segment, start: int, state: _TaskState) -> list[_Live]:
         cfg = self.config
-        delta = seg.entropy - (x.h0 or 0.0)
-        p = float(np.clip(cfg.alpha + cfg.beta * delta, 0.0, 1.0))
+        h = seg.entropy
+        if h is None or x.h0 is None:  # an empty segment has no entropy: no decision on it
+            return []
+        delta = h - x.h0
+        p = branch_probability(cfg.alpha, cfg.beta, delta)
         budget = cfg.num_generations - (len(state.done) + state.live)
         branched = budget > 0 and cfg.branch_factor > 1 and self.rng.random() < p
         x.decisions.append({"step": x.steps, "token": start, "delta_h": delta, "p": p, "branched": bool(branched)})
@@ -238,9 +246,11 @@ class ARPORollout:
         at = len(x.path.tokens) - len(seg.token_ids)
         for _ in range(min(cfg.branch_factor - 1, budget)):
             node = state.new_node(x.node, start, "branch", step=x.steps, delta_h=delta, p=p)
+            # The child re-generates this segment itself: it is after a tool result, but takes no decision on it.
             child = _Live(x.task, node, self.generator.fork(x.path, at=at), x.env.fork(),
                           x.completion[:start], x.mask[:start], x.logprobs[:start], x.entropies[:start],
-                          [dict(s) for s in x.segments[:-1]], [], x.h0, True, True, x.steps)
+                          [dict(s) for s in x.segments[:-1]], h0=x.h0, measured=True, after_tool=True,
+                          skip_check=True, steps=x.steps)
             state.live += 1
             children.append(child)
         return children

@@ -4,7 +4,11 @@ Each `generate` call submits every path's full token sequence as one request; vL
 recognises the shared prefixes (the prompt, everything before a branch point, everything before an observation),
 so only new tokens are computed. Entropy comes from the top-k log-probabilities vLLM returns (k = `top_logprobs`,
 20 by default; the reference used 10), normalised by ln|V| as in the reference implementation: an approximation of
-the exact entropy the transformers backend computes. `prefill_tokens` counts the prompt tokens vLLM did not find in
+the exact entropy the transformers backend computes. The engine must return *processed* log-probs (after temperature
+and top-p: ``logprobs_mode="processed_logprobs"``, as TRL's colocated engine and ``trl vllm-serve`` do, and as
+`VLLMGenerator.from_pretrained` sets), so that entropies and sampled log-probs are those of the sampling
+distribution on every backend (`arpo_algo.entropy`). An engine with raw log-probs is accepted only where the two
+coincide (temperature 1 or greedy, top-p 1). `prefill_tokens` counts the prompt tokens vLLM did not find in
 its prefix cache (``num_cached_tokens``).
 
 It can own its engine (``VLLMGenerator.from_pretrained(model)``) or wrap one that exists, such as TRL's colocated
@@ -16,6 +20,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from arpo_algo.entropy import top_logprob_entropy
 from arpo_algo.generator import GeneratorStats, Path, PathGenerator, SamplingParams, Segment
 
 
@@ -25,12 +30,6 @@ def vllm_available() -> bool:
     except ImportError:
         return False
     return True
-
-
-def top_logprob_entropy(logprobs: list[float], k: int, log_vocab: float) -> float:
-    """Entropy of the `k` most likely tokens (from their log-probs), normalised by ln|V|: the reference's estimate."""
-    ranked = sorted((v for v in logprobs if v is not None), reverse=True)[:k]
-    return -sum(math.exp(v) * v for v in ranked) / log_vocab
 
 
 class _CacheServedPaths(PathGenerator):
@@ -58,7 +57,9 @@ class VLLMGenerator(_CacheServedPaths):
         self.tokenizer = tokenizer if tokenizer is not None else llm.get_tokenizer()
         self.top_logprobs = top_logprobs
         self.stats = GeneratorStats()
-        self.log_vocab = math.log(llm.llm_engine.model_config.get_vocab_size())
+        model_config = llm.llm_engine.model_config
+        self.log_vocab = math.log(model_config.get_vocab_size())
+        self.logprobs_mode = str(getattr(model_config, "logprobs_mode", "processed_logprobs"))
 
     @classmethod
     def from_pretrained(cls, model: str, gpu_memory_utilization: float = 0.5, dtype: str = "auto",
@@ -67,6 +68,7 @@ class VLLMGenerator(_CacheServedPaths):
             raise ImportError("the vLLM generator needs vLLM and a GPU: pip install 'arpo[vllm]'")
         from vllm import LLM
 
+        kwargs.setdefault("logprobs_mode", "processed_logprobs")
         llm = LLM(model=model, enable_prefix_caching=True, gpu_memory_utilization=gpu_memory_utilization,
                   dtype=dtype, max_model_len=max_model_len, **kwargs)
         return cls(llm)
@@ -77,6 +79,7 @@ class VLLMGenerator(_CacheServedPaths):
 
         if not paths:
             return []
+        _check_logprobs_mode(self.logprobs_mode, params)
         self.stats.calls += 1
         # a per-request seed: reproducible whatever the batch composition
         requests = [VLLMParams(max_tokens=params.max_new_tokens, temperature=params.temperature, top_p=params.top_p,
@@ -92,14 +95,14 @@ class VLLMGenerator(_CacheServedPaths):
             for j, (token, top) in enumerate(zip(ids, completion.logprobs or [])):
                 logprobs.append(float(top[token].logprob))
                 if j < params.entropy_k:
-                    entropies.append(top_logprob_entropy([lp.logprob for lp in top.values()], self.top_logprobs,
-                                                         self.log_vocab))
+                    entropies.append(top_logprob_entropy([lp.logprob for lp in top.values()], self.log_vocab,
+                                                         self.top_logprobs))
             self.stats.prefill_tokens += len(path.tokens) - int(getattr(out, "num_cached_tokens", 0) or 0)
             self.stats.generated_tokens += len(ids)
             path.tokens.extend(ids)
             finish = "length" if completion.finish_reason == "length" else (
                 "stop" if isinstance(completion.stop_reason, str) else "eos")
-            segments.append(Segment(ids, logprobs, entropies, completion.text, finish))
+            segments.append(Segment(ids, logprobs, entropies, completion.text, finish, params.entropy_k))
         return segments
 
 
@@ -134,12 +137,21 @@ class VLLMServerGenerator(_CacheServedPaths):
             for j, (token, values, tokens) in enumerate(zip(ids, top, top_ids)):
                 logprobs.append(float(values[tokens.index(token)]) if token in tokens else float(values[0]))
                 if j < params.entropy_k:
-                    entropies.append(top_logprob_entropy(values, self.top_logprobs, self.log_vocab))
+                    entropies.append(top_logprob_entropy(values, self.log_vocab, self.top_logprobs))
             text = self.tokenizer.decode(ids, skip_special_tokens=True)
             self.stats.prefill_tokens += len(path.tokens)
             self.stats.generated_tokens += len(ids)
             path.tokens.extend(ids)
             finish = ("eos" if ids and ids[-1] in self.eos_ids else
                       "stop" if any(text.endswith(s) for s in params.stop) else "length")
-            segments.append(Segment(ids, logprobs, entropies, text, finish))
+            segments.append(Segment(ids, logprobs, entropies, text, finish, params.entropy_k))
         return segments
+
+
+def _check_logprobs_mode(mode: str, params: SamplingParams) -> None:
+    """Raw log-probs are the temperature-1 distribution: right only where it is the sampling distribution."""
+    if mode.startswith("raw") and (params.temperature not in (0.0, 1.0) or params.top_p < 1.0):
+        raise ValueError(
+            f"this vLLM engine returns {mode}, the model's temperature-1 distribution, but sampling uses temperature "
+            f"{params.temperature} and top-p {params.top_p}: entropies and log-probs would not be those of the "
+            "sampling distribution. Start the engine with logprobs_mode='processed_logprobs'.")

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing in the tests loads from a hub: fail at once, never wait on it
 DATA = Path(os.environ.get("ARPO_TEST_DATA", ROOT.parent / "shared" / "data"))
 
 
@@ -66,4 +67,19 @@ def agent(tokenizer):
     prompt, completion = episode_ids(tokenizer, env)
     env.close()
     assert teach(model, prompt, completion) < 0.05
+    return model
+
+
+@pytest.fixture(scope="session")
+def undecided(tokenizer):
+    """A tiny Llama that is sure up to its last tool result, then answers 42 or 43: mixed rewards, and entropy that
+    rises after a tool result."""
+    import gymnasium as gym
+    from tiny_agent import undecided_agent
+
+    import arpo_env  # noqa: F401
+
+    env = gym.make("ARPO-Math-v0").unwrapped
+    model = undecided_agent(tokenizer, env)
+    env.close()
     return model

@@ -68,7 +68,9 @@ def test_qa_answers_get_partial_f1_credit(data_dir):
 
 
 def test_selection_and_clear_errors():
-    assert [b.name for b in select("math")] == ["aime24", "aime25", "math500", "gsm8k", "math"]
+    assert [b.name for b in select("mathematical")] == ["aime24", "aime25", "math500", "gsm8k", "math"]
+    assert [b.name for b in select("math")] == ["math"]  # the MATH benchmark alone, by its own name
+    assert [b.name for b in select("math,knowledge")][:2] == ["math", "webwalker"]
     assert len(select("all")) == 13
     assert [b.name for b in select("gsm8k,hotpotqa,gsm8k")] == ["gsm8k", "hotpotqa"]
     with pytest.raises(SystemExit, match="unknown benchmark 'gsm9k'"):

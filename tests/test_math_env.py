@@ -181,3 +181,30 @@ def test_missing_data_is_a_clear_error(tmp_path, monkeypatch):
         load_tasks("gsm8k")
     with pytest.raises(DataNotFound, match="looked for"):
         load_tasks("gsm8k", tmp_path)
+
+
+def test_a_tool_the_env_lacks_is_an_observation_that_costs_budget():
+    env = gym.make("ARPO-Math-v0", max_tool_calls=2).unwrapped
+    env.reset(options={"question": "q", "answer": "1"})
+    obs, reward, terminated, truncated, info = env.step("<search>capital of France</search>")
+    assert not (terminated or truncated) and "no <search> tool" in obs and "<python>" in obs
+    assert info["unavailable_calls"] == 1 and info["tool_calls"] == 0
+    obs, *_ = env.step("<python>print(1)</python>")
+    assert "1" in obs and "last tool call" in obs  # the rejected call counted against the budget of 2
+    obs, _, _, truncated, _ = env.step("<browse>http://x</browse>")
+    assert truncated and "budget" in obs
+    env.reset(options={"question": "q", "answer": "1"})
+    env.step("<search>x</search>")
+    _, reward, terminated, _, info = env.step("<answer>\\boxed{1}</answer>")
+    assert terminated and reward == 1.0 and info["reward_parts"]["bonus"] == 0.0  # answered: well-formed, no bonus
+    env.close()
+
+
+def test_interval_gold_answers_keep_their_meaning(data_dir):
+    """MATH's gold [-2,0] is an interval, not the aliases -2 and 0."""
+    env = gym.make("ARPO-Math-v0", dataset="math", data_dir=str(data_dir / "eval"), tools=()).unwrapped
+    index = next(i for i, t in enumerate(env.tasks) if t.answer == "[-2,0]")
+    for written, expected in [("[-2,0]", 1.0), ("0", 0.0), ("-2", 0.0)]:
+        env.reset(options={"index": index})
+        assert env.step(f"<answer>\\boxed{{{written}}}</answer>")[1] == expected, written
+    env.close()

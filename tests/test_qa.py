@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 
 import gymnasium as gym
@@ -104,3 +105,62 @@ def test_deepsearch_default_budget():
     env = gym.make("ARPO-DeepSearch-v0")
     assert env.unwrapped.max_tool_calls == 10 and set(env.unwrapped.tool_factories) == {"search", "browse", "python"}
     env.close()
+
+
+def serve_replies(replies):
+    """An OpenAI-compatible chat endpoint on 127.0.0.1 that answers each request with the next scripted reply."""
+    import http.server
+    import threading
+
+    queue = list(replies)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body = json.dumps({"choices": [{"message": {"content": queue.pop(0)}}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.mark.parametrize("reply, expected, judged", [
+    ("Correct", 1.0, True), ("**Correct**", 1.0, True), ("<judgment>Correct</judgment>", 1.0, True),
+    ("The predicted answer is correct.", 1.0, True), ("correct.", 1.0, True), ("Incorrect", 0.0, True),
+    ("Partially correct", 0.0, True), ("**Incorrect** — it names the wrong city", 0.0, True),
+    ("The answer is not correct", 0.0, True), ("I am not sure.", 1.0, False),  # neither: F1 stands in
+])
+def test_judge_replies_are_read_robustly(reply, expected, judged):
+    server = serve_replies([reply])
+    try:
+        judge = qm.LLMJudge(f"http://127.0.0.1:{server.server_port}/v1", timeout_s=10)
+        assert judge.judge("Eiffel Tower", ["Eiffel Tower"], {"question": "q"}) == (expected, judged)
+        assert judge.fallbacks == (0 if judged else 1)
+    finally:
+        server.shutdown()
+
+
+def test_eval_counts_judge_fallbacks_per_column():
+    from arpo_algo.evaluation import BENCHMARKS, sample_record, summarise, table
+
+    class Traj:
+        reward_parts = {"format_ok": True, "errors": []}
+        reward, tool_calls, truncated = 1.0, 1, False
+        completion_text = "<answer>\\boxed{Paris}</answer>"
+
+    task = {"question": "Capital of France?", "answer": "Paris", "meta": {}}
+    down = "http://127.0.0.1:9/v1"  # nothing listens there: every sample falls back to F1
+    recs = [sample_record(BENCHMARKS["webwalker"], i, 0, task, Traj(), judge=down) for i in range(3)]
+    assert all(r["judged"] is False and r["score"] == 1.0 for r in recs)
+    summary = summarise({"webwalker": recs}, runs=1)
+    assert summary["webwalker"]["judge_fallbacks"] == 3 and summary["webwalker"]["format_failures"] == 0.0
+    md, rows = table(summary, [BENCHMARKS["webwalker"]], down, "m", 1)
+    assert ["judge fallbacks (F1)", "3"] == rows[-1][:2] and "format failures (%)" in md

@@ -34,7 +34,7 @@ def test_format_errors(completion, error):
 
 
 def test_strict_think_is_optional():
-    loose = "<python>print(1)</python><answer>\\boxed{1}</answer>"
+    loose = "<python>print(1)</python>\n<result>\n1\n</result>\n<answer>\\boxed{1}</answer>"
     assert tags.format_errors(loose) == []
     assert tags.format_errors(loose, strict_think=True) == ["does not start with <think>"]
     assert tags.format_errors(GOOD, strict_think=True) == []

@@ -12,11 +12,10 @@ import sys
 import time
 from pathlib import Path
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from tiny_agent import TASK, undecided_agent
+from tiny_agent import TASK
 
 import arpo_env  # noqa: F401
 from arpo_algo.advantages import grpo_advantages, hard_attribution, reinforce_pp_advantages, token_owners
@@ -92,20 +91,12 @@ def test_one_switch_sets_each_baseline():
 
 
 # Real training ------------------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def undecided(tokenizer):
-    env = gym.make("ARPO-Math-v0").unwrapped
-    model = undecided_agent(tokenizer, env)
-    env.close()
-    return model
-
-
 def config(tmp_path, **overrides) -> ARPOConfig:
     kw = dict(output_dir=str(tmp_path / "run"), num_generations=4, num_global=2, branch_alpha=1.0, branch_beta=0.0,
               per_device_train_batch_size=4, max_steps=2, max_new_tokens_per_turn=24, max_completion_length=400,
               temperature=1.0, learning_rate=1e-3, logging_steps=1, report_to="none", save_strategy="no",
               env_kwargs={"sandbox_options": {"timeout_s": 5}, "max_tool_calls": 4}, use_cpu=True, seed=0,
-              gradient_checkpointing=False)
+              gradient_checkpointing=False, gradient_accumulation_steps=1)
     kw.update(overrides)
     return ARPOConfig(**kw)
 
@@ -151,6 +142,111 @@ def test_two_real_arpo_steps_train_the_model(undecided, tokenizer, tmp_path):
     assert [m["step"] for m in metrics if "loss" in m] == [1, 2]
 
 
+LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo", "vespo"]
+
+
+def loss_gradient(trainer, tree, advantages, mask_rows):
+    """d loss / d advantage per token, through TRL's own `_compute_loss` at ratio 1 (the policy is the sampler),
+    for the trajectories of `tree` as one batch. The model's log-probs are a constant: the loss is then linear in
+    each token's advantage, and that derivative is the weight the loss type gives the token."""
+    rows = tree.trajectories
+    width = max(len(t.completion_ids) for t in rows)
+    completion = torch.zeros(len(rows), width, dtype=torch.long)
+    completion_mask = torch.zeros(len(rows), width, dtype=torch.long)
+    for i, t in enumerate(rows):
+        completion[i, : len(t.completion_ids)] = torch.tensor(t.completion_ids)
+        completion_mask[i, : len(t.completion_ids)] = 1
+    tool_mask = torch.ones(len(rows), width, dtype=torch.long)
+    for i, m in enumerate(mask_rows):
+        tool_mask[i, : len(m)] = torch.tensor(m)
+    advantages = advantages.clone().requires_grad_(True)
+    trainer._get_per_token_logps_and_entropies = lambda *a, **k: (torch.full((len(rows), width), -1.0),
+                                                                  torch.zeros(len(rows), width), None)
+    trainer.current_gradient_accumulation_steps = 1
+    inputs = {"prompt_ids": torch.ones(len(rows), 2, dtype=torch.long),
+              "prompt_mask": torch.ones(len(rows), 2, dtype=torch.long), "completion_ids": completion,
+              "completion_mask": completion_mask, "tool_mask": tool_mask, "advantages": advantages,
+              "num_items_in_batch": (completion_mask * tool_mask).sum()}
+    trainer._compute_loss(trainer.model, inputs).backward()
+    return advantages.grad
+
+
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_hard_attribution_gives_each_shared_token_the_weight_of_one_token(loss_type, undecided, tokenizer, tmp_path):
+    """Every TRL loss type: under hard attribution a shared token is trained once (one copy carries its mean
+    advantage, the others 0), and the weight of that copy is exactly the weight any token of its trajectory has
+    under soft attribution. The control: de-duplicating through the mask, as before, inflates the weight of a
+    branch's own tokens for the per-sequence losses (grpo, sapo)."""
+    from arpo_algo.advantages import hard_attribution
+    from arpo_algo.arpo_trainer import ARPOTrainer
+
+    level = "sequence" if loss_type == "luspo" else "token"
+    trainer = ARPOTrainer(undecided, args=config(tmp_path, loss_type=loss_type, advantage_attribution="hard",
+                                                 importance_sampling_level=level),
+                          train_dataset=dataset(), processing_class=tokenizer)
+    tree = hand_tree()
+    full_masks = [t.mask for t in tree.trajectories]
+    width = max(len(t.completion_ids) for t in tree.trajectories)
+    # the trainer's own path from per-token values to TRL's (B, T) advantages; positive, so that sign-dependent
+    # coefficients (sapo's temperatures, vespo's k and λ) are the same as under soft
+    from arpo_algo.advantages import hard_token_advantages
+
+    trainer._pending_trees, trainer._trained = [tree], hard_token_advantages(tree, [1.0, 2.0, 3.0, 4.0])
+    hard = trainer._advantage_tensor(width)
+    _, keep = hard_attribution(tree, [0.0] * 4)
+    soft_weight = loss_gradient(trainer, tree, torch.ones(4, width), full_masks)
+    hard_weight = loss_gradient(trainer, tree, hard, full_masks)
+    for i, t in enumerate(tree.trajectories):
+        n = len(t.completion_ids)
+        kept = torch.tensor(keep[i], dtype=torch.bool)
+        assert torch.all(hard[i, :n][~kept] == 0)  # a copy carries nothing
+        assert torch.all(hard[i, :n][kept] > 0)
+        assert torch.allclose(hard_weight[i, :n][kept], soft_weight[i, :n][kept])  # one token's weight
+    assert sum(int(k.sum()) for k in keep) == 22  # each distinct token once (8 + 6 + 4 + 4)
+    if loss_type in ("grpo", "sapo"):
+        dedup = [[a * int(b) for a, b in zip(t.mask, k)] for t, k in zip(tree.trajectories, keep)]
+        inflated = loss_gradient(trainer, tree, hard, dedup)
+        own = torch.tensor(keep[3], dtype=torch.bool)  # trajectory 3 owns 4 of its 9 tokens
+        assert torch.allclose(inflated[3, :9][own], soft_weight[3, :9][own] * 9 / 4)
+
+
+def test_hard_attribution_keeps_a_shared_prefix_when_its_first_trajectory_is_truncated():
+    from arpo_algo.advantages import hard_attribution
+
+    tree = hand_tree()
+    _, keep = hard_attribution(tree, [0.0] * 4, eligible=[False, True, True, True])  # trajectory 0 truncated
+    assert keep[0].tolist() == [0, 0, 0, 1, 1, 1, 1, 1]  # its own tokens stay with it (masked by TRL anyway)
+    assert keep[2].tolist() == [1, 1, 1, 1, 1, 1, 1]  # the prefix it shared goes to a descendant that trains
+    assert sum(int(k.sum()) for k in keep) == 22
+
+
+def test_settings_the_rollout_cannot_honour_are_refused(tmp_path):
+    common = dict(output_dir=str(tmp_path), num_generations=4, num_global=2, per_device_train_batch_size=4,
+                  use_cpu=True, report_to="none")
+    for bad, words in [({"top_k": 50}, "top_k"), ({"min_p": 0.1}, "min_p"), ({"repetition_penalty": 1.1},
+                       "repetition_penalty"), ({"generation_kwargs": {"num_beams": 2}}, "generation_kwargs"),
+                       ({"multi_objective_aggregation": "normalize_then_sum"}, "sum_then_normalize"),
+                       ({"advantage_attribution": "hard", "beta": 0.04}, "KL"),
+                       ({"advantage_attribution": "hard", "entropy_coef": 0.01}, "entropy bonus")]:
+        with pytest.raises(ValueError, match=words):
+            ARPOConfig(**common, **bad)
+    assert ARPOConfig(**common, advantage_attribution="hard").beta == 0.0
+
+
+def test_default_config_and_trainer_are_valid(undecided, tokenizer, tmp_path, monkeypatch):
+    from arpo_algo.arpo_trainer import ARPOTrainer
+
+    args = ARPOConfig(str(tmp_path / "out"))
+    assert args.num_generations == 16 and args.generation_batch_size % args.num_generations == 0
+    monkeypatch.chdir(tmp_path)
+    model = copy.deepcopy(undecided)
+    tokenizer.save_pretrained(tmp_path / "tiny-llama")  # where TRL finds the processing class, offline
+    model.config._name_or_path = str(tmp_path / "tiny-llama")
+    trainer = ARPOTrainer(model)  # TRL's first line: no args, the env's own tasks
+    assert trainer.args.output_dir.endswith("tiny-llama-ARPO") and trainer.args.num_generations == 16
+    assert len(trainer.train_dataset) > 0 and "question" in trainer.train_dataset.column_names
+
+
 def test_tool_output_tokens_do_not_change_the_gradient(undecided, tokenizer, tmp_path):
     """The last segment of the completion is a tool result: altering its tokens changes nothing the loss sees.
     With the mask removed (the control) the same alteration does change the gradient."""
@@ -193,6 +289,7 @@ num_global: 2
 branch_alpha: 1.0
 branch_beta: 0.0
 per_device_train_batch_size: 4
+gradient_accumulation_steps: 1
 max_steps: 3
 save_steps: 1
 logging_steps: 1

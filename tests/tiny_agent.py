@@ -40,6 +40,17 @@ def episode_ids(tokenizer, env) -> tuple[list[int], list[int]]:
     return prompt, completion
 
 
+def completion_loss(model, ids: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor | None = None
+                    ) -> torch.Tensor:
+    """Next-token cross-entropy on the labelled positions only: the LM head (49,152 outputs) runs on those alone,
+    not on the long system prompt, which makes teaching several times faster."""
+    hidden = model.model(input_ids=ids, attention_mask=attention_mask).last_hidden_state
+    targets = labels[:, 1:]
+    keep = targets != -100
+    logits = model.lm_head(hidden[:, :-1][keep])
+    return torch.nn.functional.cross_entropy(logits.float(), targets[keep])
+
+
 def teach(model, prompt: list[int], completion: list[int], max_steps: int = 500, lr: float = 1e-2,
           target: float = 0.01) -> float:
     """Fit the model to the scripted completion (loss on completion tokens) until the loss is below `target` or
@@ -50,7 +61,7 @@ def teach(model, prompt: list[int], completion: list[int], max_steps: int = 500,
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     model.train()
     for _ in range(max_steps):
-        loss = model(input_ids=ids, labels=labels).loss
+        loss = completion_loss(model, ids, labels)
         if loss.item() < target:
             break
         opt.zero_grad()
@@ -61,30 +72,54 @@ def teach(model, prompt: list[int], completion: list[int], max_steps: int = 500,
     return float(loss.detach())
 
 
-def undecided_agent(tokenizer, env, steps: int = 300, seed: int = 1):
-    """A tiny Llama taught two episodes that agree up to the last tool result and then answer 42 (right) or 43
-    (wrong): its uncertainty sits after the tool output, so a group of samples gets mixed rewards."""
+def scripted_ids(tokenizer, env, script: list[str]) -> list[int]:
+    """The completion of one scripted episode: its actions and the env's real observations, then EOS."""
+    env.reset(options=TASK)
+    completion: list[int] = []
+    for action in script:
+        completion += tokenizer.encode(action, add_special_tokens=False)
+        obs, _, terminated, truncated, _ = env.step(action)
+        if not (terminated or truncated):
+            completion += tokenizer.encode(obs, add_special_tokens=False)
+    return completion + [tokenizer.eos_token_id]
+
+
+def taught_agent(tokenizer, env, scripts: list[list[str]], steps: int = 300, seed: int = 1):
+    """A tiny Llama fitted to several scripted episodes at once: where they differ it is uncertain (about evenly
+    split between them), where they agree it is sure."""
     model = tiny_llama(tokenizer, seed=seed)
-    prompt, right = episode_ids(tokenizer, env)
-    wrong_tail = tokenizer.encode("<answer>\\boxed{43}</answer>", add_special_tokens=False) + [tokenizer.eos_token_id]
-    right_tail = tokenizer.encode(SCRIPT[-1], add_special_tokens=False) + [tokenizer.eos_token_id]
-    wrong = right[: len(right) - len(right_tail)] + wrong_tail
-    width = max(len(right), len(wrong))
+    prompt, _ = episode_ids(tokenizer, env)
+    completions = [scripted_ids(tokenizer, env, script) for script in scripts]
+    width = max(len(c) for c in completions)
     pad = tokenizer.pad_token_id
-    rows = [prompt + c + [pad] * (width - len(c)) for c in (right, wrong)]
-    ids = torch.tensor(rows)
+    ids = torch.tensor([prompt + c + [pad] * (width - len(c)) for c in completions])
     labels = ids.clone()
     labels[:, : len(prompt)] = -100
-    for r, c in enumerate((right, wrong)):
+    for r, c in enumerate(completions):
         labels[r, len(prompt) + len(c):] = -100
     mask = (labels != -100) | (torch.arange(ids.size(1)) < len(prompt))
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     model.train()
     for _ in range(steps):
-        loss = model(input_ids=ids, attention_mask=mask.long(), labels=labels).loss
+        loss = completion_loss(model, ids, labels, mask.long())
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
     model.eval()
     return model
+
+
+def undecided_agent(tokenizer, env, steps: int = 300, seed: int = 1):
+    """A tiny Llama taught two episodes that agree up to the last tool result and then answer 42 (right) or 43
+    (wrong): its uncertainty sits after the tool output, so a group of samples gets mixed rewards."""
+    wrong = SCRIPT[:-1] + ["<answer>\\boxed{43}</answer>"]
+    return taught_agent(tokenizer, env, [SCRIPT, wrong], steps, seed)
+
+
+def hesitant_start_agent(tokenizer, env, steps: int = 300, seed: int = 1):
+    """The opposite of `undecided_agent`: four ways to write the first cell (uncertain at the start of the
+    response), then one sure continuation after every tool result (its entropy falls after tools)."""
+    firsts = ["<python>x = 41</python>", "<python>x=41</python>", "<python>x = 40 + 1</python>",
+              "<python>x = 42 - 1</python>"]
+    return taught_agent(tokenizer, env, [[first, *SCRIPT[1:]] for first in firsts], steps, seed)

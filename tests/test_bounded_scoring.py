@@ -1,0 +1,66 @@
+r"""Pathological answers never hang or crash scoring: each is scored within its bound from a worker thread, through
+the environment and through the TRL reward function, and the process goes on scoring ordinary answers after."""
+
+from __future__ import annotations
+
+import threading
+
+import gymnasium as gym
+import pytest
+
+import arpo_env  # noqa: F401
+from arpo_env import rewards
+from arpo_env.bounded import BoundExceeded, pool
+
+BOUND_S = 2.0
+PATHOLOGICAL = {
+    "power tower": "9^{9^{9^{9}}}",
+    "taller tower": "2^{2^{2^{2^{2^{2}}}}}",
+    "huge power of ten": "10^{10^{10}}",
+    "huge factorial": "1000000!",
+    "nested braces": "{" * 5000 + "1" + "}" * 5000,
+    "nested roots": "\\sqrt{" * 2000 + "2" + "}" * 2000,
+    "200,000 digits": "9" * 200_000,
+    "division by zero": "\\frac{1}{0}",
+    "huge matrix": "\\begin{pmatrix}" + "\\\\".join(["&".join(["1"] * 300)] * 300) + "\\end{pmatrix}",
+}
+
+
+def in_thread(fn):
+    """Run `fn` in a worker thread (as the rollout engine does) and return its result; a hang fails the test."""
+    box = {}
+    thread = threading.Thread(target=lambda: box.setdefault("value", fn()), daemon=True)
+    thread.start()
+    thread.join(BOUND_S + 120)  # the bound, plus a worker's start-up on a busy machine: a liveness check
+    assert not thread.is_alive(), "scoring hung"
+    return box["value"]
+
+
+@pytest.fixture(autouse=True)
+def short_bound(monkeypatch):
+    monkeypatch.setenv("ARPO_SCORE_TIMEOUT", str(BOUND_S))
+
+
+@pytest.mark.parametrize("name", list(PATHOLOGICAL))
+def test_pathological_answers_through_the_env_in_a_thread(name):
+    env = gym.make("ARPO-Math-v0", tools=()).unwrapped
+    env.reset(options={"question": "q", "answer": "42"})
+    _, reward, terminated, _, info = in_thread(lambda: env.step(f"<answer>\\boxed{{{PATHOLOGICAL[name]}}}</answer>"))
+    assert terminated and reward == 0.0 and info["reward_parts"]["format_ok"]
+    env.reset(options={"question": "q", "answer": "42"})  # and the env goes on
+    assert env.step("<answer>\\boxed{42}</answer>")[1] == 1.0
+    env.close()
+
+
+@pytest.mark.parametrize("name", list(PATHOLOGICAL))
+def test_pathological_answers_through_the_trl_reward_in_a_thread(name):
+    completion = f"<answer>\\boxed{{{PATHOLOGICAL[name]}}}</answer>"
+    assert in_thread(lambda: rewards.math_reward(["q"], [completion], answer=["42"])) == [0.0]
+    assert in_thread(lambda: rewards.math_reward(["q"], ["<answer>\\boxed{6 \\cdot 7}</answer>"],
+                                                 answer=["42"])) == [1.0]
+
+
+def test_an_overrunning_call_is_cut_and_its_worker_replaced():
+    with pytest.raises(BoundExceeded):
+        pool().call("math_equal", "9^{9^{9^{9}}}", ["1"], timeout_s=0.5)
+    assert pool().call("math_equal", "\\frac{1}{2}", ["0.5"]) is True

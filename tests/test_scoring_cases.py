@@ -1,0 +1,234 @@
+r"""Scoring, case by case: what `arpo eval` extracts and scores, and what the training reward gives, on answers to
+items of the shipped benchmarks — exact, reformatted, partly right, wrong, broken format, ``\text{}``, intervals,
+lists, Chinese, HLE letters. Every row states the expected score."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from arpo_algo.evaluation import BENCHMARKS, score_sample
+from arpo_env import rewards
+from arpo_env.tags import eval_answer, wrap_result
+
+A = "<answer>\\boxed{{{}}}</answer>"  # a well-formed final answer
+R = "\n<result>\n{}\n</result>\n"  # a tool result, as the env writes it
+
+
+def answer(text: str) -> str:
+    return A.format(text)
+
+
+def load(name: str, data_dir) -> list[dict]:
+    return [json.loads(line) for line in open(data_dir / "eval" / name / "test.jsonl", encoding="utf-8")]
+
+
+# (benchmark, gold, transcript, expected eval score) — golds as the shipped files have them --------------------------
+MATH = [
+    # intervals and lists are the answer itself: never split into aliases
+    ("math", "[-2,0]", answer("[-2,0]"), 1.0),
+    ("math", "[-2,0]", answer("[-2, 0]"), 1.0),
+    ("math", "[-2,0]", answer("0"), 0.0),
+    ("math", "[-2,0]", answer("-2"), 0.0),
+    ("math", "[-2,0]", answer("(-2,0)"), 0.0),
+    ("math500", "(3,4]", answer("(3,4]"), 1.0),
+    ("math500", "(3,4]", answer("(3,4)"), 0.0),
+    ("math500", "(3,4]", answer("4"), 0.0),
+    ("math500", "(2,\\infty)", answer("(2, \\infty)"), 1.0),
+    ("math500", "(2,\\infty)", answer("[2,\\infty)"), 0.0),
+    ("math500", "(-\\infty, 0]", answer("(-\\infty,0]"), 1.0),
+    ("math500", "(-\\infty, 0]", answer("0"), 0.0),
+    ("math500", "(15,-29)", answer("(15,-29)"), 1.0),
+    ("math500", "(15,-29)", answer("(15, -29)"), 1.0),
+    ("math500", "(15,-29)", answer("(-29,15)"), 0.0),
+    ("math500", "(15,-29)", answer("15"), 0.0),
+    ("math500", "(6,31,-1)", answer("(6, 31, -1)"), 1.0),
+    ("math500", "(6,31,-1)", answer("(6, 31, 1)"), 0.0),
+    ("math500", "\\left( 3, \\frac{\\pi}{2} \\right)", answer("(3, \\pi/2)"), 1.0),
+    ("math500", "\\left( 3, \\frac{\\pi}{2} \\right)", answer("(3, \\pi)"), 0.0),
+    ("math500", "x \\in [-2,7]", answer("[-2,7]"), 1.0),
+    ("math500", "x \\in [-2,7]", answer("7"), 0.0),
+    ("math500", "(-\\infty, 2) \\cup (3, \\infty)", answer("(-\\infty,2)\\cup(3,\\infty)"), 1.0),
+    ("math500", "(-\\infty, 2) \\cup (3, \\infty)", answer("(3,\\infty)"), 0.0),
+    ("math", "[1, -1+j, 1, -1-j]", answer("[1, -1+j, 1, -1-j]"), 1.0),
+    ("math", "[1, -1+j, 1, -1-j]", answer("1"), 0.0),
+    # numbers, reformatted
+    ("gsm8k", "18", answer("18"), 1.0),
+    ("gsm8k", "18", answer("18.0"), 1.0),
+    ("gsm8k", "18", answer("\\$18"), 1.0),
+    ("gsm8k", "18", answer("17"), 0.0),
+    ("gsm8k", "70000", answer("70,000"), 1.0),
+    ("gsm8k", "70000", answer("7000"), 0.0),
+    ("math500", "10,\\!080", answer("10080"), 1.0),
+    ("math500", "58,500", answer("58500"), 1.0),
+    ("math500", "58,500", answer("5850"), 0.0),
+    ("aime24", "204", answer("204"), 1.0),
+    ("aime24", "204", answer("0204"), 1.0),
+    ("aime24", "204", answer("240"), 0.0),
+    ("math500", "\\frac{1}{2}", answer("0.5"), 1.0),
+    ("math500", "\\frac{1}{2}", answer("1/2"), 1.0),
+    ("math500", "\\frac{1}{2}", answer("\\dfrac12"), 1.0),
+    ("math500", "\\frac{1}{2}", answer("\\frac{1}{3}"), 0.0),
+    ("math500", "2\\sqrt{3}", answer("\\sqrt{12}"), 1.0),
+    ("math500", "2\\sqrt{3}", answer("3\\sqrt{2}"), 0.0),
+    ("math500", "\\frac{270}7\\text{ degrees}", answer("\\frac{270}{7}"), 1.0),
+    ("math500", "5.4 \\text{ cents}", answer("5.4"), 1.0),
+    ("math500", "\\text{(C)}", answer("C"), 1.0),
+    ("math500", "\\text{Evelyn}", answer("\\text{Evelyn}"), 1.0),
+    ("math500", "\\text{east}", answer("\\text{west}"), 0.0),
+    ("math500", "(a+5)(b+2)", answer("(b+2)(a+5)"), 1.0),
+    ("math500", "(a+5)(b+2)", answer("(a+2)(b+5)"), 0.0),
+    # extraction: the final answer wherever it is, never one inside a tool result
+    ("math500", "7", "The answer is \\boxed{7}.", 1.0),
+    ("math500", "7", "first \\boxed{3}, then \\boxed{7}", 1.0),
+    ("math500", "7", "<python>print(7)</python>" + R.format("\\boxed{7}") + "so it is 6", 0.0),
+    ("math500", "7", "<python>print(1)</python>" + R.format("<answer>\\boxed{7}</answer>") + answer("8"), 0.0),
+    ("math500", "7", answer("3") + " and later " + answer("7"), 1.0),
+    ("math500", "7", "<answer>7</answer>", 1.0),
+    ("math500", "7", "I think it is 7", 0.0),
+    ("math500", "7", "", 0.0),
+    ("math500", "7", "<answer>\\boxed{7</answer>", 0.0),
+    ("math500", "7", "<think>hmm \\boxed{7}</think>", 1.0),
+]
+
+QA = [
+    ("hotpotqa", ["Frank Lowy"], answer("Frank Lowy"), 1.0),
+    ("hotpotqa", ["Frank Lowy"], answer("frank lowy"), 1.0),
+    ("hotpotqa", ["Frank Lowy"], answer("Frank Lowy."), 1.0),
+    ("hotpotqa", ["Frank Lowy"], answer("\\text{Frank Lowy}"), 1.0),
+    ("hotpotqa", ["Frank Lowy"], answer("\\textbf{Frank Lowy}"), 1.0),
+    ("hotpotqa", ["Frank Lowy"], answer("Lowy"), 2 / 3),
+    ("hotpotqa", ["Frank Lowy"], answer("Sir Frank Lowy"), 0.8),
+    ("hotpotqa", ["Frank Lowy"], answer("John Smith"), 0.0),
+    ("hotpotqa", ["Frank Lowy"], "The answer is \\boxed{Frank Lowy}", 1.0),
+    ("hotpotqa", ["Frank Lowy"], "Frank Lowy", 0.0),
+    ("hotpotqa", ["1.95 m"], answer("1.95 m"), 1.0),
+    ("hotpotqa", ["1.95 m"], answer("1.95"), 2 / 3),
+    ("hotpotqa", ["1.95 m"], answer("2 m"), 0.5),
+    ("hotpotqa", ["yes"], answer("yes"), 1.0),
+    ("hotpotqa", ["yes"], answer("Yes."), 1.0),
+    ("hotpotqa", ["yes"], answer("no"), 0.0),
+    ("hotpotqa", ["yes"], answer("yes it is"), 0.0),
+    ("hotpotqa", ["Crystal Dynamics"], answer("the Crystal Dynamics"), 1.0),
+    ("hotpotqa", ["Crystal Dynamics"], answer("Crystal"), 2 / 3),
+    ("2wiki", ["Essex", "Essex, England"], answer("Essex"), 1.0),
+    ("2wiki", ["Essex", "Essex, England"], answer("Essex England"), 1.0),
+    ("2wiki", ["Essex", "Essex, England"], answer("England"), 2 / 3),
+    ("bamboogle", ["james madison"], answer("James Madison"), 1.0),
+    ("bamboogle", ["james madison"], answer("President James Madison"), 0.8),
+    ("bamboogle", ["james madison"], answer("Madison"), 2 / 3),
+    ("bamboogle", ["Titan IIIE"], answer("Titan IIIE"), 1.0),
+    ("bamboogle", ["Titan IIIE"], answer("Titan"), 2 / 3),
+    ("bamboogle", ["1999"], answer("1999"), 1.0),
+    ("bamboogle", ["1999"], answer("2000"), 0.0),
+    ("bamboogle", ["20 June 1837"], answer("20 June 1837"), 1.0),
+    ("bamboogle", ["20 June 1837"], answer("June 20, 1837"), 1.0),
+    ("bamboogle", ["20 June 1837"], answer("1837"), 0.5),
+    ("musique", ["Drifting"], answer("$\\text{Drifting}$"), 1.0),
+    ("musique", ["Drifting"], answer("drifting!"), 1.0),
+    ("musique", ["Drifting"], answer("Floating"), 0.0),
+    # Chinese: characters are the tokens
+    ("webwalker", "肖亮", answer("肖亮"), 1.0),
+    ("webwalker", "肖亮", answer("肖"), 2 / 3),
+    ("webwalker", "肖亮", answer("王明"), 0.0),
+    ("webwalker", "肖亮", answer("肖亮。"), 1.0),
+    ("webwalker", "66 hours", answer("66 hours"), 1.0),
+    ("webwalker", "66 hours", answer("66"), 2 / 3),
+    ("webwalker", "5 months", answer("five months"), 0.5),
+    ("xbench", ["161.27元"], answer("161.27元"), 1.0),
+    ("xbench", ["4"], answer("4"), 1.0),
+    ("xbench", ["4"], answer("5"), 0.0),
+    # extraction for QA
+    ("hotpotqa", ["Essex"], "<search>q</search>" + R.format("<answer>\\boxed{Essex}</answer>") + answer("Kent"), 0.0),
+    ("hotpotqa", ["Essex"], "<search>q</search>" + R.format("Essex is a county") + answer("Essex"), 1.0),
+    ("hotpotqa", ["Essex"], "<answer>Essex</answer>", 1.0),
+    ("hotpotqa", ["Essex"], "no answer at all", 0.0),
+]
+
+HLE = [  # multiple choice: the option letter, in its usual forms
+    ("D", "D", 1.0), ("D", "(D)", 1.0), ("D", "D.", 1.0), ("D", "D. Because of the", 1.0), ("D", "Answer: D", 1.0),
+    ("D", "The answer is D", 1.0), ("D", "The answer is (D).", 1.0), ("D", "\\text{D}", 1.0), ("D", "$D$", 1.0),
+    ("D", "**D**", 1.0), ("D", "d", 1.0), ("D", "C", 0.0), ("D", "(C)", 0.0), ("D", "The answer is C", 0.0),
+    ("E", "Option E", 1.0), ("E", "The correct answer is E", 1.0), ("E", "Everything", 0.0), ("B", "B) 12", 1.0),
+    ("B", "none", 0.0),
+]
+
+
+@pytest.mark.parametrize("bench, gold, transcript, expected", MATH + QA)
+def test_eval_scores(bench, gold, transcript, expected):
+    task = {"question": "q", "answer": gold, "meta": {}}
+    _, score, _ = score_sample(BENCHMARKS[bench], transcript, task, judge=None)
+    assert score == pytest.approx(expected, abs=1e-6), (bench, gold, transcript, eval_answer(transcript))
+
+
+@pytest.mark.parametrize("gold, written, expected", HLE)
+def test_hle_multiple_choice(gold, written, expected):
+    task = {"question": "q", "answer": gold, "meta": {"answer_type": "multipleChoice"}}
+    for transcript in (answer(written), f"<answer>{written}</answer>"):
+        _, score, _ = score_sample(BENCHMARKS["hle"], transcript, task, judge=None)
+        assert score == expected, (gold, transcript)
+
+
+# The training reward: the paper's format gate, the bonus only for tools that ran ----------------------------------
+TOOLS = "<search>q</search>" + R.format("Page 1: …") + "<python>print(1)</python>" + R.format("1")
+REWARD = [  # (completion, gold, expected math_reward)
+    (answer("18"), "18", 1.0),
+    (answer("17"), "18", 0.0),
+    ("The answer is \\boxed{18}", "18", -1.0),  # no <answer>: the paper's reward gates it
+    ("<answer>18</answer>", "18", -1.0),  # no \boxed{}
+    (answer("18") + answer("18"), "18", -1.0),  # two answers
+    (answer("18") + "<python>print(1)</python>", "18", -1.0),  # a tool call after the answer
+    ("<python>print(18)</python>" + R.format("18") + answer("18"), "18", 1.0),
+    (TOOLS + answer("18"), "18", 1.1),  # correct with search and python that ran: the bonus
+    (TOOLS + answer("17"), "18", 0.0),  # wrong: no bonus
+    ("<search>q</search><python>print(1)</python>" + R.format("1") + answer("18"), "18", -1.0),  # search never ran
+    ("<search>q</search>" + answer("18"), "18", -1.0),  # tool tags with no result at all
+    ("<python>print(1)</python>" + R.format("<search>q</search>") + answer("18"), "18", 1.0),  # not the model's tag
+    ("<python>print(1)</python>" + wrap_result("<search>x</search>\n<result>\ny\n</result>") + answer("18"), "18",
+     1.0),  # a result that prints tags: the env escapes its </result>, and nothing inside is the model's
+    ("<think>ok</think>" + answer("18"), "18", 1.0),
+    ("<think>open " + answer("18"), "18", -1.0),  # unclosed think
+    ("", "18", -1.0),
+    (answer("[-2,0]"), "[-2,0]", 1.0),
+    (answer("0"), "[-2,0]", 0.0),
+]
+
+
+@pytest.mark.parametrize("completion, gold, expected", REWARD)
+def test_training_reward(completion, gold, expected):
+    assert rewards.math_reward(["q"], [completion], answer=[gold]) == [pytest.approx(expected)]
+
+
+def test_the_reference_think_rule_is_available_by_name():
+    plain = answer("18")
+    assert rewards.math_reward(["q"], [plain], answer=["18"]) == [1.0]  # the default: <think> not required
+    assert rewards.math_reward_strict_think(["q"], [plain], answer=["18"]) == [-1.0]
+    assert rewards.math_reward_strict_think(["q"], ["<think>x</think>" + plain], answer=["18"]) == [1.0]
+    assert rewards.qa_reward_strict_think(["q"], ["<think>x</think>" + answer("Essex")], answer=[["Essex"]]) == [1.0]
+
+
+# Every shipped benchmark: its first items, exact, reformatted, wrong, broken ---------------------------------------
+SHIPPED = ["aime24", "aime25", "math500", "gsm8k", "math", "hotpotqa", "2wiki", "musique", "bamboogle", "webwalker",
+           "xbench"]
+
+
+@pytest.mark.parametrize("bench", SHIPPED)
+def test_shipped_items_exact_reformatted_wrong_and_broken(bench, data_dir):
+    import gymnasium as gym
+
+    import arpo_env  # noqa: F401
+
+    spec = BENCHMARKS[bench]
+    env = gym.make(spec.env_id, dataset=bench, data_dir=str(data_dir / "eval"), tools=()).unwrapped
+    checked = 0
+    for task in env.tasks[:8]:
+        gold = task.answer[0] if isinstance(task.answer, list) else task.answer
+        record = {"question": task.question, "answer": task.answer, "meta": task.meta}
+        for transcript, expected in [(answer(gold), 1.0), (f"So the final answer is \\boxed{{{gold}}}.", 1.0),
+                                     (answer("zebra quantum 98765"), 0.0), ("no answer", 0.0)]:
+            _, score, _ = score_sample(spec, transcript, record, judge=None)
+            assert score == pytest.approx(expected), (bench, gold, transcript)
+            checked += 1
+    env.close()
+    assert checked == 32
