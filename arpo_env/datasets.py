@@ -77,8 +77,12 @@ def task_from_record(record: dict[str, Any], source: str, index: int, kind: str 
                    if record.get(k) is not None), rm.get("ground_truth"))
     if answer is None:
         raise ValueError(f"{source}: record {index} has no answer field (answer, ground_truth, reward_model)")
-    if isinstance(answer, str) and answer.startswith("[") and answer.endswith("]"):
-        try:  # some releases store alias lists as their Python repr: "['Michio Sugeno']"
+    if kind is None:
+        kind = record.get("ability") or ("math" if source in MATH_BENCHMARKS else "qa")
+    if kind == "qa" and isinstance(answer, str) and answer.startswith("[") and answer.endswith("]"):
+        # some QA releases store alias lists as their Python repr: "['Michio Sugeno']". A math answer such as the
+        # interval "[-2,0]" or the list "[1, -1+j]" *is* the answer and is never split into aliases.
+        try:
             parsed = ast.literal_eval(answer)
             answer = [str(a) for a in parsed] if isinstance(parsed, (list, tuple)) and parsed else answer
         except (ValueError, SyntaxError):
@@ -88,9 +92,7 @@ def task_from_record(record: dict[str, Any], source: str, index: int, kind: str 
     elif isinstance(answer, (int, float)):
         answer = str(answer)
     elif not isinstance(answer, str):
-        answer = [str(a) for a in answer]
-    if kind is None:
-        kind = record.get("ability") or ("math" if source in MATH_BENCHMARKS else "qa")
+        answer = [str(a) for a in answer]  # a real list in the data: the dataset's own aliases
     rid = record.get("id", record.get("unique_id", record.get("task_id", record.get("idx", index))))
     meta = {k: v for k, v in record.items() if k in ("level", "subject", "answer_type", "Level", "data_source")}
     return Task(_clean(question).strip(), answer, str(rid), source, str(kind), meta)

@@ -29,6 +29,8 @@ class EpisodeState:
     tool_calls: dict[str, int] = field(default_factory=dict)
     turns: int = 0
     done: bool = False
+    unavailable_calls: int = 0
+    """Calls to a tool this env does not have: answered with an error result, and counted against the budget."""
 
     @property
     def completion(self) -> str:
@@ -38,17 +40,24 @@ class EpisodeState:
     def total_tool_calls(self) -> int:
         return sum(self.tool_calls.values())
 
+    @property
+    def budget_used(self) -> int:
+        """Calls counted against ``max_tool_calls``: those that ran and those to a tool the env lacks."""
+        return self.total_tool_calls + self.unavailable_calls
+
     def copy(self) -> "EpisodeState":
-        return EpisodeState(self.task, list(self.segments), dict(self.tool_calls), self.turns, self.done)
+        return EpisodeState(self.task, list(self.segments), dict(self.tool_calls), self.turns, self.done,
+                            self.unavailable_calls)
 
     def to_dict(self) -> dict[str, Any]:
         return {"task": self.task.as_dict(), "segments": [list(s) for s in self.segments],
-                "tool_calls": dict(self.tool_calls), "turns": self.turns, "done": self.done}
+                "tool_calls": dict(self.tool_calls), "turns": self.turns, "done": self.done,
+                "unavailable_calls": self.unavailable_calls}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "EpisodeState":
         return cls(Task.from_dict(d["task"]), [tuple(s) for s in d["segments"]], dict(d["tool_calls"]),  # type: ignore[misc]
-                   int(d["turns"]), bool(d["done"]))
+                   int(d["turns"]), bool(d["done"]), int(d.get("unavailable_calls", 0)))
 
 
 class ToolEnv(gym.Env[str, str]):
@@ -128,19 +137,32 @@ class ToolEnv(gym.Env[str, str]):
         state.segments.append(("action", text))
         info: dict[str, Any] = {"tool": None, "tool_query": None, "tool_latency_s": 0.0, "tool_failed": False,
                                 "tool_error": None}
-        call = tags.last_call(text, tuple(self.tools))
+        call = tags.last_call(text, tags.TOOL_TAGS)
         final = tags.answer(text)
         open_tag = tags.unclosed_tag(text)
         truncation = None
 
         if final is not None and (call is None or call.start < final.start):
             observation = ""  # the answer ends the episode
+        elif call is not None and call.tag not in self.tools:
+            # A tool this env lacks: an observation the model can learn from, and it costs budget like any call.
+            if state.budget_used >= self.max_tool_calls:
+                truncation = (f"The tool-call budget is used up ({self.max_tool_calls} of {self.max_tool_calls}); "
+                              "the episode ends here.")
+                observation = tags.wrap_result(truncation)
+            else:
+                state.unavailable_calls += 1
+                available = ", ".join(f"<{t}>…</{t}>" for t in self.tools) or "none"
+                info.update(tool_failed=True, tool_error=f"unavailable tool <{call.tag}>")
+                observation = tags.wrap_result(
+                    f"error: there is no <{call.tag}> tool here. Tools you can call: {available}. "
+                    "Give the final answer as <answer>\\boxed{…}</answer>.")
         elif call is not None:
             if len(state.completion) > self.max_chars:
                 truncation = (f"The transcript reached its length budget ({self.max_chars} characters); "
                               "the episode ends here.")
                 observation = tags.wrap_result(truncation)
-            elif state.total_tool_calls >= self.max_tool_calls:
+            elif state.budget_used >= self.max_tool_calls:
                 truncation = (f"The tool-call budget is used up ({self.max_tool_calls} of {self.max_tool_calls}); "
                               "the episode ends here.")
                 observation = tags.wrap_result(truncation)
@@ -150,7 +172,7 @@ class ToolEnv(gym.Env[str, str]):
                 info.update(tool=call.tag, tool_query=call.content, tool_latency_s=out.latency_s,
                             tool_failed=out.failed, tool_error=out.error, tool_extra=out.extra)
                 note = ""
-                if state.total_tool_calls == self.max_tool_calls:
+                if state.budget_used == self.max_tool_calls:
                     note = "\n(That was your last tool call: give the final answer now.)"
                 observation = tags.wrap_result(out.text + note)
         elif open_tag is not None or "<" + tags.ANSWER in text:
@@ -252,7 +274,9 @@ class ToolEnv(gym.Env[str, str]):
     def score(self) -> RewardParts:
         """The reward of the completion as it stands."""
         state = self._require_state()
-        return self.reward_fn(state.completion, state.task.answer, {**state.task.meta, "question": state.task.question})
+        ran = {tool for tool, n in state.tool_calls.items() if n > 0}  # executed, not merely written
+        return self.reward_fn(state.completion, state.task.answer, {**state.task.meta, "question": state.task.question},
+                              tools_ran=ran)
 
     # ---------------------------------------------------------------------------------------------------------------
     def _run_tool(self, tag: str, query: str) -> ToolOutput:
@@ -269,6 +293,7 @@ class ToolEnv(gym.Env[str, str]):
     def _counters(self) -> dict[str, Any]:
         state = self._require_state()
         return {"tool_calls": state.total_tool_calls, "tool_calls_by_tool": dict(state.tool_calls),
+                "unavailable_calls": state.unavailable_calls,
                 "turns": state.turns, "chars": len(state.completion)}
 
     def _require_state(self) -> EpisodeState:

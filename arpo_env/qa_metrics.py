@@ -62,29 +62,63 @@ def best_em(prediction: str | None, gold: Any) -> float:
     return max(exact_match(prediction, g) for g in aliases(gold))
 
 
-_CHOICE = re.compile(r"^\s*(?:answer\s*[:：]?\s*)?\(?([A-Za-z])\)?(?:[.:)\s]|$)", re.I)
+_CHOICE_FORMS = [
+    re.compile(r"^\(?([A-Za-z])\)?(?:[.:)\]]|\s|$)"),  # "D", "(D)", "D.", "D) text", "D text"
+    re.compile(r"^(?:the\s+)?(?:final\s+|correct\s+)?(?:answer|option|choice)\s*(?:is|:|：|=)?\s*"
+               r"(?:option\s+|choice\s+)?\(?([A-Za-z])\)?(?:[.:)\]]|\s|$)", re.I),
+]
 
 
 def choice_letter(text: str) -> str | None:
-    """The option letter of a multiple-choice answer: "D", "(D)", "D. text", "Answer: D"."""
-    m = _CHOICE.match(str(text))
-    return m.group(1).upper() if m else None
+    """The option letter of a multiple-choice answer: "D", "(D)", "D. text", "Answer: D", "The answer is D",
+    "\\boxed{\\text{D}}", "$D$"."""
+    from arpo_env.tags import boxed, unwrap_text
+
+    text = str(text).strip()
+    inner = boxed(text)
+    text = unwrap_text(inner if inner is not None else text).strip().strip("*").strip()
+    for form in _CHOICE_FORMS:
+        m = form.match(text)
+        if m:
+            return m.group(1).upper()
+    return None
 
 
 def qa_score(prediction: str | None, gold: Any, meta: Mapping[str, Any] | None = None) -> float:
-    """The score of a QA answer: the option letter for multiple-choice items, else the best F1 over aliases."""
+    """The score of a QA answer: the option letter for multiple-choice items, else the best F1 over aliases.
+    LaTeX text wrappers (``\\text{Paris}``) are unwrapped first."""
     if prediction is None:
         return 0.0
+    from arpo_env.tags import unwrap_text
+
     if (meta or {}).get("answer_type") == "multipleChoice":
         letter = choice_letter(prediction)
         return float(letter is not None and letter == choice_letter(aliases(gold)[0]))
-    return best_f1(prediction, gold)
+    return best_f1(unwrap_text(prediction), gold)
+
+
+_NEGATIVE = re.compile(r"\b(incorrect|not\s+correct|wrong|partially|partly|partial)\b")
+_POSITIVE = re.compile(r"\bcorrect\b")
+
+
+def judge_verdict(reply: str) -> bool | None:
+    """A judge's reply read as a verdict: True for "Correct", "**Correct**", "<judgment>Correct</judgment>",
+    "The predicted answer is correct."; False for "Incorrect", "Partially correct", "wrong"; None when it says
+    neither."""
+    text = re.sub(r"<[^>]*>|[*_`#]", " ", str(reply)).lower()
+    if _NEGATIVE.search(text):
+        return False
+    if _POSITIVE.search(text):
+        return True
+    return None
 
 
 class LLMJudge:
     """Judge an answer with a chat model behind an OpenAI-compatible endpoint; F1 when the judge is unreachable.
 
-    The score is 1 when the judge says the prediction means the same as a gold answer, else 0.
+    The score is 1 when the judge says the prediction means the same as a gold answer, else 0 (`judge_verdict`
+    reads the reply; a reply that says neither counts as a failure of the judge). `judge` also says whether the
+    judge decided or F1 stood in for it; `fallbacks` counts the stand-ins.
     """
 
     PROMPT = ("You are grading an answer to a question.\nQuestion: {question}\nGold answer(s): {gold}\n"
@@ -98,20 +132,29 @@ class LLMJudge:
         self.fallbacks = 0
 
     def __call__(self, prediction: str | None, gold: Any, meta: Mapping[str, Any] | None = None) -> float:
+        return self.judge(prediction, gold, meta)[0]
+
+    def judge(self, prediction: str | None, gold: Any, meta: Mapping[str, Any] | None = None) -> tuple[float, bool]:
+        """``(score, judged)``: judged is False when the judge was unreachable or said neither correct nor
+        incorrect, and the score is then F1 (`qa_score`)."""
         if prediction is None:
-            return 0.0
+            return 0.0, True
         import httpx
 
+        from arpo_env.tags import unwrap_text
+
         prompt = self.PROMPT.format(question=(meta or {}).get("question", ""), gold=" | ".join(aliases(gold)),
-                                    prediction=prediction)
+                                    prediction=unwrap_text(prediction))
         try:
             reply = httpx.post(f"{self.base_url}/chat/completions", timeout=self.timeout_s,
                                headers={"Authorization": f"Bearer {self.api_key}"},
-                               json={"model": self.model, "temperature": 0.0, "max_tokens": 8,
+                               json={"model": self.model, "temperature": 0.0, "max_tokens": 16,
                                      "messages": [{"role": "user", "content": prompt}]})
             reply.raise_for_status()
-            verdict = reply.json()["choices"][0]["message"]["content"].strip().lower()
+            verdict = judge_verdict(reply.json()["choices"][0]["message"]["content"] or "")
         except Exception:  # noqa: BLE001 - an unreachable judge must not stop training or evaluation
+            verdict = None
+        if verdict is None:
             self.fallbacks += 1
-            return qa_score(prediction, gold, meta)
-        return 1.0 if verdict.startswith("correct") else 0.0
+            return qa_score(prediction, gold, meta), False
+        return (1.0 if verdict else 0.0), True

@@ -3,9 +3,14 @@ r"""Rewards: ARPO's hierarchical reward, as objects the environments own and as 
 The hierarchical reward of the paper:
 
 * **format gate**: −1 when the completion breaks the format (no ``<answer>`` holding a ``\boxed{}``, unbalanced
-  tags, a tool call after the answer; optionally the reference code's strict ``<think>`` check);
-* otherwise **correctness**: math-verify equivalence for math (0 or 1), token F1 for QA (`arpo_env.qa_metrics`);
-* **+0.1** when the answer is correct (score > 0) and the completion used both search and Python.
+  tags, a tool call after the answer, a tool call that got no ``<result>``: `arpo_env.tags.format_errors`). The
+  default rule does not require ``<think>``; the reference code's stricter ``<think>`` rule is available by name:
+  ``strict_think=True`` on the envs and `HierarchicalReward`, and the ``*_strict_think`` TRL reward functions;
+* otherwise **correctness**: math-verify equivalence for math (0 or 1, bounded in time from any thread:
+  `math_equal`), token F1 for QA (`arpo_env.qa_metrics`);
+* **+0.1** when the answer is correct (score > 0) and both search and Python actually ran: in an environment, the
+  tools it executed; for a completion alone (TRL reward functions), the calls answered by a ``<result>``. Tags
+  inside tool results never count as the model's.
 
 Every function named ``*_reward`` here is also a TRL reward function, ``f(prompts, completions, **kwargs) ->
 list[float]``, so ``trl grpo --reward_funcs arpo_env.rewards.math_reward`` imports it. The gold answer is read from
@@ -25,6 +30,7 @@ from arpo_env.qa_metrics import best_em, qa_score
 BONUS_TOOLS = frozenset({tags.SEARCH, tags.PYTHON})
 # math-verify warns on every call made with its (signal-based) timeout off, which worker threads must do.
 logging.getLogger("math_verify").setLevel(logging.ERROR)
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -55,23 +61,41 @@ def _as_latex(text: str) -> str:
     return text if "\\boxed" in text else f"\\boxed{{{text}}}"
 
 
-def math_equal(prediction: str | None, gold: Any) -> bool:
-    """Whether `prediction` and `gold` are the same mathematical answer (math-verify; any gold alias may match)."""
+def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None) -> bool:
+    """Whether `prediction` and `gold` are the same mathematical answer (math-verify; any gold alias may match).
+
+    Bounded from any thread: math-verify runs in a killable worker process (`arpo_env.bounded`); an answer that
+    makes it overrun `timeout_s` (default ``ARPO_SCORE_TIMEOUT``, 5 s), exhaust its memory or crash is not equal.
+    """
     if prediction is None or not str(prediction).strip():
         return False
+    golds = [str(g) for g in (gold if isinstance(gold, (list, tuple)) else [gold])]
+    if any(g.strip() == str(prediction).strip() for g in golds):
+        return True
+    from arpo_env.bounded import BoundExceeded, pool
+
+    try:
+        return bool(pool().call("math_equal", str(prediction), golds, timeout_s=timeout_s))
+    except BoundExceeded as exc:
+        _log.warning("math scoring gave up on %r: %s", str(prediction)[:80], exc)
+        return False
+
+
+def math_equal_unbounded(prediction: str, golds: list[str]) -> bool:
+    """math-verify itself, unbounded: what `math_equal` runs inside a scoring worker."""
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
     # math-verify's timeouts use SIGALRM, which only the main thread may set; in worker threads they are off.
     timeout = 5 if threading.current_thread() is threading.main_thread() else None
     configs = [LatexExtractionConfig(), ExprExtractionConfig()]
-    pred = parse(_as_latex(prediction), extraction_config=configs, parsing_timeout=timeout)
-    golds = gold if isinstance(gold, (list, tuple)) else [gold]
-    for g in golds:
-        target = parse(_as_latex(g), extraction_config=configs, parsing_timeout=timeout)
-        if target and pred and verify(target, pred, timeout_seconds=timeout):
-            return True
-        if str(g).strip() == str(prediction).strip():
-            return True
+    try:
+        pred = parse(_as_latex(prediction), extraction_config=configs, parsing_timeout=timeout)
+        for g in golds:
+            target = parse(_as_latex(g), extraction_config=configs, parsing_timeout=timeout)
+            if target and pred and verify(target, pred, timeout_seconds=timeout):
+                return True
+    except Exception:  # noqa: BLE001 - an answer math-verify cannot handle is not equal
+        return False
     return False
 
 
@@ -103,13 +127,17 @@ class HierarchicalReward:
         self.tool_bonus = tool_bonus
         self.require_boxed = require_boxed
 
-    def __call__(self, completion: str, gold: Any, meta: Mapping[str, Any] | None = None) -> RewardParts:
+    def __call__(self, completion: str, gold: Any, meta: Mapping[str, Any] | None = None,
+                 tools_ran: set[str] | None = None) -> RewardParts:
+        """Score `completion`. `tools_ran`: the tools that really executed (an environment knows); by default, those
+        whose calls got a ``<result>`` in the completion."""
         prediction = tags.final_answer(completion)
         errors = tags.format_errors(completion, self.strict_think, self.require_boxed)
         if errors:
             return RewardParts(-1.0, False, prediction=prediction, errors=errors)
         score = float(self.scorer(prediction, gold, meta or {}))
-        bonus = self.tool_bonus if score > 0 and BONUS_TOOLS <= tags.used_tools(completion) else 0.0
+        ran = tags.ran_tools(completion) if tools_ran is None else set(tools_ran)
+        bonus = self.tool_bonus if score > 0 and BONUS_TOOLS <= ran else 0.0
         return RewardParts(score + bonus, True, score, bonus, prediction)
 
 
@@ -149,6 +177,8 @@ def _batch(reward: HierarchicalReward, completions: Sequence[Any], kwargs: dict[
 
 _MATH = HierarchicalReward(math_score)
 _QA = HierarchicalReward(qa_score)
+_MATH_STRICT = HierarchicalReward(math_score, strict_think=True)
+_QA_STRICT = HierarchicalReward(qa_score, strict_think=True)
 
 
 def format_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
@@ -159,6 +189,17 @@ def format_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: 
 def math_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
     """The full hierarchical reward with math-verify correctness."""
     return _batch(_MATH, completions, kwargs, lambda p: p.total)
+
+
+def math_reward_strict_think(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+    """`math_reward` with the reference code's ``<think>`` rule: the completion must open with ``<think>`` and
+    close it before the answer."""
+    return _batch(_MATH_STRICT, completions, kwargs, lambda p: p.total)
+
+
+def qa_reward_strict_think(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+    """`qa_reward` with the reference code's ``<think>`` rule."""
+    return _batch(_QA_STRICT, completions, kwargs, lambda p: p.total)
 
 
 def math_accuracy_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:

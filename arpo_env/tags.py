@@ -98,8 +98,38 @@ def tool_calls(text: str) -> list[Span]:
 
 
 def used_tools(text: str) -> set[str]:
-    """The tools a transcript called at least once."""
+    """The tools a transcript wrote at least one call to (run or not; see `ran_tools`)."""
     return {s.tag for s in tool_calls(text)}
+
+
+def unanswered_calls(text: str) -> list[Span]:
+    """Tool calls not followed by a ``<result>``: calls that never ran (several in one action: the env runs the
+    last; or a completion that writes tool tags where no tool was ever attached)."""
+    found = spans(text)[0]
+    missing = []
+    for i, span in enumerate(found):
+        if span.tag in TOOL_TAGS:
+            after = next((s for s in found[i + 1:] if s.start >= span.end), None)
+            if after is None or after.tag != RESULT:
+                missing.append(span)
+    return missing
+
+
+def ran_tools(text: str) -> set[str]:
+    """The tools whose calls got a ``<result>`` in the transcript (what the multi-tool bonus may count when the
+    environment's own record is not at hand)."""
+    unanswered = {(s.start, s.end) for s in unanswered_calls(text)}
+    return {s.tag for s in tool_calls(text) if (s.start, s.end) not in unanswered}
+
+
+def model_text(text: str) -> str:
+    """The transcript without its ``<result>…</result>`` blocks: only what the model wrote."""
+    results = [s for s in spans(text)[0] if s.tag == RESULT]
+    out, last = [], 0
+    for r in results:
+        out.append(text[last:r.start])
+        last = r.end
+    return "".join(out) + text[last:]
 
 
 def strip_code_fences(code: str) -> str:
@@ -129,6 +159,41 @@ def final_answer(text: str) -> str | None:
     return (inner if inner is not None else span.content).strip()
 
 
+_WRAPPERS = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|mbox|operatorname)\s*\{")
+
+
+def unwrap_text(answer: str) -> str:
+    r"""An answer without LaTeX text wrappers and math delimiters: ``\text{Paris}`` → ``Paris``, ``$D$`` → ``D``
+    (for QA and multiple-choice scoring; math equivalence parses LaTeX itself). Braces are matched, so
+    ``\text{a{b}c}`` keeps its inner braces."""
+    text = str(answer)
+    while True:
+        m = _WRAPPERS.search(text)
+        if m is None:
+            break
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        inner = text[m.end(): i - 1] if depth == 0 else text[m.end():]
+        text = text[:m.start()] + inner + text[i:]
+    text = text.strip()
+    for left, right in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
+        if len(text) >= len(left) + len(right) and text.startswith(left) and text.endswith(right):
+            text = text[len(left): len(text) - len(right)].strip()
+    return text
+
+
+def eval_answer(text: str) -> str | None:
+    r"""The final answer as benchmarks extract it, whatever the format: the last ``<answer>`` (its ``\boxed{}``,
+    else its text), else the last ``\boxed{}`` the model wrote (tool results are not the model's), else None."""
+    found = final_answer(text)
+    if found is not None:
+        return found
+    inner = boxed(model_text(text))
+    return inner.strip() if inner is not None else None
+
+
 def wrap_result(output: str) -> str:
     """The observation appended after a tool call.
 
@@ -139,12 +204,15 @@ def wrap_result(output: str) -> str:
     return f"\n<{RESULT}>\n{safe}\n</{RESULT}>\n"
 
 
-def format_errors(completion: str, strict_think: bool = False, require_boxed: bool = True) -> list[str]:
+def format_errors(completion: str, strict_think: bool = False, require_boxed: bool = True,
+                  require_results: bool = True) -> list[str]:
     r"""Why a completion breaks the format; empty when it is well-formed.
 
     Well-formed means: tags balanced and properly nested, exactly one final ``<answer>`` holding a ``\boxed{}``
-    (when `require_boxed`), and no tool call after the answer. With `strict_think` (the reference implementation's
-    check) the completion must also open with ``<think>`` and close it before the answer.
+    (when `require_boxed`), no tool call after the answer, and (when `require_results`, the default, as in the
+    reference code) every tool call answered by a ``<result>``: tool tags that never ran are a format error. Tags
+    inside a ``<result>`` are the tool's text, never the model's. With `strict_think` (the reference implementation's
+    ``<think>`` rule, off by default) the completion must also open with ``<think>`` and close it before the answer.
     """
     found, errors = spans(completion)
     answers = [s for s in found if s.tag == ANSWER]
@@ -158,6 +226,9 @@ def format_errors(completion: str, strict_think: bool = False, require_boxed: bo
             errors.append(r"the answer has no \boxed{}")
         if any(s.tag in TOOL_TAGS and s.start > last.start for s in found):
             errors.append("a tool call after the answer")
+        if require_results:
+            errors += [f"a <{s.tag}> call got no <result>" for s in unanswered_calls(completion)
+                       if s.start < last.start]
         if strict_think:
             thinks = [s for s in found if s.tag == THINK]
             if not completion.lstrip().startswith(f"<{THINK}>"):

@@ -1,0 +1,200 @@
+"""Scoring with a bound: functions of model answers run in worker processes that are killed when they overrun.
+
+A model's answer is hostile input for a scorer. ``\\boxed{9^{9^{9^{9}}}}`` makes sympy compute a power with more
+digits than atoms in the universe; the big-integer arithmetic holds Python's interpreter lock, so no thread can
+interrupt it, and math-verify's own timeout is a ``SIGALRM`` that only works in the main thread (the rollout engine
+steps its environments in a thread pool). So the expensive part of scoring — parsing and comparing with
+math-verify — runs here, in a small pool of worker processes (``python -m arpo_env.bounded``) that talk JSON lines
+over pipes. A call that does not answer within its bound has its worker killed (the whole process group) and
+replaced, and returns the caller's fallback; a worker that runs out of memory (its address space is capped) or
+crashes is replaced the same way. Any thread or process may call; the pool starts lazily, and its workers exit when
+their parent does.
+
+Settings: ``ARPO_SCORE_TIMEOUT`` (seconds per call, default 5), ``ARPO_SCORE_WORKERS`` (default 2),
+``ARPO_SCORE_MEMORY_MB`` (address-space cap of a worker, default 4096).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import queue
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+DEFAULT_TIMEOUT_S = 5.0
+STARTUP_TIMEOUT_S = 120.0
+"""Starting a worker imports sympy and math-verify (seconds on a busy machine); that is not the call's time."""
+
+
+def default_timeout() -> float:
+    """The bound on one call: ``ARPO_SCORE_TIMEOUT`` seconds (read at each call), 5 by default."""
+    return float(os.environ.get("ARPO_SCORE_TIMEOUT", DEFAULT_TIMEOUT_S))
+
+
+class BoundExceeded(Exception):
+    """The call ran past its bound, or its worker died; the worker has been replaced."""
+
+
+class _Worker:
+    def __init__(self) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen([sys.executable, "-m", "arpo_env.bounded"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+                                     start_new_session=True)
+        self.buffer = b""
+        if self._read_line(STARTUP_TIMEOUT_S) != {"ready": True}:
+            self.kill()
+            raise RuntimeError("the scoring worker did not start")
+
+    def call(self, op: str, args: list[Any], timeout_s: float) -> Any:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write((json.dumps({"op": op, "args": args}) + "\n").encode())
+        self.proc.stdin.flush()
+        reply = self._read_line(timeout_s)
+        if reply is None:
+            raise BoundExceeded(f"{op} did not finish within {timeout_s:g} s")
+        if "error" in reply:
+            raise BoundExceeded(f"{op} failed in the worker: {reply['error']}")
+        return reply["value"]
+
+    def _read_line(self, timeout_s: float) -> dict[str, Any] | None:
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, 65536)
+            if not chunk:  # the worker died (memory cap, crash)
+                return None
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                stream.close()  # type: ignore[union-attr]
+            except OSError:
+                pass
+
+
+class WorkerPool:
+    """A few scoring workers shared by every thread of this process."""
+
+    def __init__(self, size: int | None = None) -> None:
+        self.size = size or int(os.environ.get("ARPO_SCORE_WORKERS", "2"))
+        self.idle: queue.LifoQueue[_Worker | None] = queue.LifoQueue()
+        for _ in range(self.size):
+            self.idle.put(None)  # a slot; its worker starts on first use
+        self.pid = os.getpid()
+        self.lock = threading.Lock()
+        self.workers: set[_Worker] = set()
+
+    def call(self, op: str, *args: Any, timeout_s: float | None = None) -> Any:
+        """Run `op` (a function of the worker's `OPS`) on JSON-able `args`; BoundExceeded past `timeout_s`."""
+        timeout_s = default_timeout() if timeout_s is None else timeout_s
+        worker = self.idle.get()
+        try:
+            if worker is None:
+                worker = _Worker()
+                with self.lock:
+                    self.workers.add(worker)
+            try:
+                return worker.call(op, list(args), timeout_s)
+            except (BoundExceeded, OSError, ValueError) as exc:
+                self._discard(worker)
+                worker = None
+                raise exc if isinstance(exc, BoundExceeded) else BoundExceeded(str(exc)) from exc
+        finally:
+            self.idle.put(worker)
+
+    def _discard(self, worker: _Worker) -> None:
+        worker.kill()
+        with self.lock:
+            self.workers.discard(worker)
+
+    def close(self) -> None:
+        with self.lock:
+            workers, self.workers = list(self.workers), set()
+        for worker in workers:
+            worker.kill()
+
+
+_POOL: WorkerPool | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def pool() -> WorkerPool:
+    """This process's pool (a forked child gets its own: pipes are not shared across processes)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None or _POOL.pid != os.getpid():
+            _POOL = WorkerPool()
+        return _POOL
+
+
+@atexit.register
+def _close_pool() -> None:
+    if _POOL is not None and _POOL.pid == os.getpid():
+        _POOL.close()
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The worker side
+# ----------------------------------------------------------------------------------------------------------------------
+def _math_equal(prediction: str, golds: list[str]) -> bool:
+    from arpo_env.rewards import math_equal_unbounded
+
+    return math_equal_unbounded(prediction, golds)
+
+
+OPS = {"math_equal": _math_equal}
+
+
+def _serve() -> None:
+    import resource
+
+    try:  # die with the parent, even in the middle of a computation
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    cap = int(os.environ.get("ARPO_SCORE_MEMORY_MB", "4096")) * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    import logging
+
+    import math_verify  # noqa: F401 - imported before "ready", so that a call's bound does not pay for it
+
+    logging.getLogger("math_verify").setLevel(logging.CRITICAL)
+    out = sys.stdout
+    out.write(json.dumps({"ready": True}) + "\n")
+    out.flush()
+    for line in sys.stdin:
+        try:
+            request = json.loads(line)
+            reply = {"value": OPS[request["op"]](*request["args"])}
+        except MemoryError:
+            reply = {"error": "MemoryError"}
+        except Exception as exc:  # noqa: BLE001 - a scorer's exception is an answer, not the worker's end
+            reply = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+        out.write(json.dumps(reply) + "\n")
+        out.flush()
+
+
+if __name__ == "__main__":
+    _serve()
