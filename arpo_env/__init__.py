@@ -15,7 +15,7 @@ from gymnasium.envs.registration import register, registry
 from arpo_env.datasets import Task, load_tasks
 from arpo_env.env import ToolEnv
 from arpo_env.rewards import HierarchicalReward, RewardParts
-from arpo_env.tool import Tool, ToolOutput
+from arpo_env.tools.protocol import Tool, ToolOutput
 
 __version__ = "0.1.0"
 

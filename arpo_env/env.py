@@ -14,7 +14,7 @@ from arpo_env import prompts, tags
 from arpo_env.datasets import Task
 from arpo_env.rewards import HierarchicalReward, RewardParts
 from arpo_env.spaces import UnicodeText
-from arpo_env.tool import Tool, ToolOutput
+from arpo_env.tools.protocol import Tool, ToolOutput
 
 ToolFactory = Callable[[], Tool]
 

@@ -7,7 +7,7 @@ from typing import Any, Sequence
 from arpo_env.datasets import load_tasks
 from arpo_env.env import ToolEnv
 from arpo_env.rewards import HierarchicalReward, math_score
-from arpo_env.tool import build_tools
+from arpo_env.tools import build_tools
 
 
 class MathEnv(ToolEnv):
@@ -56,7 +56,7 @@ class MathEnv(ToolEnv):
     * ``dataset`` (``"default"``): a dataset name or file (see `arpo_env.datasets.load_tasks`).
     * ``data_dir`` (``None``): where named datasets live (default: ``$ARPO_DATA_DIR``).
     * ``tools`` (``("python",)``): add ``"search"`` to allow web search as well.
-    * ``sandbox`` (``"local"``) and ``sandbox_options`` (`arpo_env.sandbox.SandboxLimits` fields, e.g.
+    * ``sandbox`` (``"local"``) and ``sandbox_options`` (`arpo_env.tools.sandbox.SandboxLimits` fields, e.g.
       ``{"timeout_s": 10, "memory_mb": 1024}``); ``"e2b"`` runs the interpreter in an E2B cloud sandbox.
     * ``search`` / ``search_options``: the search backend when search is enabled; ``browse_options`` when browse is.
     * ``max_tool_calls`` (5), ``max_turns`` (``max_tool_calls + 2``), ``max_chars`` (32000): the budgets.

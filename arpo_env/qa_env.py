@@ -8,7 +8,7 @@ from arpo_env.datasets import load_tasks
 from arpo_env.env import ToolEnv
 from arpo_env.qa_metrics import LLMJudge, qa_score
 from arpo_env.rewards import HierarchicalReward
-from arpo_env.tool import build_tools
+from arpo_env.tools import build_tools
 
 
 class QAEnv(ToolEnv):
@@ -48,7 +48,7 @@ class QAEnv(ToolEnv):
     * ``search``: ``"local"`` (BM25, ``search_options={"corpus": path}``), ``"ddgs"`` (live), ``"recorded"``
       (``search_options={"recording": path, "fallback": "local"}``); ``search_options["top_k"]`` (5),
       ``search_options["cache"]`` (SQLite tool cache).
-    * ``browse_options`` when ``"browse"`` is among the tools (see `arpo_env.browse.browse_tool_factory`).
+    * ``browse_options`` when ``"browse"`` is among the tools (see `arpo_env.tools.browse.browse_tool_factory`).
     * ``sandbox``/``sandbox_options``, ``max_tool_calls`` (5), ``max_turns``, ``max_chars``, ``strict_think``,
       ``tool_bonus``, ``judge_url``/``judge_model``.
 

@@ -11,8 +11,8 @@ import gymnasium as gym
 import pytest
 
 import arpo_env  # noqa: F401
-from arpo_env.browse import BrowseTool, PageStore, browse_tool_factory
-from arpo_env.cache import ToolCache
+from arpo_env.tools.browse import BrowseTool, PageStore, browse_tool_factory
+from arpo_env.tools.cache import ToolCache
 
 ARTICLE = """<!doctype html><html><head><title>The Vasa ship</title>
 <script>window.tracking = function () { console.log("TRACKING-SCRIPT"); };</script>

@@ -10,7 +10,7 @@ pytestmark = pytest.mark.live
 
 
 def test_without_a_key_the_error_is_clear(monkeypatch):
-    from arpo_env.e2b_sandbox import E2BSandbox
+    from arpo_env.tools.e2b import E2BSandbox
 
     monkeypatch.delenv("E2B_API_KEY", raising=False)
     with pytest.raises(RuntimeError, match="E2B_API_KEY"):

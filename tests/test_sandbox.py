@@ -13,7 +13,7 @@ import threading
 import pytest
 from conftest import group_members, wait_until
 
-from arpo_env.sandbox import LocalSandbox, SandboxLimits, template_pids
+from arpo_env.tools.sandbox import LocalSandbox, SandboxLimits, template_pids
 
 LIMITS = SandboxLimits(timeout_s=2.0, kill_grace_s=2.0, memory_mb=512, max_output_chars=2000)
 
@@ -70,7 +70,7 @@ def test_snapshot_pickle_restore_in_a_new_process(box, tmp_path):
     fork.call("x = 0")
     path = tmp_path / "snap.pkl"
     path.write_bytes(pickle.dumps(box.snapshot()))
-    code = ("import pickle, sys; from arpo_env.sandbox import LocalSandbox\n"
+    code = ("import pickle, sys; from arpo_env.tools.sandbox import LocalSandbox\n"
             "s = LocalSandbox(); s.restore(pickle.load(open(sys.argv[1], 'rb'))); print(s.call('x + 1').text)")
     out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120,
                          cwd=os.path.dirname(os.path.dirname(__file__)))

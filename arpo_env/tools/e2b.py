@@ -11,7 +11,7 @@ import os
 import time
 from typing import Any
 
-from arpo_env.tool import ToolOutput
+from arpo_env.tools.protocol import ToolOutput
 
 
 class E2BSandbox:

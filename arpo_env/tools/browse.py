@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urljoin, urlsplit
 
-from arpo_env.cache import ToolCache, resolve_cache
-from arpo_env.tool import StatelessTool, ToolOutput
+from arpo_env.tools.cache import ToolCache, resolve_cache
+from arpo_env.tools.protocol import StatelessTool, ToolOutput
 
 TEXT_TYPES = {"text/html", "application/xhtml+xml", "text/plain", "application/xml", "text/xml"}
 USER_AGENT = "Mozilla/5.0 (compatible; arpo-browse/0.1; +https://github.com/arpo)"

@@ -27,8 +27,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from arpo_env.cache import ToolCache, resolve_cache
-from arpo_env.tool import StatelessTool, ToolOutput
+from arpo_env.tools.cache import ToolCache, resolve_cache
+from arpo_env.tools.protocol import StatelessTool, ToolOutput
 
 DEFAULT_CORPUS = "search_corpus.jsonl.gz"
 

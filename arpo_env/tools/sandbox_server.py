@@ -14,7 +14,7 @@ Process tree::
 Messages are length-prefixed JSON in both directions (never pickle: the host must not unpickle data from a process
 that runs model-written code). File descriptors for new channels travel with ``SCM_RIGHTS``.
 
-Containment, in layers (see ``arpo_env.sandbox`` for what it does *not* protect against):
+Containment, in layers (see ``arpo_env.tools.sandbox`` for what it does *not* protect against):
 
 * an audit hook (PEP 578), armed for the whole life of the worker, refuses process creation, signals to other
   processes, sockets, ctypes/FFI calls, garbage-collector introspection and writes outside the working directory;

@@ -18,7 +18,7 @@ What it does **not** protect against: the checks on processes, signals, files an
 that is built to escape CPython (a native extension written to disk and imported, an interpreter bug) is not
 contained, reads of files the host user can read are allowed, and threads a cell starts keep running after it. Use
 it for the mistakes and excesses of a model under training, not for adversarial code: for that run the interpreter
-in a separate VM with ``sandbox="e2b"`` (`arpo_env.e2b_sandbox`).
+in a separate VM with ``sandbox="e2b"`` (`arpo_env.tools.e2b`).
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ import time
 import weakref
 from dataclasses import asdict, dataclass
 
-from arpo_env.sandbox_server import recv_message, send_message
-from arpo_env.tool import ToolOutput
+from arpo_env.tools.sandbox_server import recv_message, send_message
+from arpo_env.tools.protocol import ToolOutput
 
 SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_server.py")
 DEFAULT_PRELOAD = ("numpy", "sympy", "math", "fractions", "itertools", "collections", "statistics", "random", "re")

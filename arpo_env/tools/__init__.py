@@ -1,0 +1,57 @@
+"""The tool backends, together: the protocol they share, and the choice of a backend by name.
+
+* `arpo_env.tools.protocol` — `Tool`, `ToolOutput`, `StatelessTool`: what every backend implements;
+* ``<python>``: `arpo_env.tools.sandbox` (the local forkable interpreter; its worker program is
+  `arpo_env.tools.sandbox_server`) or `arpo_env.tools.e2b` (E2B cloud sandboxes);
+* ``<search>``: `arpo_env.tools.search` (local BM25, ddgs, recorded);
+* ``<browse>``: `arpo_env.tools.browse` (httpx + trafilatura, or an offline page store);
+* `arpo_env.tools.cache` — the SQLite cache the search and browse backends share.
+
+Backends import the protocol, never this registry; the registry imports a backend only when it is chosen, so
+choosing one loads nothing else and nothing imports in a circle.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from arpo_env.tools.protocol import StatelessTool, Tool, ToolOutput
+
+__all__ = ["StatelessTool", "Tool", "ToolOutput", "build_tools", "python_tool_factory"]
+
+
+def python_tool_factory(sandbox: str = "local", options: dict[str, Any] | None = None) -> Callable[[], Tool]:
+    """A factory of ``<python>`` tools: the local sandbox (default) or E2B, with their options."""
+    options = dict(options or {})
+    if sandbox == "local":
+        from arpo_env.tools.sandbox import LocalSandbox, SandboxLimits
+
+        preload = tuple(options.pop("preload", ())) or None
+        limits = SandboxLimits(**options)
+        return (lambda: LocalSandbox(limits, preload)) if preload else (lambda: LocalSandbox(limits))
+    if sandbox == "e2b":
+        from arpo_env.tools.e2b import E2BSandbox
+
+        return lambda: E2BSandbox(**options)
+    raise ValueError(f"unknown sandbox {sandbox!r}: use 'local' or 'e2b'")
+
+
+def build_tools(tools: Sequence[str], sandbox: str = "local", sandbox_options: dict[str, Any] | None = None,
+                search: str = "local", search_options: dict[str, Any] | None = None,
+                browse_options: dict[str, Any] | None = None) -> dict[str, Callable[[], Tool]]:
+    """Tool factories by tag, from the tool names and backend options an environment was given."""
+    factories: dict[str, Callable[[], Tool]] = {}
+    for name in tools:
+        if name == "python":
+            factories[name] = python_tool_factory(sandbox, sandbox_options)
+        elif name == "search":
+            from arpo_env.tools.search import search_tool_factory
+
+            factories[name] = search_tool_factory(search, search_options)
+        elif name == "browse":
+            from arpo_env.tools.browse import browse_tool_factory
+
+            factories[name] = browse_tool_factory(browse_options)
+        else:
+            raise ValueError(f"unknown tool {name!r}; known: python, search, browse")
+    return factories

@@ -1,0 +1,60 @@
+"""The protocol every tool follows: a name, a tag, `call`, `fork`, `snapshot`/`restore` and `close`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass
+class ToolOutput:
+    """What one tool call produced.
+
+    `text` is what the model reads inside ``<result>…</result>``; a failure is text too (``failed`` says so), so the
+    episode goes on and the model can react. `extra` holds tool-specific facts (cache hits, a restarted worker).
+    """
+
+    text: str
+    failed: bool = False
+    error: str | None = None
+    latency_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Tool(Protocol):
+    """A tool the environment can run when the model writes ``<tag>query</tag>``.
+
+    Stateless tools (search, browse) return ``self`` from `fork` and ``None`` from `snapshot`. Stateful tools (the
+    Python interpreter) copy their state so the fork and the original evolve independently.
+    """
+
+    name: str
+    tag: str
+
+    def call(self, query: str) -> ToolOutput: ...
+
+    def fork(self) -> "Tool": ...
+
+    def snapshot(self) -> Any: ...
+
+    def restore(self, snapshot: Any) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class StatelessTool:
+    """Base for tools whose calls do not depend on earlier calls (search, browse): forking is free, there is no
+    state to snapshot, and closing one env's handle must not close a tool other envs share."""
+
+    def fork(self) -> "StatelessTool":
+        return self
+
+    def snapshot(self) -> None:
+        return None
+
+    def restore(self, snapshot: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
