@@ -7,13 +7,15 @@
 
 Environment ids: ``ARPO-Math-v0`` (math with a Python interpreter), ``ARPO-QA-v0`` (multi-hop QA with search and
 Python), ``ARPO-DeepSearch-v0`` (search, browse and Python). Every environment exposes ``fork()``,
-``snapshot()`` and ``restore()`` on ``env.unwrapped``.
+``snapshot()`` and ``restore()`` on ``env.unwrapped``; `arpo_env.fork`, `arpo_env.snapshot` and `arpo_env.restore`
+do the same for the env ``gym.make`` returns, keeping its wrappers (`arpo_env.forking`).
 """
 
 from gymnasium.envs.registration import register, registry
 
 from arpo_env.datasets import Task, load_tasks
 from arpo_env.env import ToolEnv
+from arpo_env.forking import fork, restore, snapshot
 from arpo_env.rewards import HierarchicalReward, RewardParts
 from arpo_env.tools.protocol import Tool, ToolOutput
 
@@ -28,4 +30,5 @@ for _id, _entry in ENV_IDS.items():
     if _id not in registry:
         register(id=_id, entry_point=_entry, disable_env_checker=False)
 
-__all__ = ["ENV_IDS", "HierarchicalReward", "RewardParts", "Task", "Tool", "ToolEnv", "ToolOutput", "load_tasks"]
+__all__ = ["ENV_IDS", "HierarchicalReward", "RewardParts", "Task", "Tool", "ToolEnv", "ToolOutput", "fork",
+           "load_tasks", "restore", "snapshot"]

@@ -208,3 +208,40 @@ def test_interval_gold_answers_keep_their_meaning(data_dir):
         env.reset(options={"index": index})
         assert env.step(f"<answer>\\boxed{{{written}}}</answer>")[1] == expected, written
     env.close()
+
+
+def test_fork_of_a_wrapped_env_keeps_its_wrappers_and_counters():
+    env = gym.wrappers.RecordEpisodeStatistics(gym.make("ARPO-Math-v0", max_episode_steps=2))
+    env.reset(seed=0, options={"question": "q", "answer": "2"})
+    env.step("<python>x = 1</python>")
+    branch = arpo_env.fork(env)
+    assert isinstance(branch, gym.wrappers.RecordEpisodeStatistics) and branch.unwrapped is not env.unwrapped
+    assert [type(w).__name__ for w in (branch, branch.env)] == ["RecordEpisodeStatistics", "TimeLimit"]
+    obs, _, _, truncated, info = branch.step("<python>print(x + 1)</python>")  # the forked interpreter has x
+    assert "2" in obs and truncated and info["episode"]["l"] == 2  # the time limit counted the step before the fork
+    obs, _, terminated, truncated, _ = env.step("<python>print(x)</python>")  # the original is independent
+    assert "1" in obs and truncated
+    env.close()
+    branch.close()
+
+
+def test_restore_into_a_made_env_is_steppable_through_its_wrappers():
+    import pickle
+
+    env = gym.make("ARPO-Math-v0", max_episode_steps=3)
+    env.reset(seed=0, options={"question": "q", "answer": "2"})
+    env.step("<python>x = 41</python>")
+    saved = pickle.loads(pickle.dumps(arpo_env.snapshot(env)))
+    env.close()
+    other = gym.make("ARPO-Math-v0", max_episode_steps=3)  # never reset: restore is enough
+    arpo_env.restore(other, saved)
+    obs, _, _, truncated, _ = other.step("<python>print(x + 1)</python>")
+    assert "42" in obs and not truncated
+    _, _, _, truncated, _ = other.step("<python>print(0)</python>")
+    assert truncated  # step 3 of 3: the restored time limit went on counting
+    bare = gym.make("ARPO-Math-v0")
+    bare.reset(options={"question": "q", "answer": "2"})
+    arpo_env.restore(bare, other.unwrapped.snapshot())  # a bare ToolEnv snapshot works too
+    assert "42" in bare.step("<python>print(x + 1)</python>")[0]
+    other.close()
+    bare.close()

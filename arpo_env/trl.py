@@ -1,0 +1,156 @@
+"""arpo environments under TRL's own multi-turn API: ``GRPOTrainer(environment_factory=…)``.
+
+TRL (1.16+) plays an environment through the model's native tool calling: it calls ``reset(**row)`` with the dataset
+row, exposes the environment's public methods as tools (their signatures and docstrings become the tool schema), and
+asks ``get_reward()`` for the reward when the rollout ends. `environment_factory` wraps an arpo environment that way:
+
+* ``reset(**row)`` starts an episode on the row's ``question`` and ``answer`` (``prompt``'s last user turn when there
+  is no ``question``; ``kind`` and ``meta`` too when present) and returns how to use the tools;
+* one tool per tool of the env — ``python(code)``, ``search(query)``, ``browse(url)`` — each a step of the env, so
+  budgets, the sandbox's state and the tool cache work as in `ToolEnv`; and ``answer(final_answer)``, which submits
+  the final answer and ends the episode;
+* ``get_reward()`` is arpo's hierarchical reward of the episode: −1 if no answer was submitted, else correctness
+  (math-verify or F1) and +0.1 when both search and Python ran.
+
+.. code-block:: python
+
+    from trl import GRPOConfig, GRPOTrainer
+    from arpo_env.trl import environment_factory, task_dataset
+
+    trainer = GRPOTrainer(model="Qwen/Qwen3-0.6B", args=GRPOConfig("out"), train_dataset=task_dataset("ARPO-Math-v0"),
+                          environment_factory=environment_factory("ARPO-Math-v0", max_tool_calls=3))
+    trainer.train()
+
+**When to use which.** This adapter is plain GRPO over independent rollouts, with the model's chat-template tool
+calls: use it to try arpo's tasks and rewards inside an existing TRL setup. ARPO itself — entropy-guided branching
+from forked env states, shared prefixes, soft/hard attribution, tool tokens masked by the env — needs the text
+protocol and the rollout engine: `arpo_algo.ARPOTrainer`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from typing import Any, Callable
+
+import gymnasium as gym
+
+from arpo_env import tags
+
+
+class TRLEnvironment:
+    """One arpo environment as a TRL environment (see the module docstring). Made by `environment_factory`."""
+
+    def __init__(self, env_id: str, **env_kwargs: Any) -> None:
+        import arpo_env  # noqa: F401 - registers the ids
+
+        self.env = gym.make(env_id, **env_kwargs).unwrapped
+        self.reward: float | None = None
+        self.done = False
+
+    # TRL's contract --------------------------------------------------------------------------------------------------
+    def reset(self, **row: Any) -> str:
+        question = row.get("question")
+        if question is None:
+            prompt = row.get("prompt")
+            question = prompt[-1]["content"] if isinstance(prompt, list) else prompt
+        answer = row.get("answer", row.get("solution"))
+        if isinstance(answer, str) and answer[:1] == "[" and row.get("kind") == "qa":
+            answer = json.loads(answer)  # task_dataset's JSON list of aliases
+        meta = row.get("meta") or {}
+        meta = json.loads(meta) if isinstance(meta, str) and meta else meta
+        options = {"question": question, "answer": answer, "meta": dict(meta or {})}
+        if row.get("kind"):
+            options["kind"] = row["kind"]
+        self.env.reset(options=options)
+        self.reward, self.done = None, False
+        tools = ", ".join(f"`{t}`" for t in self.env.tools)
+        return (f"\n\nYou can call these tools: {tools} (at most {self.env.max_tool_calls} calls). When you know the "
+                "answer, call `answer` with it; that ends the task.")
+
+    def get_reward(self) -> float:
+        """arpo's reward for the episode: −1 when no answer was submitted."""
+        if self.reward is None:
+            return -1.0
+        return self.reward
+
+    # Tools -----------------------------------------------------------------------------------------------------------
+    def answer(self, final_answer: str) -> str:
+        """Submit the final answer to the task. This ends the task: call it once, last.
+
+        Args:
+            final_answer: The final answer alone, for example a number, an expression or a name.
+        """
+        if self.done:
+            return "The task has already ended."
+        _, reward, _, _, _ = self.env.step(f"<answer>\\boxed{{{final_answer}}}</answer>")
+        self.reward, self.done = float(reward), True
+        return "Answer received."
+
+    def _run(self, tag: str, query: str) -> str:
+        if self.done:
+            return "The task has ended; no more tool calls."
+        obs, reward, terminated, truncated, _ = self.env.step(f"<{tag}>{query}</{tag}>")
+        if terminated or truncated:
+            self.reward, self.done = float(reward), True
+        return _strip_result(obs)
+
+
+def _strip_result(observation: str) -> str:
+    found = [s for s in tags.spans(observation)[0] if s.tag == tags.RESULT]
+    return found[-1].content.strip() if found else observation.strip()
+
+
+def _tool_method(tag: str, argument: str, summary: str, arg_help: str) -> Callable[..., str]:
+    def method(self: TRLEnvironment, **kwargs: str) -> str:
+        return self._run(tag, kwargs[argument])
+
+    method.__name__ = tag
+    method.__doc__ = f"{summary}\n\nArgs:\n    {argument}: {arg_help}\n"
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD  # the schema TRL shows the model comes from this signature
+    method.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter("self", kind), inspect.Parameter(argument, kind, annotation=str)], return_annotation=str)
+    method.__annotations__ = {argument: str, "return": str}
+    return method
+
+
+_TOOLS = {
+    "python": ("code", "Run Python code in a persistent interpreter (variables are kept between calls) and return "
+                       "what it prints.", "The Python code to run."),
+    "search": ("query", "Search the web and return the top results as text.", "The search query."),
+    "browse": ("url", "Open a web page and return its main text.", "The page's address."),
+}
+
+
+def _environment_class(tools: tuple[str, ...]) -> type:
+    """A subclass of `TRLEnvironment` whose public methods are exactly the env's tools, and ``answer``."""
+    members = {tag: _tool_method(tag, *_TOOLS[tag]) for tag in tools}
+    return type("ARPOEnvironment", (TRLEnvironment,), {"__module__": __name__, **members})
+
+
+def environment_factory(env_id: str = "ARPO-Math-v0", **env_kwargs: Any) -> Callable[[], TRLEnvironment]:
+    """A factory for ``GRPOTrainer(environment_factory=…)``: each call makes one arpo env (``gym.make(env_id,
+    **env_kwargs)``) as a TRL environment with the env's own tools."""
+    import arpo_env  # noqa: F401
+
+    probe = gym.make(env_id, **env_kwargs).unwrapped
+    tools = tuple(probe.tool_factories)
+    probe.close()
+    cls = _environment_class(tools)
+    return lambda: cls(env_id, **env_kwargs)
+
+
+def task_dataset(env_id: str = "ARPO-Math-v0", limit: int | None = None, **env_kwargs: Any) -> Any:
+    """The env's tasks as a `datasets.Dataset` for TRL: a conversational ``prompt`` with the question, and the
+    ``question``, ``answer`` (JSON for alias lists), ``kind`` and ``meta`` that `TRLEnvironment.reset` reads."""
+    from datasets import Dataset
+
+    import arpo_env  # noqa: F401
+
+    env = gym.make(env_id, **env_kwargs).unwrapped
+    tasks = env.tasks[:limit] if limit else env.tasks
+    env.close()
+    return Dataset.from_list([
+        {"prompt": [{"role": "user", "content": t.question}], "question": t.question,
+         "answer": t.answer if isinstance(t.answer, str) else json.dumps(t.answer, ensure_ascii=False),
+         "kind": t.kind, "meta": json.dumps(t.meta, ensure_ascii=False)} for t in tasks])

@@ -1,0 +1,68 @@
+"""TRL's multi-turn API on arpo environments: the adapter's tools and reward, and TRL's own GRPOTrainer training
+with ``environment_factory`` on a tiny model."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from arpo_env.trl import environment_factory, task_dataset
+
+
+def test_adapter_plays_an_episode_with_tools_and_reward():
+    make = environment_factory("ARPO-Math-v0", max_tool_calls=3)
+    env = make()
+    intro = env.reset(question="What is 6 * 7?", answer="42", prompt=[{"role": "user", "content": "ignored"}])
+    assert "`python`" in intro and "`answer`" in intro and env.env.state.task.question == "What is 6 * 7?"
+    assert env.python(code="x = 6 * 7\nprint(x)") == "42"
+    assert env.python(code="print(x + 1)") == "43"  # the interpreter keeps its state between calls
+    assert env.get_reward() == -1.0  # nothing submitted yet: the format gate
+    assert env.answer(final_answer="42") == "Answer received."
+    assert env.get_reward() == 1.0
+    assert "ended" in env.python(code="print(1)")
+    env.reset(question="2+2?", answer="4")
+    env.answer(final_answer="5")
+    assert env.get_reward() == 0.0
+    env.env.close()
+
+
+def test_the_tools_are_the_envs_own_with_schemas():
+    from transformers.utils import get_json_schema
+
+    qa = environment_factory("ARPO-QA-v0")()
+    names = {n for n in dir(type(qa)) if not n.startswith("_") and n not in ("reset", "get_reward")}
+    assert names == {"python", "search", "answer"}
+    schema = get_json_schema(type(qa).search)
+    assert schema["function"]["name"] == "search" and "query" in schema["function"]["parameters"]["properties"]
+    qa.reset(question="Capital of France?", answer=json.dumps(["Paris"]), kind="qa")
+    assert "Paris" in qa.search(query="capital of France") or qa.search(query="Paris France")
+    qa.answer(final_answer="Paris")
+    assert qa.get_reward() == 1.0
+    qa.env.close()
+
+
+def test_trl_grpo_trainer_trains_with_the_adapter(tokenizer, undecided, tmp_path):
+    import copy
+
+    import trl
+    from trl import GRPOConfig, GRPOTrainer
+
+    tok = copy.deepcopy(tokenizer)  # SmolLM2's vocabulary has Qwen's <|im_start|> tokens: use Qwen3's tool template
+    tok.chat_template = (Path(trl.__file__).parent / "chat_templates" / "qwen3.jinja").read_text()
+    data = task_dataset("ARPO-Math-v0", limit=4)
+    args = GRPOConfig(str(tmp_path / "run"), per_device_train_batch_size=4, num_generations=4, max_steps=1,
+                      max_completion_length=24, learning_rate=1e-3, report_to="none", use_cpu=True, bf16=False,
+                      logging_steps=1, save_strategy="no", max_tool_calling_iterations=2,
+                      gradient_checkpointing=False)
+    trainer = GRPOTrainer(model=copy.deepcopy(undecided), args=args, train_dataset=data, processing_class=tok,
+                          environment_factory=environment_factory("ARPO-Math-v0", max_tool_calls=2))
+    trainer.train()
+    (log,) = [h for h in trainer.state.log_history if "loss" in h]
+    assert math.isfinite(log["loss"])
+    assert any(k.startswith("rewards/ARPOEnvironment") for k in log)  # the env's reward came through get_reward
+    questions = {row["question"] for row in data}
+    pool = [e for envs in trainer._environment_pool.values() for e in envs]
+    assert pool and all(e.env.state.task.question in questions for e in pool)  # the row reached reset
