@@ -8,7 +8,12 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["ARPOConfig", "ARPOTrainer"]
+__all__ = ["ARPOConfig", "ARPOTrainer", "ConfigError"]
+
+
+class ConfigError(ValueError):
+    """A setting ARPO cannot honour; the message says which and what to do. (Here, not in `arpo_config`, so that
+    the command line can catch it without the training extra installed.)"""
 
 
 def __getattr__(name: str) -> Any:

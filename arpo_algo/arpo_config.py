@@ -25,6 +25,8 @@ from typing import Any
 
 from trl import GRPOConfig
 
+from arpo_algo import ConfigError
+
 ALGORITHMS = ("arpo", "grpo", "dapo", "reinforce_pp")
 
 
@@ -80,8 +82,9 @@ class ARPOConfig(GRPOConfig):
     branch_beta: float = field(
         default=0.2, metadata={"help": "β: weight of the entropy change ΔH in P = α + β·ΔH."})
     entropy_k: int = field(
-        default=20, metadata={"help": "k: tokens whose mean normalised entropy is measured at the start of the "
-                                      "response (H₀) and after every tool result (H); ΔH = H − H₀."})
+        default=20, metadata={"help": "k: tokens whose normalised entropies (of the sampling distribution, divided "
+                                      "by ln|V|) are summed into H at the start of the response (H₀) and after every "
+                                      "tool result; ΔH = H − H₀, on the reference code's scale (arpo_algo.entropy)."})
     max_new_tokens_per_turn: int = field(
         default=512, metadata={"help": "Tokens generated per turn (between two tool results)."})
 
@@ -134,7 +137,7 @@ class ARPOConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
-            raise ValueError(f"algorithm must be one of {ALGORITHMS}, not {self.algorithm!r}")
+            raise ConfigError(f"algorithm must be one of {ALGORITHMS}, not {self.algorithm!r}")
         if self.algorithm == "dapo":
             self.loss_type = "dapo"
             if self.epsilon_high is None:
@@ -143,9 +146,9 @@ class ARPOConfig(GRPOConfig):
         elif self.algorithm == "reinforce_pp":
             self.advantage_estimator = "reinforce_pp"
         if self.advantage_attribution not in ("soft", "hard"):
-            raise ValueError(f"advantage_attribution must be soft or hard, not {self.advantage_attribution!r}")
+            raise ConfigError(f"advantage_attribution must be soft or hard, not {self.advantage_attribution!r}")
         if self.advantage_estimator not in ("grpo", "reinforce_pp"):
-            raise ValueError(f"advantage_estimator must be grpo or reinforce_pp, not {self.advantage_estimator!r}")
+            raise ConfigError(f"advantage_estimator must be grpo or reinforce_pp, not {self.advantage_estimator!r}")
         if self.bf16 is None and not self.fp16 and not _bf16_device():
             self.bf16 = False  # TRL's default is bf16, which TrainingArguments refuses where no device supports it
         if isinstance(self.env_kwargs, str):
@@ -153,11 +156,11 @@ class ARPOConfig(GRPOConfig):
         self.env_kwargs = dict(self.env_kwargs or {})
         super().__post_init__()
         if not 1 <= self.num_global <= self.num_generations:
-            raise ValueError(f"num_global (N={self.num_global}) must be between 1 and num_generations "
+            raise ConfigError(f"num_global (N={self.num_global}) must be between 1 and num_generations "
                              f"(M={self.num_generations})")
         problems = unsupported_settings(self)
         if problems:
-            raise ValueError("ARPOConfig: " + "; ".join(problems))
+            raise ConfigError("ARPOConfig: " + "; ".join(problems))
 
     @property
     def branching(self) -> bool:

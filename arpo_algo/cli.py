@@ -29,13 +29,32 @@ def _rollout_parser(sub: Any) -> None:
     p.add_argument("--alpha", type=float, default=0.5)
     p.add_argument("--beta", type=float, default=0.2)
     p.add_argument("--entropy-k", type=int, default=20)
-    p.add_argument("--max-new-tokens", type=int, default=512, help="tokens per turn")
-    p.add_argument("--max-completion-tokens", type=int, default=4096)
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help=f"tokens per turn (default {GPU_BUDGET[0]}; {CPU_BUDGET[0]} with the hf backend on a CPU)")
+    p.add_argument("--max-completion-tokens", type=int, default=None,
+                   help=f"tokens per trajectory (default {GPU_BUDGET[1]}; {CPU_BUDGET[1]} with the hf backend on a CPU)")
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-tasks", type=int, default=4, help="tasks rolled out together (one generation batch)")
     p.add_argument("--out", default="trees.jsonl", help="JSONL file the trees are appended to ('-': standard output)")
+
+
+GPU_BUDGET = (512, 4096)
+"""Tokens per turn and per trajectory for `arpo rollout` where generation is fast (a GPU, vLLM)."""
+CPU_BUDGET = (128, 1024)
+"""The budget when transformers generates on a CPU: an untuned model writes until it is cut off, and M = 16 paths of
+4,096 tokens take far more than the few minutes a first try should. Both flags override it."""
+
+
+def rollout_budget(args: argparse.Namespace) -> tuple[tuple[int, int], str]:
+    """The token budget and where it came from (printed, so a user knows why)."""
+    import torch
+
+    on_cpu = args.backend == "hf" and not torch.cuda.is_available()
+    default, why = (CPU_BUDGET, "a CPU budget: no GPU") if on_cpu else (GPU_BUDGET, "the default budget")
+    chosen = (args.max_new_tokens or default[0], args.max_completion_tokens or default[1])
+    return chosen, why if chosen == default else "as given"
 
 
 def make_generator(model: str, backend: str = "hf") -> Any:
@@ -67,33 +86,35 @@ def rollout_main(args: argparse.Namespace) -> int:
     probe = gym.make(args.env, **env_kwargs).unwrapped  # fail early on a bad env or dataset, with its message
     n_tasks = min(args.tasks, len(probe.tasks) - args.start)
     probe.close()
+    (max_new, max_completion), why = rollout_budget(args)
     config = RolloutConfig(num_generations=args.num_generations, num_global=min(args.num_global, args.num_generations),
                            branch_factor=args.branch_factor, alpha=args.alpha, beta=args.beta,
-                           entropy_k=args.entropy_k, max_new_tokens=args.max_new_tokens,
-                           max_completion_tokens=args.max_completion_tokens, temperature=args.temperature,
+                           entropy_k=args.entropy_k, max_new_tokens=max_new,
+                           max_completion_tokens=max_completion, temperature=args.temperature,
                            top_p=args.top_p, seed=args.seed)
-    print(f"loading {args.model} ({args.backend}) …", file=sys.stderr)
+    print(f"loading {args.model} ({args.backend}) …; {max_new} tokens per turn, {max_completion} per trajectory "
+          f"({why}; --max-new-tokens / --max-completion-tokens change it)", file=sys.stderr)
     generator = make_generator(args.model, args.backend)
     cls = ARPORollout if args.algo == "arpo" else GRPORollout
     start = time.perf_counter()
     rewards, correct, tools, branches = [], 0, 0, 0
     with tqdm(total=n_tasks * args.num_generations, unit="traj", desc=f"{args.algo} rollouts") as bar:
         engine = cls(generator, lambda: gym.make(args.env, **env_kwargs).unwrapped, config, progress=bar.update)
-        for first in range(args.start, args.start + n_tasks, args.batch_tasks):
-            batch = list(range(first, min(first + args.batch_tasks, args.start + n_tasks)))
-            trees = engine.run(batch)
+        def finished(_: int, tree: Any) -> None:  # written as soon as it is complete: a killed run keeps its work
+            nonlocal correct, tools, branches
             if args.out == "-":  # a pipe: `arpo rollout … --out - | arpo sft --from_rollouts -`
-                for tree in trees:
-                    sys.stdout.write(json.dumps(tree.to_dict(), ensure_ascii=False) + "\n")
+                sys.stdout.write(json.dumps(tree.to_dict(), ensure_ascii=False) + "\n")
                 sys.stdout.flush()
             else:
-                write_jsonl(trees, args.out)
-            for tree in trees:
-                rewards += [t.reward for t in tree.trajectories]
-                correct += sum(bool(t.reward_parts.get("correct")) for t in tree.trajectories)
-                tools += sum(t.tool_calls for t in tree.trajectories)
-                branches += tree.branches
+                write_jsonl([tree], args.out)
+            rewards.extend(t.reward for t in tree.trajectories)
+            correct += sum(bool(t.reward_parts.get("correct")) for t in tree.trajectories)
+            tools += sum(t.tool_calls for t in tree.trajectories)
+            branches += tree.branches
             bar.set_postfix(reward=f"{sum(rewards) / len(rewards):+.2f}")
+
+        for first in range(args.start, args.start + n_tasks, args.batch_tasks):
+            engine.run(list(range(first, min(first + args.batch_tasks, args.start + n_tasks))), on_tree=finished)
     n = max(1, len(rewards))
     stats = generator.stats
     print(f"\n{n_tasks} tasks, {len(rewards)} trajectories in {time.perf_counter() - start:.1f} s → {args.out}\n"
@@ -110,8 +131,39 @@ MODULE_COMMANDS = {"train": "arpo_algo.train", "sft": "arpo_algo.sft", "eval": "
 the rest of the command line goes to the module's ``main``."""
 
 
+EXTRAS = {"torch": "train", "transformers": "train", "trl": "train", "accelerate": "train", "peft": "train",
+          "datasets": "train", "yaml": "train", "matplotlib": "train", "rich": "train", "tqdm": "train",
+          "gguf": "train", "vllm": "vllm", "e2b_code_interpreter": "e2b", "ddgs": "live"}
+"""Which extra of ``arpo`` brings each optional import (the base install is the environments alone)."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run a subcommand; a missing extra or a user's mistake is one clear line on stderr (exit 2), not a traceback."""
+    import gymnasium as gym
+
+    from arpo_algo import ConfigError
+    from arpo_env.datasets import DataNotFound
+
     argv = list(sys.argv[1:] if argv is None else argv)
+    command = argv[0] if argv else ""
+    try:
+        return _main(argv)
+    except ModuleNotFoundError as exc:
+        top = (exc.name or "").split(".")[0]
+        if top not in EXTRAS:
+            raise
+        extra = EXTRAS[top]
+        first = "pip install torch==2.13.0 (the CPU build; first, or pip pulls the CUDA one) && " if extra == "train" \
+            else ""
+        print(f"arpo {command}: needs the '{extra}' extra ({top} is not installed): {first}pip install "
+              f"'arpo[{extra}]'", file=sys.stderr)
+    except (gym.error.Error, DataNotFound, FileNotFoundError, ConfigError) as exc:
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"arpo {command}: {message}", file=sys.stderr)
+    return 2
+
+
+def _main(argv: list[str]) -> int:
     if argv and argv[0] in MODULE_COMMANDS:
         import importlib
 

@@ -119,8 +119,10 @@ class ARPORollout:
         self.tool_calls = 0
 
     # ----------------------------------------------------------------------------------------------------------------
-    def run(self, tasks: Sequence[dict[str, Any] | int]) -> list[RolloutTree]:
-        """One tree per task. A task is an index into the env's dataset or ``{"question": …, "answer": …}``."""
+    def run(self, tasks: Sequence[dict[str, Any] | int],
+            on_tree: Callable[[int, RolloutTree], None] | None = None) -> list[RolloutTree]:
+        """One tree per task. A task is an index into the env's dataset or ``{"question": …, "answer": …}``.
+        `on_tree(i, tree)` is called as soon as task i's tree is complete (an interrupted run keeps its work)."""
         cfg = self.config
         states: list[_TaskState] = []
         live: list[_Live] = []
@@ -134,17 +136,23 @@ class ARPORollout:
             live += [self._fresh(t, state, "global") for _ in range(self._initial(cfg))]
         params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(_stop_strings()),
                                 cfg.entropy_k)
+        trees: list[RolloutTree | None] = [None] * len(states)
         with ThreadPoolExecutor(max_workers=cfg.max_tool_workers) as pool:
             while live:
                 live = self._turn(live, states, params, pool)
                 live += self._top_up(states)
-        trees = []
-        for state in states:
-            state.root_env.close()
-            trees.append(RolloutTree(state.task, self.algo, state.nodes, state.done,
-                                     {"branches": sum(n.kind == "branch" for n in state.nodes),
-                                      "tool_calls": sum(tr.tool_calls for tr in state.done)}))
-        return trees
+                for t, state in enumerate(states):
+                    if trees[t] is None and state.live == 0 and len(state.done) >= cfg.num_generations:
+                        trees[t] = self._tree(state)
+                        if on_tree:
+                            on_tree(t, trees[t])
+        return [tree if tree is not None else self._tree(state) for tree, state in zip(trees, states)]
+
+    def _tree(self, state: _TaskState) -> RolloutTree:
+        state.root_env.close()
+        return RolloutTree(state.task, self.algo, state.nodes, state.done,
+                           {"branches": sum(n.kind == "branch" for n in state.nodes),
+                            "tool_calls": sum(tr.tool_calls for tr in state.done)})
 
     def _initial(self, cfg: RolloutConfig) -> int:
         return cfg.num_global

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -69,12 +70,19 @@ def build_trainer(script_args: ARPOScriptArguments, args: ARPOConfig, model_args
         env_kwargs["data_dir"] = script_args.data_dir
     args.env_kwargs = env_kwargs
     model_name = model_args.model_name_or_path or "smollm2-135m"
+    cold_start_s = None
     if script_args.cold_start and not Path(model_name).exists():
+        import time
+
         from arpo_algo.sft import run_sft_recipe
 
+        if not Path(script_args.cold_start).is_file():
+            raise FileNotFoundError(f"cold-start recipe {script_args.cold_start} not found")
         print(f"arpo train: {model_name} does not exist; running the cold-start SFT recipe "
               f"{script_args.cold_start} first", file=sys.stderr)
+        started = time.perf_counter()
         run_sft_recipe(script_args.cold_start, output_dir=model_name)
+        cold_start_s = time.perf_counter() - started
     path = resolve(model_name)
     model_init_kwargs = dict(args.model_init_kwargs or {})
     if model_args.dtype and model_args.dtype != "auto":
@@ -83,8 +91,10 @@ def build_trainer(script_args: ARPOScriptArguments, args: ARPOConfig, model_args
         model_init_kwargs.setdefault("attn_implementation", model_args.attn_implementation)
     args.model_init_kwargs = model_init_kwargs or None
     dataset = task_dataset(args.env_id, ARPOTrainer.env_kwargs(args), limit=script_args.train_limit)
-    return ARPOTrainer(path, args=args, train_dataset=dataset, processing_class=load_tokenizer(model_name),
-                       peft_config=get_peft_config(model_args))
+    trainer = ARPOTrainer(path, args=args, train_dataset=dataset, processing_class=load_tokenizer(model_name),
+                          peft_config=get_peft_config(model_args))
+    trainer.cold_start_seconds = cold_start_s
+    return trainer
 
 
 def summary(trainer: Any, seconds: float) -> str:
@@ -92,6 +102,9 @@ def summary(trainer: Any, seconds: float) -> str:
     logs = [h for h in trainer.state.log_history if "reward" in h]
     out = Path(trainer.args.output_dir)
     lines = [f"\n{trainer.args.algorithm.upper()} finished {trainer.state.global_step} steps in {seconds:.0f} s"]
+    cold = getattr(trainer, "cold_start_seconds", None)
+    if cold is not None:
+        lines.append(f"  time                     cold-start SFT {cold:.0f} s, then RL {seconds:.0f} s")
     if logs:
         first, last = logs[0], logs[-1]
         for key, label in (("reward", "reward"), ("arpo/accuracy", "accuracy"), ("arpo/format_valid",
@@ -111,14 +124,61 @@ def summary(trainer: Any, seconds: float) -> str:
     return "\n".join(lines)
 
 
+TRL_ESSENTIALS = ("model_name_or_path", "output_dir", "dataset_name", "learning_rate", "max_steps",
+                  "per_device_train_batch_size", "gradient_accumulation_steps", "num_generations",
+                  "max_completion_length", "temperature", "top_p", "loss_type", "beta", "scale_rewards", "use_vllm",
+                  "vllm_mode", "save_steps", "save_total_limit", "logging_steps", "report_to", "seed",
+                  "resume_from_checkpoint")
+"""The TRL / transformers flags a first `arpo train --help` shows, after --config and ARPO's own."""
+
+
+def short_help() -> str:
+    """`arpo train --help`: --config, ARPO's options, the TRL flags most runs set; --help-all for all ~300."""
+    from dataclasses import fields
+
+    from trl import GRPOConfig
+
+    own = {f.name for f in fields(ARPOConfig)} - {f.name for f in fields(GRPOConfig)}
+    everything = {f.name: f for cls in (ARPOScriptArguments, ARPOConfig, ModelConfig) for f in fields(cls)}
+
+    def line(name: str) -> str:
+        meta = everything[name].metadata
+        text = " ".join(str(meta.get("help", "")).split())
+        choices = f" {{{','.join(map(str, meta['choices']))}}}" if meta.get("choices") else ""
+        return f"  --{name}{choices}\n" + textwrap.fill(text, 116, initial_indent=" " * 6, subsequent_indent=" " * 6)
+
+    script_own = [f.name for f in fields(ARPOScriptArguments) if f.name in ("data_dir", "train_limit", "cold_start")]
+    arpo = [f.name for f in fields(ARPOConfig) if f.name in own]
+    return "\n".join([
+        "usage: arpo train --config RECIPE.yaml [--FLAG VALUE ...]",
+        "",
+        "Train a model with ARPO (or the GRPO, DAPO, REINFORCE++ baselines) on an arpo_env environment. Flags",
+        "override the recipe; every field of TRL's GRPOConfig and ModelConfig is a flag too (arpo train --help-all).",
+        "",
+        "  --config RECIPE.yaml\n      A YAML mapping of any of the flags below (examples/recipes/).",
+        "",
+        "ARPO:", *[line(n) for n in arpo + script_own],
+        "",
+        "Most used TRL / transformers flags:", *[line(n) for n in TRL_ESSENTIALS if n in everything],
+        "",
+        "arpo train --help-all lists every flag (TRL's and transformers' ~300).",
+    ])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import time
 
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--help-all" in argv:
+        argv = [a for a in argv if a != "--help-all"] + ["--help"]
+    elif "-h" in argv or "--help" in argv:
+        print(short_help())
+        return 0
     parser = make_parser()
-    script_args, args, model_args = parser.parse_args_and_config(list(argv) if argv is not None else None)
+    script_args, args, model_args = parser.parse_args_and_config(argv)
     resume = resolve_resume(args.resume_from_checkpoint, args.output_dir)
-    start = time.perf_counter()
     trainer = build_trainer(script_args, args, model_args)
+    start = time.perf_counter()  # the RL phase; the cold start (if it ran) is timed in build_trainer
     if resume:
         print(f"arpo train: resuming from {resume}", file=sys.stderr)
     trainer.train(resume_from_checkpoint=resume)

@@ -46,4 +46,13 @@ for env_id, action in actions.items():
     env.close()
     print(f"wheel check: {env_id} made, searched/ran and answered")
 PYEOF
+for command in "train --config recipe.yaml" "rollout --tasks 1" "view trees.jsonl"; do
+  set +e
+  message=$("$work/user/bin/arpo" $command 2>&1 >/dev/null)
+  status=$?
+  set -e
+  [ "$status" = 2 ] && grep -q "pip install 'arpo\[train\]'" <<<"$message" \
+    || { echo "arpo $command without the train extra: exit $status, said: $message"; exit 1; }
+  echo "wheel check: arpo $command says: $message"
+done
 echo "wheel check passed: $(basename "$wheel") and $(basename "$sdist") are complete"

@@ -44,3 +44,60 @@ def test_unknown_env_is_a_clear_error():
                             capture_output=True, text=True, timeout=120, cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert result.returncode != 0 and "ARPO-Nope" in result.stderr
+
+
+def run_cli(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "arpo_algo.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+@pytest.mark.parametrize("args, words", [
+    (["rollout", "--env", "ARPO-Nope-v0"], "doesn't exist"),
+    (["rollout", "--dataset", "gsm8k", "--data-dir", "/nowhere"], "gsm8k"),
+    (["rollout", "--dataset", "gsm8k"], "data directory"),
+    (["train", "--config", "/nowhere/recipe.yaml"], "No such file"),
+    (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--top_k", "5"], "top_k"),
+])
+def test_mistakes_are_one_clear_line(args, words):
+    result = run_cli(*args)
+    assert result.returncode == 2 and words in result.stderr, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    assert len([line for line in result.stderr.splitlines() if line.startswith("arpo ")]) == 1
+
+
+def test_train_help_leads_with_config_and_arpo_options():
+    result = run_cli("train", "--help")
+    assert result.returncode == 0
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("usage: arpo train --config") and len(lines) < 150
+    head = "\n".join(lines[:40])
+    assert "--config" in head and "--branch_alpha" in head and "--algorithm" in head
+    assert "--help-all" in result.stdout
+
+
+def test_rollout_writes_each_tree_as_it_finishes(tiny_model_dir, tmp_path):
+    """Killed while later tasks are still rolling out, the file already holds the finished trees."""
+    import signal
+    import time
+
+    out = tmp_path / "trees.jsonl"
+    cmd = [sys.executable, "-m", "arpo_algo.cli", "rollout", "--model", str(tiny_model_dir), "--dataset",
+           "arithmetic:50:3", "--tasks", "50", "--batch-tasks", "1", "-M", "2", "-N", "1", "--max-new-tokens", "8",
+           "--max-completion-tokens", "32", "--out", str(out)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while (not out.exists() or len(out.read_text().splitlines()) < 2) and time.monotonic() < deadline:
+        assert proc.poll() is None, "the rollout ended before writing two trees"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    trees = [json.loads(line) for line in out.read_text().splitlines()]
+    assert 2 <= len(trees) < 50 and all(len(t["trajectories"]) == 2 for t in trees)
+
+
+def test_rollout_says_which_budget_it_uses(tiny_model_dir, tmp_path):
+    result = run_cli("rollout", "--model", str(tiny_model_dir), "--dataset", "arithmetic:4:3", "--tasks", "1", "-M", "2",
+                     "-N", "1", "--out", str(tmp_path / "t.jsonl"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "tokens per turn" in result.stderr and ("CPU budget" in result.stderr or "default budget" in result.stderr)

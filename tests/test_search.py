@@ -9,8 +9,8 @@ import gymnasium as gym
 import pytest
 
 import arpo_env  # noqa: F401
-from arpo_env.tools.cache import ToolCache
 from arpo_env.datasets import load_tasks
+from arpo_env.tools.cache import ToolCache
 from arpo_env.tools.search import LocalSearch, RecordedSearch, SearchTool, default_corpus, parse_recorded, read_corpus
 
 

@@ -7,8 +7,6 @@ import json
 import math
 from pathlib import Path
 
-import pytest
-
 from arpo_env.trl import environment_factory, task_dataset
 
 

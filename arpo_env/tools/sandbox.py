@@ -36,8 +36,8 @@ import time
 import weakref
 from dataclasses import asdict, dataclass
 
-from arpo_env.tools.sandbox_server import recv_message, send_message
 from arpo_env.tools.protocol import ToolOutput
+from arpo_env.tools.sandbox_server import recv_message, send_message
 
 SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_server.py")
 DEFAULT_PRELOAD = ("numpy", "sympy", "math", "fractions", "itertools", "collections", "statistics", "random", "re")
