@@ -26,6 +26,7 @@ from typing import Any
 from trl import GRPOConfig
 
 from arpo_algo import ConfigError
+from arpo_algo.models import bf16_available
 
 ALGORITHMS = ("arpo", "grpo", "dapo", "reinforce_pp")
 
@@ -149,8 +150,8 @@ class ARPOConfig(GRPOConfig):
             raise ConfigError(f"advantage_attribution must be soft or hard, not {self.advantage_attribution!r}")
         if self.advantage_estimator not in ("grpo", "reinforce_pp"):
             raise ConfigError(f"advantage_estimator must be grpo or reinforce_pp, not {self.advantage_estimator!r}")
-        if self.bf16 is None and not self.fp16 and not _bf16_device():
-            self.bf16 = False  # TRL's default is bf16, which TrainingArguments refuses where no device supports it
+        if self.bf16 is None and not self.fp16:
+            self.bf16 = bf16_available()  # TRL's default is bf16, which is refused (or slow) where no device has it
         if isinstance(self.env_kwargs, str):
             self.env_kwargs = json.loads(self.env_kwargs) if self.env_kwargs.strip() else {}
         self.env_kwargs = dict(self.env_kwargs or {})
@@ -165,12 +166,6 @@ class ARPOConfig(GRPOConfig):
     @property
     def branching(self) -> bool:
         return self.algorithm == "arpo"
-
-
-def _bf16_device() -> bool:
-    from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
-
-    return bool(is_torch_bf16_gpu_available() or is_torch_xla_available())
 
 
 def unsupported_settings(args: GRPOConfig) -> list[str]:

@@ -37,54 +37,12 @@ from arpo_algo.advantages import grpo_advantages, hard_token_advantages, reinfor
 from arpo_algo.arpo_config import ARPOConfig
 from arpo_algo.rollout import ARPORollout, GRPORollout, RolloutConfig
 from arpo_algo.tree import RolloutTree, entropy_windows, write_jsonl
+from arpo_env.datasets import row_task, task_dataset
 
 
 def env_reward(completions: list[Any], env_reward: list[float], **kwargs: Any) -> list[float]:
     """The reward the environment gave each trajectory (the hierarchical reward of `arpo_env.rewards`)."""
     return [float(r) for r in env_reward]
-
-
-def task_dataset(env_id: str = "ARPO-Math-v0", env_kwargs: dict[str, Any] | None = None, limit: int | None = None):
-    """The env's tasks as a `datasets.Dataset` TRL can sample: a conversational ``prompt`` (for TRL's logs) and
-    the task record (``question``, ``answer``, ``task_id``, ``source``, ``kind``, ``meta`` as JSON)."""
-    import gymnasium as gym
-    from datasets import Dataset
-
-    import arpo_env  # noqa: F401
-
-    env = gym.make(env_id, **(env_kwargs or {})).unwrapped
-    tasks = env.tasks[:limit] if limit else env.tasks
-    env.close()
-    return Dataset.from_list([
-        {"prompt": [{"role": "user", "content": t.question}], "question": t.question,
-         "answer": json.dumps(t.answer, ensure_ascii=False), "task_id": t.id, "source": t.source, "kind": t.kind,
-         "meta": json.dumps(t.meta, ensure_ascii=False)}
-        for t in tasks])
-
-
-def row_task(row: dict[str, Any]) -> dict[str, Any]:
-    """The env's reset options for a dataset row (of `task_dataset`, or any row with question and answer)."""
-    answer = row.get("answer", row.get("solution"))
-    if isinstance(answer, str) and answer[:1] in '["':
-        # `task_dataset` stores answers as JSON (a string, or a QA task's list of aliases). A plain math answer
-        # that merely looks like a list ("[-2,0]", an interval) stays what it is.
-        try:
-            decoded = json.loads(answer)
-        except ValueError:
-            decoded = answer
-        from_task_dataset = "task_id" in row  # every answer there is JSON-encoded, lists included
-        if isinstance(decoded, str) or (isinstance(decoded, list) and (row.get("kind") == "qa" or from_task_dataset)):
-            answer = decoded
-    if "question" in row:
-        question = row["question"]
-    else:
-        prompt = row["prompt"]
-        question = prompt[-1]["content"] if isinstance(prompt, list) else prompt
-    meta = row.get("meta") or {}
-    if isinstance(meta, str):
-        meta = json.loads(meta) if meta else {}
-    return {"question": question, "answer": answer, "id": row.get("task_id", ""), "source": row.get("source", ""),
-            "kind": row.get("kind", ""), "meta": meta}
 
 
 class ARPOTrainer(GRPOTrainer):
@@ -124,7 +82,7 @@ class ARPOTrainer(GRPOTrainer):
             name = model if isinstance(model, str) else model.config._name_or_path
             args = ARPOConfig(f"{str(name).rstrip('/').split('/')[-1]}-ARPO")
         if train_dataset is None:
-            train_dataset = task_dataset(args.env_id, self.env_kwargs(args))
+            train_dataset = task_dataset(args.env_id, **self.env_kwargs(args))
         extra = reward_funcs if isinstance(reward_funcs, list) else ([reward_funcs] if reward_funcs else [])
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*'rollout_func'.*experimental")

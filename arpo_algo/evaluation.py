@@ -18,8 +18,9 @@ similar wrappers unwrapped before QA and multiple-choice scoring. A transcript t
 still scored, and counted in the table's *format failures* column (the training reward's −1 gate is the env's,
 not the benchmark's). With ``--judge``, samples whose judge was unreachable (or answered neither correct nor
 incorrect) are scored by F1 and counted as *judge fallbacks*. Pass@1 is the mean over ``--runs`` K runs; the
-spread is the standard deviation of the K run means. Results: ``samples.jsonl`` (one line per sample and run, with the full transcript; appended, so a run
-that is stopped and started again only does the missing samples), ``results.md`` and ``results.csv``.
+spread is the standard deviation of the K run means. Results: ``samples.jsonl`` (one line per sample and run, with
+the full transcript; appended, so a run that is stopped and started again only does the missing samples),
+``results.md`` and ``results.csv``.
 """
 
 from __future__ import annotations

@@ -75,3 +75,11 @@ def prompt_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
     trains after, so both see the same prefix (transformers 5 returns a BatchEncoding, older versions a list)."""
     ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
     return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
+def bf16_available() -> bool:
+    """Whether a device here trains in bf16 (a recent GPU, a TPU). TRL's configs default to bf16; on a CPU-only
+    machine ARPO's configs default to fp32 instead, which is faster there and what TrainingArguments accepts."""
+    from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
+
+    return bool(is_torch_bf16_gpu_available() or is_torch_xla_available())

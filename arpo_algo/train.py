@@ -60,8 +60,9 @@ def resolve_resume(value: Any, output_dir: str) -> str | None:
 def build_trainer(script_args: ARPOScriptArguments, args: ARPOConfig, model_args: ModelConfig) -> Any:
     from trl import get_peft_config
 
-    from arpo_algo.arpo_trainer import ARPOTrainer, task_dataset
+    from arpo_algo.arpo_trainer import ARPOTrainer
     from arpo_algo.models import load_tokenizer, resolve
+    from arpo_env.datasets import task_dataset
 
     env_kwargs = dict(args.env_kwargs or {})
     if script_args.dataset_name:
@@ -90,7 +91,7 @@ def build_trainer(script_args: ARPOScriptArguments, args: ARPOConfig, model_args
     if model_args.attn_implementation:
         model_init_kwargs.setdefault("attn_implementation", model_args.attn_implementation)
     args.model_init_kwargs = model_init_kwargs or None
-    dataset = task_dataset(args.env_id, ARPOTrainer.env_kwargs(args), limit=script_args.train_limit)
+    dataset = task_dataset(args.env_id, limit=script_args.train_limit, **ARPOTrainer.env_kwargs(args))
     trainer = ARPOTrainer(path, args=args, train_dataset=dataset, processing_class=load_tokenizer(model_name),
                           peft_config=get_peft_config(model_args))
     trainer.cold_start_seconds = cold_start_s

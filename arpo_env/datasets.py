@@ -177,3 +177,49 @@ def _load_hub(spec: str, kind: str | None, limit: int | None) -> list[Task]:
     rows = datasets.load_dataset(repo, split=split or "test")
     tasks = [task_from_record(dict(r), repo.split("/")[-1], i, kind) for i, r in enumerate(rows)]
     return tasks[:limit] if limit else tasks
+
+
+# Rows for TRL -------------------------------------------------------------------------------------------------------
+def task_dataset(env_id: str = "ARPO-Math-v0", limit: int | None = None, **env_kwargs: Any) -> Any:
+    """The tasks of ``gym.make(env_id, **env_kwargs)`` as a `datasets.Dataset` TRL can sample (``pip install
+    datasets``, part of the train extra): a conversational ``prompt`` (for TRL's logs), and the task record —
+    ``question``, ``answer`` (JSON: a string, or a QA task's list of aliases), ``task_id``, ``source``, ``kind``,
+    ``meta`` (JSON) — that `row_task` turns back into the env's reset options."""
+    import gymnasium as gym
+    from datasets import Dataset
+
+    import arpo_env  # noqa: F401 - registers the ids
+
+    env = gym.make(env_id, **env_kwargs).unwrapped
+    tasks = env.tasks[:limit] if limit else env.tasks
+    env.close()
+    return Dataset.from_list([
+        {"prompt": [{"role": "user", "content": t.question}], "question": t.question,
+         "answer": json.dumps(t.answer, ensure_ascii=False), "task_id": t.id, "source": t.source, "kind": t.kind,
+         "meta": json.dumps(t.meta, ensure_ascii=False)}
+        for t in tasks])
+
+
+def row_task(row: dict[str, Any]) -> dict[str, Any]:
+    """The env's reset options for a dataset row (of `task_dataset`, or any row with a question and an answer)."""
+    answer = row.get("answer", row.get("solution"))
+    if isinstance(answer, str) and answer[:1] in '["':
+        # `task_dataset` stores answers as JSON (a string, or a QA task's list of aliases). A plain math answer
+        # that merely looks like a list ("[-2,0]", an interval) stays what it is.
+        try:
+            decoded = json.loads(answer)
+        except ValueError:
+            decoded = answer
+        from_task_dataset = "task_id" in row  # every answer there is JSON-encoded, lists included
+        if isinstance(decoded, str) or (isinstance(decoded, list) and (row.get("kind") == "qa" or from_task_dataset)):
+            answer = decoded
+    if "question" in row:
+        question = row["question"]
+    else:
+        prompt = row["prompt"]
+        question = prompt[-1]["content"] if isinstance(prompt, list) else prompt
+    meta = row.get("meta") or {}
+    if isinstance(meta, str):
+        meta = json.loads(meta) if meta else {}
+    return {"question": question, "answer": answer, "id": row.get("task_id", ""), "source": row.get("source", ""),
+            "kind": row.get("kind", ""), "meta": meta}

@@ -5,7 +5,8 @@ row, exposes the environment's public methods as tools (their signatures and doc
 asks ``get_reward()`` for the reward when the rollout ends. `environment_factory` wraps an arpo environment that way:
 
 * ``reset(**row)`` starts an episode on the row's ``question`` and ``answer`` (``prompt``'s last user turn when there
-  is no ``question``; ``kind`` and ``meta`` too when present) and returns how to use the tools;
+  is no ``question``; ``kind`` and ``meta`` too when present: `arpo_env.datasets.row_task`, the rows of
+  `task_dataset`) and returns how to use the tools;
 * one tool per tool of the env — ``python(code)``, ``search(query)``, ``browse(url)`` — each a step of the env, so
   budgets, the sandbox's state and the tool cache work as in `ToolEnv`; and ``answer(final_answer)``, which submits
   the final answer and ends the episode;
@@ -30,12 +31,14 @@ protocol and the rollout engine: `arpo_algo.ARPOTrainer`.
 from __future__ import annotations
 
 import inspect
-import json
 from typing import Any, Callable
 
 import gymnasium as gym
 
 from arpo_env import tags
+from arpo_env.datasets import row_task, task_dataset
+
+__all__ = ["TRLEnvironment", "environment_factory", "task_dataset"]
 
 
 class TRLEnvironment:
@@ -50,19 +53,7 @@ class TRLEnvironment:
 
     # TRL's contract --------------------------------------------------------------------------------------------------
     def reset(self, **row: Any) -> str:
-        question = row.get("question")
-        if question is None:
-            prompt = row.get("prompt")
-            question = prompt[-1]["content"] if isinstance(prompt, list) else prompt
-        answer = row.get("answer", row.get("solution"))
-        if isinstance(answer, str) and answer[:1] == "[" and row.get("kind") == "qa":
-            answer = json.loads(answer)  # task_dataset's JSON list of aliases
-        meta = row.get("meta") or {}
-        meta = json.loads(meta) if isinstance(meta, str) and meta else meta
-        options = {"question": question, "answer": answer, "meta": dict(meta or {})}
-        if row.get("kind"):
-            options["kind"] = row["kind"]
-        self.env.reset(options=options)
+        self.env.reset(options={k: v for k, v in row_task(row).items() if v not in ("", None) or k == "answer"})
         self.reward, self.done = None, False
         tools = ", ".join(f"`{t}`" for t in self.env.tools)
         return (f"\n\nYou can call these tools: {tools} (at most {self.env.max_tool_calls} calls). When you know the "
@@ -138,19 +129,3 @@ def environment_factory(env_id: str = "ARPO-Math-v0", **env_kwargs: Any) -> Call
     probe.close()
     cls = _environment_class(tools)
     return lambda: cls(env_id, **env_kwargs)
-
-
-def task_dataset(env_id: str = "ARPO-Math-v0", limit: int | None = None, **env_kwargs: Any) -> Any:
-    """The env's tasks as a `datasets.Dataset` for TRL: a conversational ``prompt`` with the question, and the
-    ``question``, ``answer`` (JSON for alias lists), ``kind`` and ``meta`` that `TRLEnvironment.reset` reads."""
-    from datasets import Dataset
-
-    import arpo_env  # noqa: F401
-
-    env = gym.make(env_id, **env_kwargs).unwrapped
-    tasks = env.tasks[:limit] if limit else env.tasks
-    env.close()
-    return Dataset.from_list([
-        {"prompt": [{"role": "user", "content": t.question}], "question": t.question,
-         "answer": t.answer if isinstance(t.answer, str) else json.dumps(t.answer, ensure_ascii=False),
-         "kind": t.kind, "meta": json.dumps(t.meta, ensure_ascii=False)} for t in tasks])

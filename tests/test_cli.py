@@ -97,7 +97,7 @@ def test_rollout_writes_each_tree_as_it_finishes(tiny_model_dir, tmp_path):
 
 
 def test_rollout_says_which_budget_it_uses(tiny_model_dir, tmp_path):
-    result = run_cli("rollout", "--model", str(tiny_model_dir), "--dataset", "arithmetic:4:3", "--tasks", "1", "-M", "2",
-                     "-N", "1", "--out", str(tmp_path / "t.jsonl"))
+    result = run_cli("rollout", "--model", str(tiny_model_dir), "--dataset", "arithmetic:4:3", "--tasks", "1",
+                     "-M", "2", "-N", "1", "--out", str(tmp_path / "t.jsonl"))
     assert result.returncode == 0, result.stderr[-2000:]
     assert "tokens per turn" in result.stderr and ("CPU budget" in result.stderr or "default budget" in result.stderr)
