@@ -23,7 +23,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from trl import GRPOConfig
+from trl import GRPOConfig, SFTConfig
 
 from arpo_algo import ConfigError
 from arpo_algo.models import bf16_available
@@ -166,6 +166,18 @@ class ARPOConfig(GRPOConfig):
     @property
     def branching(self) -> bool:
         return self.algorithm == "arpo"
+
+
+@dataclass
+class ColdStartConfig(SFTConfig):
+    """Configuration of ``arpo sft`` (the cold start): TRL's `SFTConfig` with ARPOConfig's precision default — bf16
+    where a device has it, fp32 on a CPU-only machine — so that a cold start and the RL run after it in one process
+    agree on precision."""
+
+    def __post_init__(self) -> None:
+        if self.bf16 is None and not self.fp16:
+            self.bf16 = bf16_available()
+        super().__post_init__()
 
 
 def unsupported_settings(args: GRPOConfig) -> list[str]:

@@ -196,27 +196,12 @@ class SFTScriptArguments:
         default=False, metadata={"help": "Keep a chat record's own system prompt instead of the env's."})
 
 
-def sft_config_class() -> type:
-    """TRL's `SFTConfig` with ARPO's precision default: bf16 where a device has it, fp32 on a CPU-only machine (the
-    same rule as `ARPOConfig`, so that a cold start and the RL run after it in one process agree)."""
-    from trl import SFTConfig
-
-    from arpo_algo.models import bf16_available
-
-    @dataclass
-    class ARPOSFTConfig(SFTConfig):
-        def __post_init__(self) -> None:
-            if self.bf16 is None and not self.fp16:
-                self.bf16 = bf16_available()
-            super().__post_init__()
-
-    return ARPOSFTConfig
-
-
 def make_parser() -> Any:
     from trl import ModelConfig, TrlParser
 
-    return TrlParser((SFTScriptArguments, sft_config_class(), ModelConfig), prog="arpo sft")
+    from arpo_algo.arpo_config import ColdStartConfig
+
+    return TrlParser((SFTScriptArguments, ColdStartConfig, ModelConfig), prog="arpo sft")
 
 
 def build_dataset(script: SFTScriptArguments, tokenizer: Any) -> Any:
