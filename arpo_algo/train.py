@@ -72,18 +72,12 @@ def build_trainer(script_args: ARPOScriptArguments, args: ARPOConfig, model_args
     args.env_kwargs = env_kwargs
     model_name = model_args.model_name_or_path or "smollm2-135m"
     cold_start_s = None
-    if script_args.cold_start and not Path(model_name).exists():
-        import time
+    if script_args.cold_start:
+        from accelerate import PartialState
 
-        from arpo_algo.sft import run_sft_recipe
-
-        if not Path(script_args.cold_start).is_file():
-            raise FileNotFoundError(f"cold-start recipe {script_args.cold_start} not found")
-        print(f"arpo train: {model_name} does not exist; running the cold-start SFT recipe "
-              f"{script_args.cold_start} first", file=sys.stderr)
-        started = time.perf_counter()
-        run_sft_recipe(script_args.cold_start, output_dir=model_name)
-        cold_start_s = time.perf_counter() - started
+        with PartialState().main_process_first():  # one process runs the cold start; the others then find it done
+            if not Path(model_name).exists():
+                cold_start_s = run_cold_start(script_args.cold_start, model_name)
     path = resolve(model_name)
     model_init_kwargs = dict(args.model_init_kwargs or {})
     if model_args.dtype and model_args.dtype != "auto":
@@ -96,6 +90,24 @@ def build_trainer(script_args: ARPOScriptArguments, args: ARPOConfig, model_args
                           peft_config=get_peft_config(model_args))
     trainer.cold_start_seconds = cold_start_s
     return trainer
+
+
+def run_cold_start(recipe: str, output_dir: str) -> float:
+    """Run the ``arpo sft`` recipe in a child process (its memory is all given back before RL starts; a cold start
+    in this process kept its model and optimizer alive beside the RL ones) and return its wall time."""
+    import subprocess
+    import time
+
+    if not Path(recipe).is_file():
+        raise FileNotFoundError(f"cold-start recipe {recipe} not found")
+    print(f"arpo train: {output_dir} does not exist; running the cold-start SFT recipe {recipe} first",
+          file=sys.stderr)
+    started = time.perf_counter()
+    result = subprocess.run([sys.executable, "-m", "arpo_algo.cli", "sft", "--config", recipe, "--output_dir",
+                             output_dir])
+    if result.returncode != 0:
+        raise SystemExit(f"arpo train: the cold start ({recipe}) failed with exit status {result.returncode}")
+    return time.perf_counter() - started
 
 
 def summary(trainer: Any, seconds: float) -> str:

@@ -2,7 +2,7 @@
 
 Multi-digit arithmetic (``What is 4821 * 739 + 1204?``) is out of reach of a 135M model's mental arithmetic but
 trivial with Python, so a small model can visibly learn to call the interpreter on a CPU. ``dataset="arithmetic"``
-(1,000 tasks, seed 0) or ``"arithmetic:N:SEED"`` in any environment.
+(1,000 tasks, seed 0) or ``"arithmetic:N:SEED[:TERMS]"`` in any environment (TERMS numbers, 3 by default).
 
 `scripted_episode` plays one task in an environment the way a competent agent would (think, compute in Python,
 answer from the result): the observations in its transcript are the sandbox's real output. It is the teacher for
@@ -19,28 +19,31 @@ from arpo_env.datasets import Task
 _OPS = ("+", "-", "*")
 
 
-def arithmetic_tasks(n: int = 1000, seed: int = 0, digits: tuple[int, int] = (3, 5)) -> list[Task]:
-    """`n` expressions of three numbers of `digits` digits with +, − and ×; answers are exact integers."""
+def arithmetic_tasks(n: int = 1000, seed: int = 0, digits: tuple[int, int] = (3, 5), terms: int = 3) -> list[Task]:
+    """`n` expressions of `terms` numbers of `digits` digits with +, − and ×; answers are exact integers. More terms
+    make a harder task for a small model: a longer expression to carry into the interpreter without a slip."""
     rng = random.Random(seed)
     tasks = []
     for i in range(n):
-        sizes = [rng.randint(*digits) for _ in range(3)]
+        sizes = [rng.randint(*digits) for _ in range(terms)]
         nums = [rng.randint(10 ** (d - 1), 10 ** d - 1) for d in sizes]
-        ops = [rng.choice(_OPS), rng.choice(_OPS)]
-        expr = f"{nums[0]} {ops[0]} {nums[1]} {ops[1]} {nums[2]}"
+        ops = [rng.choice(_OPS) for _ in range(terms - 1)]
+        expr = " ".join(f"{op} {num}" for op, num in zip(["", *ops], nums)).strip()
         tasks.append(Task(f"What is {expr}?", str(eval(expr)), f"arith-{seed}-{i}", "arithmetic", "math",
                           {"expression": expr}))
     return tasks
 
 
-def parse_name(name: str) -> tuple[int, int] | None:
-    """``arithmetic`` → (1000, 0); ``arithmetic:200:7`` → (200, 7); anything else → None."""
+def parse_name(name: str) -> tuple[int, int, tuple[int, int], int] | None:
+    """``arithmetic`` → 1,000 tasks, seed 0, three terms; ``arithmetic:N:SEED[:TERMS]`` (``arithmetic:200:7:5``:
+    200 tasks of seed 7 with five terms); anything else → None. Returns `arithmetic_tasks`' arguments."""
     parts = name.split(":")
-    if parts[0] != "arithmetic" or len(parts) > 3:
+    if parts[0] != "arithmetic" or len(parts) > 4:
         return None
     n = int(parts[1]) if len(parts) > 1 else 1000
     seed = int(parts[2]) if len(parts) > 2 else 0
-    return n, seed
+    terms = int(parts[3]) if len(parts) > 3 else 3
+    return n, seed, (3, 5), terms
 
 
 def scripted_actions(task: Task) -> list[str]:

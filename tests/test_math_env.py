@@ -245,3 +245,14 @@ def test_restore_into_a_made_env_is_steppable_through_its_wrappers():
     assert "42" in bare.step("<python>print(x + 1)</python>")[0]
     other.close()
     bare.close()
+
+
+def test_arithmetic_difficulty_is_the_number_of_terms():
+    from arpo_env.procedural import arithmetic_tasks
+
+    three = gym.make("ARPO-Math-v0", dataset="arithmetic:5:0").unwrapped.tasks
+    four = gym.make("ARPO-Math-v0", dataset="arithmetic:5:0:4").unwrapped.tasks
+    assert [t.question for t in three] == [t.question for t in arithmetic_tasks(5, 0)]
+    assert all(len(t.meta["expression"].split()) == 5 for t in three)  # 3 numbers, 2 operators
+    assert all(len(t.meta["expression"].split()) == 7 for t in four)
+    assert all(str(eval(t.meta["expression"])) == t.answer for t in four)
