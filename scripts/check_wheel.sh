@@ -46,6 +46,14 @@ for env_id, action in actions.items():
     env.close()
     print(f"wheel check: {env_id} made, searched/ran and answered")
 PYEOF
+"$work/user/bin/python" - <<'PYEOF'
+from arpo_algo.tree import Node, RolloutTree, Trajectory, write_jsonl
+
+trajectory = Trajectory(0, [1], [2, 3], [1, 1], [-0.1, -0.2], [0.1, None], [], 1.0, {"total": 1.0}, 0)
+write_jsonl([RolloutTree({"question": "q", "answer": "a"}, "arpo", [Node(0, None, 0, "global")], [trajectory])],
+            "trees.jsonl")
+PYEOF
+printf 'model_name_or_path: smollm2-135m\n' > recipe.yaml
 for command in "train --config recipe.yaml" "rollout --tasks 1" "view trees.jsonl"; do
   set +e
   message=$("$work/user/bin/arpo" $command 2>&1 >/dev/null)
