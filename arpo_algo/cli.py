@@ -118,7 +118,8 @@ def rollout_main(args: argparse.Namespace) -> int:
             engine.run(list(range(first, min(first + args.batch_tasks, args.start + n_tasks))), on_tree=finished)
     n = max(1, len(rewards))
     stats = generator.stats
-    print(f"\n{n_tasks} task{'' if n_tasks == 1 else 's'}, {len(rewards)} trajectories in {time.perf_counter() - start:.1f} s → {args.out}\n"
+    tasks = f"{n_tasks} task{'' if n_tasks == 1 else 's'}"
+    print(f"\n{tasks}, {len(rewards)} trajectories in {time.perf_counter() - start:.1f} s → {args.out}\n"
           f"mean reward {sum(rewards) / n:+.3f} | accuracy {correct / n:.1%} | tool calls {tools} "
           f"({tools / n:.2f}/traj) | branches {branches}\n"
           f"generated tokens {stats.generated_tokens} | encoded (prefill) tokens {stats.prefill_tokens}",
