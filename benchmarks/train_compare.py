@@ -48,7 +48,7 @@ def main() -> int:
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    per_traj = 8  # the recipe's per_device_train_batch_size: trajectories per step
+    per_traj = 8  # trajectories per step: the recipe's per_device_train_batch_size × gradient_accumulation_steps
     results = {a: run(a, out, args.steps, args.extra, args.reuse) for a in args.algorithms}
 
     rows = []
