@@ -42,12 +42,49 @@ class BoundExceeded(Exception):
     """The call ran past its bound, or its worker died; the worker has been replaced."""
 
 
+def _spawn() -> subprocess.Popen:
+    """Start a worker from the spawner thread. The worker asks the kernel to kill it when its parent *thread* ends
+    (PR_SET_PDEATHSIG is per thread): started from a rollout's short-lived pool thread, it would die with that
+    thread and the next call would find a broken pipe. The spawner lives as long as the process."""
+    done = threading.Event()
+    box: dict[str, Any] = {}
+    _spawn_requests().put((done, box))
+    done.wait()
+    if "error" in box:
+        raise box["error"]
+    return box["proc"]
+
+
+_SPAWNER: queue.Queue | None = None
+_SPAWNER_PID = 0
+_SPAWNER_LOCK = threading.Lock()
+
+
+def _spawn_requests() -> queue.Queue:
+    global _SPAWNER, _SPAWNER_PID
+    with _SPAWNER_LOCK:
+        if _SPAWNER is None or _SPAWNER_PID != os.getpid():
+            _SPAWNER, _SPAWNER_PID = queue.Queue(), os.getpid()
+            threading.Thread(target=_spawner_loop, args=(_SPAWNER,), name="arpo-score-spawner", daemon=True).start()
+        return _SPAWNER
+
+
+def _spawner_loop(requests: queue.Queue) -> None:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    while True:
+        done, box = requests.get()
+        try:
+            box["proc"] = subprocess.Popen([sys.executable, "-m", "arpo_env.bounded"], stdin=subprocess.PIPE,
+                                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+                                           start_new_session=True)
+        except Exception as exc:  # noqa: BLE001 - handed to the caller
+            box["error"] = exc
+        done.set()
+
+
 class _Worker:
     def __init__(self) -> None:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen([sys.executable, "-m", "arpo_env.bounded"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
-                                     start_new_session=True)
+        self.proc = _spawn()
         self.buffer = b""
         if self._read_line(STARTUP_TIMEOUT_S) != {"ready": True}:
             self.kill()
@@ -109,16 +146,23 @@ class WorkerPool:
         timeout_s = default_timeout() if timeout_s is None else timeout_s
         worker = self.idle.get()
         try:
-            if worker is None:
-                worker = _Worker()
-                with self.lock:
-                    self.workers.add(worker)
-            try:
-                return worker.call(op, list(args), timeout_s)
-            except (BoundExceeded, OSError, ValueError) as exc:
-                self._discard(worker)
-                worker = None
-                raise exc if isinstance(exc, BoundExceeded) else BoundExceeded(str(exc)) from exc
+            for attempt in range(2):
+                if worker is None:
+                    worker = _Worker()
+                    with self.lock:
+                        self.workers.add(worker)
+                try:
+                    return worker.call(op, list(args), timeout_s)
+                except OSError as exc:  # it died between calls (killed, out of memory): once more, on a new one
+                    self._discard(worker)
+                    worker = None
+                    if attempt:
+                        raise BoundExceeded(f"the scoring worker died: {exc}") from exc
+                except (BoundExceeded, ValueError) as exc:
+                    self._discard(worker)
+                    worker = None
+                    raise exc if isinstance(exc, BoundExceeded) else BoundExceeded(str(exc)) from exc
+            raise BoundExceeded("unreachable")
         finally:
             self.idle.put(worker)
 

@@ -64,3 +64,18 @@ def test_an_overrunning_call_is_cut_and_its_worker_replaced():
     with pytest.raises(BoundExceeded):
         pool().call("math_equal", "9^{9^{9^{9}}}", ["1"], timeout_s=0.5)
     assert pool().call("math_equal", "\\frac{1}{2}", ["0.5"]) is True
+
+
+def test_scoring_survives_the_thread_that_started_its_workers():
+    """Rollouts step envs in short-lived thread pools: a worker started from one must outlive it (the kernel's
+    parent-death signal is per thread), and the next pool's calls must still be scored, not lost to a broken pipe."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from arpo_env.bounded import WorkerPool
+
+    own = WorkerPool(size=1)
+    for _ in range(3):  # a new pool of threads each round, as each rollout makes
+        with ThreadPoolExecutor(2) as threads:
+            assert list(threads.map(lambda a: own.call("math_equal", a, ["0.5"]), ["1/2", "\\frac{1}{2}"])) == \
+                [True, True]
+    own.close()
