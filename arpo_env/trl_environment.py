@@ -13,14 +13,9 @@ asks ``get_reward()`` for the reward when the rollout ends. `environment_factory
 * ``get_reward()`` is arpo's hierarchical reward of the episode: −1 if no answer was submitted, else correctness
   (math-verify or F1) and +0.1 when both search and Python ran.
 
-.. code-block:: python
-
-    from trl import GRPOConfig, GRPOTrainer
-    from arpo_env.trl import environment_factory, task_dataset
-
-    trainer = GRPOTrainer(model="Qwen/Qwen3-0.6B", args=GRPOConfig("out"), train_dataset=task_dataset("ARPO-Math-v0"),
-                          environment_factory=environment_factory("ARPO-Math-v0", max_tool_calls=3))
-    trainer.train()
+The README's "Under TRL's own multi-turn API" shows a complete ``GRPOTrainer(environment_factory=
+environment_factory("ARPO-Math-v0"), train_dataset=task_dataset("ARPO-Math-v0"), …)``. This module imports nothing
+from TRL: arpo_env stays free of the training stack.
 
 **When to use which.** This adapter is plain GRPO over independent rollouts, with the model's chat-template tool
 calls: use it to try arpo's tasks and rewards inside an existing TRL setup. ARPO itself — entropy-guided branching
