@@ -103,6 +103,13 @@ class ARPOConfig(GRPOConfig):
         default=None, metadata={"help": "Tool-call budget per trajectory (the env's default when unset)."})
     tool_workers: int = field(
         default=16, metadata={"help": "Threads that run tool calls concurrently during a rollout."})
+    vllm_engine_kwargs: dict[str, Any] | str | None = field(
+        default=None,
+        metadata={"help": "More keyword arguments for the colocated vLLM engine (vllm.LLM), e.g. "
+                          '{"dtype": "float32"} (vLLM\'s CPU build runs a float32 model in bfloat16 unless told). '
+                          "Where no CUDA device is present enforce_eager defaults to true: vLLM's CPU build spends "
+                          "minutes compiling a model, for little gain on small ones."},
+    )
 
     # Advantages ------------------------------------------------------------------------------------------------------
     advantage_attribution: str = field(
@@ -133,7 +140,7 @@ class ARPOConfig(GRPOConfig):
     rollout_log: str | None = field(
         default="rollouts.jsonl",
         metadata={"help": "Rollout trees are appended to this file in output_dir (one JSON tree per line, with the "
-                          "step and advantages); other processes write rollouts.rankN.jsonl. None disables it."},
+                          "step, rank and advantages), every process's trees gathered by the main one. None disables it."},
     )
 
     def __post_init__(self) -> None:
@@ -155,6 +162,8 @@ class ARPOConfig(GRPOConfig):
         if isinstance(self.env_kwargs, str):
             self.env_kwargs = json.loads(self.env_kwargs) if self.env_kwargs.strip() else {}
         self.env_kwargs = dict(self.env_kwargs or {})
+        if isinstance(self.vllm_engine_kwargs, str):
+            self.vllm_engine_kwargs = json.loads(self.vllm_engine_kwargs) if self.vllm_engine_kwargs.strip() else {}
         super().__post_init__()
         if not 1 <= self.num_global <= self.num_generations:
             raise ConfigError(f"num_global (N={self.num_global}) must be between 1 and num_generations "

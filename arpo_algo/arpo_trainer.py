@@ -22,11 +22,12 @@ statistics and tokens generated (under ``arpo/``), and appends the step's trees,
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import warnings
-from contextlib import nullcontext
-from typing import Any, Callable
+from contextlib import contextmanager, nullcontext
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -84,7 +85,7 @@ class ARPOTrainer(GRPOTrainer):
         if train_dataset is None:
             train_dataset = task_dataset(args.env_id, **self.env_kwargs(args))
         extra = reward_funcs if isinstance(reward_funcs, list) else ([reward_funcs] if reward_funcs else [])
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _colocated_engine_options(args):
             warnings.filterwarnings("ignore", message=".*'rollout_func'.*experimental")
             super().__init__(model=model, reward_funcs=[env_reward, *extra], args=args, train_dataset=train_dataset,
                              eval_dataset=eval_dataset, processing_class=processing_class,
@@ -170,7 +171,7 @@ class ARPOTrainer(GRPOTrainer):
         args = self.args
         if args.use_vllm:
             if self.state.global_step != self._last_loaded_step:
-                self.vllm_generation.sync_weights()
+                self._sync_vllm_weights()
                 self._last_loaded_step = self.state.global_step
             if self.vllm_mode == "colocate":
                 from arpo_algo.vllm_generator import VLLMGenerator
@@ -178,6 +179,26 @@ class ARPOTrainer(GRPOTrainer):
                 return nullcontext(VLLMGenerator(self.vllm_generation.llm, self._tokenizer))
             return nullcontext(self._server_generator())
         return _HFGeneration(self)
+
+    def _sync_vllm_weights(self) -> None:
+        """Push the trained weights into vLLM (TRL's sync), except for a colocated engine on the CPU: vLLM's CPU
+        build repacks linear weights for its kernels after loading, so TRL's per-tensor ``load_weights`` cannot
+        reach them; vLLM's in-place reload takes checkpoint-format weights and repacks them."""
+        gen = self.vllm_generation
+        if self.vllm_mode != "colocate" or torch.cuda.is_available():
+            gen.sync_weights()
+            return
+        runner = gen.llm.llm_engine.model_executor.driver_worker.model_runner
+        weights = [(name, param.data) for name, param in gen._iter_named_params()]
+        runner.reload_weights(weights_iterator=iter(weights))
+        engine_model = runner.get_model()
+        head, embed = getattr(engine_model, "lm_head", None), getattr(getattr(engine_model, "model", None),
+                                                                      "embed_tokens", None)
+        if getattr(self.model.config, "tie_word_embeddings", False) and head is not None and embed is not None:
+            # a tied head gets no weights of its own, so the reload leaves its packed copy stale: tie and repack
+            head.weight = embed.weight
+            head.quant_method.process_weights_after_loading(head)
+        gen.llm.reset_prefix_cache()
 
     def _server_generator(self) -> Any:
         from arpo_algo.vllm_generator import VLLMServerGenerator
@@ -348,15 +369,20 @@ class ARPOTrainer(GRPOTrainer):
             self._log_metric("arpo/entropy_after_tool", float(np.mean(after)))
 
     def _write_trees(self, trees: list[RolloutTree]) -> None:
+        """Every process's trees, gathered to the main process and appended to one file (each tree records its
+        rank), so a run on many processes logs all of its rollouts in one place."""
         if not self.args.rollout_log:
             return
+        from accelerate.utils import gather_object
+
         rank = self.accelerator.process_index
-        name = self.args.rollout_log if rank == 0 else self.args.rollout_log.replace(".jsonl", f".rank{rank}.jsonl")
-        os.makedirs(self.args.output_dir, exist_ok=True)
         for tree in trees:
             tree.stats = {**tree.stats, "step": self.state.global_step + 1, "rank": rank,
                           "attribution": self.args.advantage_attribution, "algorithm": self.args.algorithm}
-        write_jsonl(trees, os.path.join(self.args.output_dir, name))
+        everything = gather_object(list(trees)) if self.accelerator.num_processes > 1 else trees
+        if self.accelerator.is_main_process:
+            os.makedirs(self.args.output_dir, exist_ok=True)
+            write_jsonl(everything, os.path.join(self.args.output_dir, self.args.rollout_log))
 
 
 class MetricsFile(TrainerCallback):
@@ -412,6 +438,26 @@ def _env_maker(env_id: str, env_kwargs: dict[str, Any]) -> Callable[[], Any]:
         return gym.make(env_id, **env_kwargs).unwrapped
 
     return make
+
+
+@contextmanager
+def _colocated_engine_options(args: ARPOConfig) -> Iterator[None]:
+    """While TRL builds its colocated engine, pass it ``vllm_engine_kwargs`` (GRPOConfig has no field for them),
+    with ``enforce_eager`` on by default where no CUDA device is present."""
+    if not (args.use_vllm and args.vllm_mode == "colocate"):
+        yield
+        return
+    options = dict(args.vllm_engine_kwargs or {})
+    if not torch.cuda.is_available():
+        options.setdefault("enforce_eager", True)
+    import trl.generation.vllm_generation as generation
+
+    engine = generation.LLM
+    generation.LLM = functools.partial(engine, **options)
+    try:
+        yield
+    finally:
+        generation.LLM = engine
 
 
 def _seed(base: int, step: int, rank: int, call: int) -> int:

