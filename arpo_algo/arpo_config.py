@@ -140,7 +140,8 @@ class ARPOConfig(GRPOConfig):
     rollout_log: str | None = field(
         default="rollouts.jsonl",
         metadata={"help": "Rollout trees are appended to this file in output_dir (one JSON tree per line, with the "
-                          "step, rank and advantages), every process's trees gathered by the main one. None disables it."},
+                          "step, rank and advantages), every process's trees gathered by the main one. None disables "
+                          "it."},
     )
 
     def __post_init__(self) -> None:

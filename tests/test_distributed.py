@@ -1,4 +1,5 @@
-"""Training on two processes: ``accelerate launch --num_processes 2`` on the CPU (gloo), the real `arpo train`.
+"""Training on two processes: ``accelerate launch --multi_gpu --num_processes 2`` on the CPU (gloo), the real
+`arpo train`.
 
 Each process rolls out its own trees (a tree never spans processes); TRL gathers the rewards of every process and
 our advantages are taken over each tree's own group; the main process writes every process's trees and the
@@ -25,10 +26,12 @@ pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
 
 def launch(recipe: Path, *flags: str, cwd: Path) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2",
+    # accelerate's --cpu launcher starts several CPU processes only through mpirun; its torchrun launcher
+    # (--multi_gpu) starts them anywhere, and with use_cpu each one trains on the CPU over gloo.
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
            "-m", "arpo_algo.cli", "train", "--config", str(recipe), *flags]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "ACCELERATE_USE_CPU": "true"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
 
 

@@ -215,3 +215,120 @@ def test_trainer_with_a_colocated_engine_trains_and_syncs_its_weights(model_dir,
     engine_vs_trained = max(abs(synced[i] - trained[i]) for i in likely)
     moved = max(abs(synced[i] - initial[i]) for i in likely)
     assert engine_vs_trained < 2e-2 and moved > 0.05, (engine_vs_trained, moved)
+
+
+# Server mode: a real `trl vllm-serve` on 127.0.0.1 ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def server(model_dir, tmp_path_factory):
+    import socket
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    trl = Path(sys.executable).parent / "trl"
+    share = str(engine_kwargs()["gpu_memory_utilization"])
+    log = tmp_path_factory.mktemp("server") / "serve.log"
+    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}
+    with open(log, "w") as out:
+        proc = subprocess.Popen([str(trl), "vllm-serve", "--model", str(model_dir), "--host", "127.0.0.1", "--port",
+                                 str(port), "--enforce_eager", "--dtype", "float32", "--gpu_memory_utilization", share,
+                                 "--max_model_len", "2048"], stdout=out, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, log.read_text()[-3000:]
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    else:
+        raise AssertionError("trl vllm-serve did not come up:\n" + log.read_text()[-3000:])
+    yield url
+    os.killpg(proc.pid, 15)
+    proc.wait(timeout=60)
+
+
+def test_a_served_engine_generates_each_path_as_its_own_request(server, tokenizer):
+    import gymnasium as gym
+    from tiny_agent import TASK
+    from trl.generation.vllm_client import VLLMClient
+
+    import arpo_env  # noqa: F401
+    from arpo_algo.generator import SamplingParams
+    from arpo_algo.rollout import ARPORollout, RolloutConfig
+    from arpo_algo.vllm_generator import VLLMServerGenerator
+
+    gen = VLLMServerGenerator(VLLMClient(base_url=server, connection_timeout=60), tokenizer)
+    ids = prompt(tokenizer)
+    params = SamplingParams(max_new_tokens=32, temperature=1.0, stop=("</python>", "</answer>"))
+    gen.seed(3)
+    first = gen.generate([gen.new_path(ids) for _ in range(4)], params)
+    gen.seed(3)
+    again = gen.generate([gen.new_path(ids) for _ in range(4)], params)
+    assert [s.token_ids for s in first] == [s.token_ids for s in again]  # a seed fixes the samples
+    assert len({tuple(s.token_ids[:12]) for s in first}) > 1  # one prompt, four requests, four different draws
+    assert any(s.finish == "stop" and s.text.endswith("</python>") for s in first)
+    assert all(math.isfinite(e) for s in first for e in s.entropies)
+
+    config = RolloutConfig(num_generations=4, num_global=2, alpha=1.0, beta=0.0, max_new_tokens=32,
+                           max_completion_tokens=400, seed=0)
+    make = lambda: gym.make("ARPO-Math-v0", max_tool_calls=4).unwrapped  # noqa: E731
+    (tree,) = ARPORollout(gen, make, config).run([TASK])
+    assert len(tree.trajectories) == 4 and sum(t.tool_calls for t in tree.trajectories) > 0
+    assert any(n.kind == "branch" for n in tree.nodes)
+
+
+def test_trainer_in_server_mode(server, model_dir, tokenizer, tmp_path):
+    """Training against the server: TRL pushes the weights over vLLM's NCCL weight-transfer engine, which needs a
+    CUDA device. On the CPU the trainer must refuse with TRL's message; on a GPU it trains and syncs."""
+    from datasets import Dataset
+    from tiny_agent import TASK
+
+    from arpo_algo.arpo_config import ARPOConfig
+    from arpo_algo.arpo_trainer import ARPOTrainer
+
+    args = ARPOConfig(output_dir=str(tmp_path / "run"), num_generations=4, num_global=2, branch_alpha=1.0,
+                      branch_beta=0.0, per_device_train_batch_size=4, gradient_accumulation_steps=1, max_steps=2,
+                      max_new_tokens_per_turn=32, max_completion_length=400, learning_rate=1e-3, logging_steps=1,
+                      report_to="none", save_strategy="no", use_cpu=not torch.cuda.is_available(), seed=0,
+                      env_kwargs={"max_tool_calls": 4, "sandbox_options": {"timeout_s": 5}},
+                      use_vllm=True, vllm_mode="server", vllm_server_base_url=server)
+    rows = [{"prompt": [{"role": "user", "content": TASK["question"]}], **TASK}] * 8
+
+    def length(completion_ids, **_):
+        return [len(ids) / 100 for ids in completion_ids]
+
+    if not torch.cuda.is_available():
+        with pytest.raises(NotImplementedError, match="CUDA"):
+            ARPOTrainer(str(model_dir), reward_funcs=[length], args=args, train_dataset=Dataset.from_list(rows),
+                        processing_class=tokenizer)
+        return
+    trainer = ARPOTrainer(str(model_dir), reward_funcs=[length], args=args, train_dataset=Dataset.from_list(rows),
+                          processing_class=tokenizer)
+    client = trainer.vllm_generation.vllm_client
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(logs) == 2 and all(h["arpo/tokens_generated"] > 0 for h in logs)
+    before = [s.token_ids for s in seeded_samples(client, tokenizer)]
+    with trainer._generator():
+        pass
+    after = [s.token_ids for s in seeded_samples(client, tokenizer)]
+    assert before != after  # generation changes once the step-2 weights are pushed
+
+
+def seeded_samples(client, tokenizer):
+    from arpo_algo.generator import SamplingParams
+    from arpo_algo.vllm_generator import VLLMServerGenerator
+
+    gen = VLLMServerGenerator(client, tokenizer)
+    gen.seed(11)
+    return gen.generate([gen.new_path(prompt(tokenizer)) for _ in range(4)], SamplingParams(max_new_tokens=24))
