@@ -10,7 +10,9 @@ ARPO, per task:
    with probability P = clip(α + β·ΔH, 0, 1) branch Z−1 extra ways from the point right after the result — the
    environment is forked (a live copy of the interpreter) and the token prefix and its key/value cache are shared —
    while the task has fewer than M trajectories;
-4. when every path of a task has ended and there are fewer than M, top up with fresh samples; exactly M per task.
+4. as soon as a task is certain to end with fewer than M (even if every live path branched at each tool step it has
+   left, Z^r paths each, they could not make up the shortfall), top up with fresh samples, in the same batch as
+   everything else; exactly M per task.
 
 H₀ belongs to each trajectory and is measured anew for every task and batch (the reference implementation kept a
 table across batches). GRPO is the same machinery with N = M and no branching. All active paths of all tasks are
@@ -19,6 +21,7 @@ generated in one batch per turn, and their tool calls run concurrently.
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
@@ -91,8 +94,10 @@ class _TaskState:
         self.nodes: list[Node] = []
         self.done: list[Trajectory] = []
         self.live = 0
+        self.turn = 0
 
     def new_node(self, parent: int | None, start: int, kind: str, **kw: Any) -> int:
+        kw.setdefault("turn", self.turn)
         self.nodes.append(Node(len(self.nodes), parent, start, kind, **kw))
         return len(self.nodes) - 1
 
@@ -117,6 +122,10 @@ class ARPORollout:
         self.rng = np.random.default_rng(self.config.seed)
         self.generator.seed(self.config.seed)
         self.tool_calls = 0
+        self.turns = 0
+        self.env_seconds = 0.0
+        """Wall time spent in the environments (reset, fork, step with its tool calls, scoring, close), measured
+        on the rollout's critical path: a turn's concurrent tool calls count once, for as long as they took."""
 
     # ----------------------------------------------------------------------------------------------------------------
     def run(self, tasks: Sequence[dict[str, Any] | int],
@@ -127,9 +136,11 @@ class ARPORollout:
         states: list[_TaskState] = []
         live: list[_Live] = []
         for t, task in enumerate(tasks):
+            began = time.perf_counter()
             env = self.make_env()
             options = {"index": task} if isinstance(task, int) else dict(task)
             _, info = env.reset(seed=cfg.seed + t, options=options)
+            self.env_seconds += time.perf_counter() - began
             prompt = prompt_ids(self.generator.tokenizer, info["messages"])
             state = _TaskState(info["task"], env, prompt)
             states.append(state)
@@ -139,8 +150,11 @@ class ARPORollout:
         trees: list[RolloutTree | None] = [None] * len(states)
         with ThreadPoolExecutor(max_workers=cfg.max_tool_workers) as pool:
             while live:
+                for state in states:  # a branch made in this round generates from the next one
+                    state.turn = self.turns + 1
                 live = self._turn(live, states, params, pool)
-                live += self._top_up(states)
+                self.turns += 1
+                live += self._top_up(states, live)
                 for t, state in enumerate(states):
                     if trees[t] is None and state.live == 0 and len(state.done) >= cfg.num_generations:
                         trees[t] = self._tree(state)
@@ -149,7 +163,9 @@ class ARPORollout:
         return [tree if tree is not None else self._tree(state) for tree, state in zip(trees, states)]
 
     def _tree(self, state: _TaskState) -> RolloutTree:
+        began = time.perf_counter()
         state.root_env.close()
+        self.env_seconds += time.perf_counter() - began
         return RolloutTree(state.task, self.algo, state.nodes, state.done,
                            {"branches": sum(n.kind == "branch" for n in state.nodes),
                             "tool_calls": sum(tr.tool_calls for tr in state.done)})
@@ -182,7 +198,9 @@ class ARPORollout:
                 branches += self._maybe_branch(x, seg, start, states[x.task])
             x.skip_check = False
 
+        began = time.perf_counter()
         results = list(pool.map(lambda pair: pair[0].env.step(pair[1].text), zip(live, segments)))
+        self.env_seconds += time.perf_counter() - began
         still: list[_Live] = []
         for x, (obs, _reward, terminated, truncated, info) in zip(live, results):
             if info.get("tool"):
@@ -255,7 +273,10 @@ class ARPORollout:
         for _ in range(min(cfg.branch_factor - 1, budget)):
             node = state.new_node(x.node, start, "branch", step=x.steps, delta_h=delta, p=p)
             # The child re-generates this segment itself: it is after a tool result, but takes no decision on it.
-            child = _Live(x.task, node, self.generator.fork(x.path, at=at), x.env.fork(),
+            began = time.perf_counter()
+            env = x.env.fork()
+            self.env_seconds += time.perf_counter() - began
+            child = _Live(x.task, node, self.generator.fork(x.path, at=at), env,
                           x.completion[:start], x.mask[:start], x.logprobs[:start], x.entropies[:start],
                           [dict(s) for s in x.segments[:-1]], h0=x.h0, measured=True, after_tool=True,
                           skip_check=True, steps=x.steps)
@@ -267,17 +288,37 @@ class ARPORollout:
     def _fresh(self, t: int, state: _TaskState, kind: str) -> _Live:
         node = state.new_node(None, 0, kind)
         state.live += 1
-        return _Live(t, node, self.generator.new_path(state.prompt_ids), state.root_env.fork())
+        began = time.perf_counter()
+        env = state.root_env.fork()
+        self.env_seconds += time.perf_counter() - began
+        return _Live(t, node, self.generator.new_path(state.prompt_ids), env)
 
-    def _top_up(self, states: list[_TaskState]) -> list[_Live]:
+    def _top_up(self, states: list[_TaskState], live: list[_Live]) -> list[_Live]:
+        """Fresh samples for every task that is certain to end with fewer than M trajectories: even if each of its
+        live paths branched at every tool step it has left (`_capacity`), they could not make up the shortfall.
+        Started at once, in the same batch as everything else, rather than after the task's last path ends."""
+        capacity = [0] * len(states)
+        for x in live:
+            capacity[x.task] += self._capacity(x)
         fresh = []
         for t, state in enumerate(states):
-            if state.live == 0 and len(state.done) < self.config.num_generations:
-                fresh += [self._fresh(t, state, "topup") for _ in range(self.config.num_generations - len(state.done))]
+            short = self.config.num_generations - len(state.done) - capacity[t]
+            fresh += [self._fresh(t, state, "topup") for _ in range(max(0, short))]
         return fresh
+
+    def _capacity(self, x: _Live) -> int:
+        """The most trajectories a live path can still end as: Z^r with r its tool steps left (each branch point
+        makes Z paths, and every one of them may branch again at each later step); 1 without branching."""
+        z = self.config.branch_factor
+        if not self._branching() or z < 2:
+            return 1
+        used = getattr(getattr(x.env, "state", None), "budget_used", x.steps)
+        left = max(0, int(getattr(x.env, "max_tool_calls", 0)) - int(used))
+        return z ** min(left, 20)
 
     def _finish(self, x: _Live, state: _TaskState, truncated: bool, observation: str = "",
                 parts: dict[str, Any] | None = None) -> None:
+        began = time.perf_counter()
         env_state = x.env.state
         if observation:  # the env's last word (why it truncated) is part of the record, not of the tokens
             x.segments.append({"kind": "tool", "text": observation, "start": len(x.completion),
@@ -288,6 +329,7 @@ class ARPORollout:
                                      x.decisions, truncated))
         state.live -= 1
         x.env.close()
+        self.env_seconds += time.perf_counter() - began
         if self.progress:
             self.progress(1)
 

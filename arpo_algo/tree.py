@@ -26,6 +26,8 @@ class Node:
     """The tool step at which a branch was taken."""
     delta_h: float | None = None
     p: float | None = None
+    turn: int | None = None
+    """The rollout turn (generation round, from 0) in which this node's path was started."""
 
 
 @dataclass

@@ -1,6 +1,11 @@
-"""ARPO vs GRPO at equal M on the same tasks and model: tokens generated, tokens encoded, tool calls, wall time.
+"""ARPO vs GRPO at equal M on the same tasks and model: tokens generated and encoded, tool calls, wall time, peak
+memory and the share of wall time spent in the environments and tools.
 
     python benchmarks/rollout_efficiency.py [--tasks 4] [-M 8] [-N 4]
+
+Each algorithm runs in its own child process (so that each has its own peak memory), one after the other. The last
+line reads ``ARPO/GRPO wall <r1> tokens generated <r2> tokens encoded <r3> env share <s>``: the three ratios, and
+ARPO's env + tool share of its rollout wall time.
 
 Both algorithms run through the same engine and the transformers generator, with the same seed. ARPO's branches
 share their prefix with the path they split from: the prompt and everything up to the tool result are neither
@@ -12,6 +17,10 @@ trajectories. The model is SmolLM2-135M-Instruct after a short imitation warm-up
 from __future__ import annotations
 
 import argparse
+import json
+import resource
+import subprocess
+import sys
 import time
 
 import gymnasium as gym
@@ -34,6 +43,8 @@ def run(cls, model, tokenizer, tasks, config):
         "encoded": generator.stats.prefill_tokens,
         "tool calls": engine.tool_calls,
         "wall s": wall,
+        "env s": engine.env_seconds,
+        "env share": engine.env_seconds / wall,
         "branches": sum(tree.branches for tree in trees),
         "trajectories": len(trajectories),
         "mean reward": sum(t.reward for t in trajectories) / len(trajectories),
@@ -47,28 +58,40 @@ def main() -> None:
     parser.add_argument("-N", "--num-global", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--only", choices=["arpo", "grpo"], help=argparse.SUPPRESS)  # the child process
     args = parser.parse_args()
-
-    model, tokenizer = warmed_model()
     config = RolloutConfig(num_generations=args.num_generations, num_global=args.num_global,
                            max_new_tokens=args.max_new_tokens, max_completion_tokens=512, seed=args.seed)
     tasks = list(range(args.tasks))
-    arpo = run(ARPORollout, model, tokenizer, tasks, config)
-    grpo = run(GRPORollout, model, tokenizer, tasks, config)
+
+    if args.only:
+        model, tokenizer = warmed_model()
+        result = run(ARPORollout if args.only == "arpo" else GRPORollout, model, tokenizer, tasks, config)
+        result["peak MB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print("RESULT " + json.dumps(result), flush=True)
+        return
+
+    results = {}
+    for algo in ("arpo", "grpo"):
+        print(f"=== {algo}", flush=True)
+        out = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--only", algo], check=True,
+                             stdout=subprocess.PIPE, text=True).stdout
+        results[algo] = json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
+    arpo, grpo = results["arpo"], results["grpo"]
 
     print(f"\n{args.tasks} tasks, M={args.num_generations}, N={args.num_global}, Z={config.branch_factor}, "
           f"alpha={config.alpha}, beta={config.beta}, seed={args.seed}\n")
     print("| metric | ARPO | GRPO | ARPO / GRPO |")
     print("|---|---:|---:|---:|")
-    for key in ("generated", "encoded", "tool calls", "wall s", "branches", "trajectories", "mean reward"):
+    for key in ("generated", "encoded", "tool calls", "wall s", "env s", "env share", "peak MB", "branches",
+                "trajectories", "mean reward"):
         a, g = arpo[key], grpo[key]
-        ratio = f"{a / g:.2f}" if g and key not in ("branches", "mean reward") else "—"
+        ratio = f"{a / g:.2f}" if g and key not in ("branches", "mean reward", "env share") else "—"
         fmt = "{:.2f}" if isinstance(a, float) else "{}"
         print(f"| {key} | {fmt.format(a)} | {fmt.format(g)} | {ratio} |")
-    saved_gen = 1 - arpo["generated"] / grpo["generated"]
-    saved_enc = 1 - arpo["encoded"] / grpo["encoded"]
-    print(f"\nARPO generated {saved_gen:.0%} fewer tokens and encoded {saved_enc:.0%} fewer tokens than GRPO "
-          f"for the same {arpo['trajectories']} trajectories.")
+    print(f"\nARPO/GRPO wall {arpo['wall s'] / grpo['wall s']:.2f} tokens generated "
+          f"{arpo['generated'] / grpo['generated']:.2f} tokens encoded {arpo['encoded'] / grpo['encoded']:.2f} "
+          f"env share {arpo['env share']:.3f}")
 
 
 if __name__ == "__main__":

@@ -136,3 +136,31 @@ def test_entropy_windows_name_the_start_and_after_tool_segments():
     entropies = [0.1, 0.2, None, None, None, 0.3, None, None]
     assert list(entropy_windows(segments, entropies)) == [("start", [0.1, 0.2]), ("after_tool", [0.3])]
     assert list(entropy_windows(segments, entropies, own_from=5)) == [("after_tool", [0.3])]  # a branch's own part
+
+
+def test_top_ups_start_as_soon_as_they_are_certain(agent, tokenizer):
+    """One tool call each and no branching: after the first round two paths can end as at most two trajectories,
+    so the two top-ups start in the next round, while the first two are still writing their answers."""
+    engine = ARPORollout(HFGenerator(agent, tokenizer),
+                         lambda: gym.make("ARPO-Math-v0", sandbox_options={"timeout_s": 5}, max_tool_calls=1).unwrapped,
+                         RolloutConfig(num_generations=4, num_global=2, alpha=0.0, beta=0.0, max_new_tokens=24,
+                                       max_completion_tokens=400, temperature=0.3, seed=1))
+    (tree,) = engine.run([TASK])
+    assert len(tree.trajectories) == 4
+    assert [(n.kind, n.turn) for n in tree.nodes] == [("global", 0), ("global", 0), ("topup", 1), ("topup", 1)]
+    globals_ = [t for t in tree.trajectories if tree.nodes[t.node].kind == "global"]
+    assert all(sum(s["kind"] == "model" for s in t.segments) >= 2 for t in globals_)  # still live in round 1
+
+
+def test_capacity_bounds_what_a_path_can_still_become(agent, tokenizer):
+    engine = ARPORollout(HFGenerator(agent, tokenizer), make_env, RolloutConfig(num_generations=4, num_global=2))
+    env = make_env()
+    env.reset(options=TASK)
+    from arpo_algo.rollout import _Live
+
+    x = _Live(0, 0, None, env)
+    assert engine._capacity(x) == 2 ** 4  # four tool steps left, Z = 2: a full binary tree of branches
+    env.step("<python>x = 1</python>")
+    assert engine._capacity(x) == 2 ** 3
+    assert GRPORollout(HFGenerator(agent, tokenizer), make_env, RolloutConfig(4, 4))._capacity(x) == 1
+    env.close()

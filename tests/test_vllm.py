@@ -137,9 +137,10 @@ def test_rollouts_through_vllm(algorithm, generator):
     from arpo_algo.rollout import ARPORollout, GRPORollout, RolloutConfig
 
     engine = ARPORollout if algorithm == "arpo" else GRPORollout
+    # the env the model was taught in (its prompt names the tool budget), sampled at temperature 0.5
     config = RolloutConfig(num_generations=4, num_global=2, alpha=1.0, beta=0.0, max_new_tokens=32,
-                           max_completion_tokens=400, seed=0)
-    make = lambda: gym.make("ARPO-Math-v0", max_tool_calls=4).unwrapped  # noqa: E731
+                           max_completion_tokens=400, temperature=0.5, seed=0)
+    make = lambda: gym.make("ARPO-Math-v0").unwrapped  # noqa: E731
     trees = engine(generator, make, config).run([TASK, TASK])
     for tree in trees:
         assert len(tree.trajectories) == 4
@@ -157,6 +158,23 @@ def test_rollouts_through_vllm(algorithm, generator):
             assert branches and all(n.parent is not None and n.start > 0 for n in branches)
         else:
             assert all(n.kind == "global" for n in tree.nodes)
+
+
+def test_early_top_ups_through_vllm(generator):
+    """One tool call each, no branching: the top-ups start in round 1, beside the paths still answering."""
+    import gymnasium as gym
+    from tiny_agent import TASK
+
+    import arpo_env  # noqa: F401
+    from arpo_algo.rollout import ARPORollout, RolloutConfig
+
+    config = RolloutConfig(num_generations=4, num_global=2, alpha=0.0, beta=0.0, max_new_tokens=32,
+                           max_completion_tokens=400, temperature=0.3, seed=0)
+    make = lambda: gym.make("ARPO-Math-v0", max_tool_calls=1).unwrapped  # noqa: E731
+    (tree,) = ARPORollout(generator, make, config).run([TASK])
+    assert len(tree.trajectories) == 4
+    assert [n.kind for n in tree.nodes] == ["global", "global", "topup", "topup"]
+    assert all(n.turn == 1 for n in tree.nodes[2:])
 
 
 def vllm_prompt_logprobs(llm, ids: list[int]) -> list[float]:
@@ -280,8 +298,8 @@ def test_a_served_engine_generates_each_path_as_its_own_request(server, tokenize
     assert all(math.isfinite(e) for s in first for e in s.entropies)
 
     config = RolloutConfig(num_generations=4, num_global=2, alpha=1.0, beta=0.0, max_new_tokens=32,
-                           max_completion_tokens=400, seed=0)
-    make = lambda: gym.make("ARPO-Math-v0", max_tool_calls=4).unwrapped  # noqa: E731
+                           max_completion_tokens=400, temperature=0.5, seed=0)
+    make = lambda: gym.make("ARPO-Math-v0").unwrapped  # noqa: E731
     (tree,) = ARPORollout(gen, make, config).run([TASK])
     assert len(tree.trajectories) == 4 and sum(t.tool_calls for t in tree.trajectories) > 0
     assert any(n.kind == "branch" for n in tree.nodes)
