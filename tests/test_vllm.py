@@ -38,7 +38,7 @@ def model_dir(tokenizer, tmp_path_factory):
     import arpo_env  # noqa: F401
 
     env = gym.make("ARPO-Math-v0").unwrapped
-    model = undecided_agent(tokenizer, env, hidden=128)
+    model = undecided_agent(tokenizer, env, hidden=128, lr=3e-3)  # a wider model needs a gentler rate
     env.close()
     path = tmp_path_factory.mktemp("vllm-model")
     model.save_pretrained(path)
@@ -293,7 +293,10 @@ def test_a_served_engine_generates_each_path_as_its_own_request(server, tokenize
     gen.seed(3)
     again = gen.generate([gen.new_path(ids) for _ in range(4)], params)
     assert [s.token_ids for s in first] == [s.token_ids for s in again]  # a seed fixes the samples
-    assert len({tuple(s.token_ids[:12]) for s in first}) > 1  # one prompt, four requests, four different draws
+    # one prompt, four requests, four draws: on a prompt it was not taught, where it is unsure, they differ
+    loose = gen.generate([gen.new_path(tokenizer.encode("Hello there")) for _ in range(4)],
+                         SamplingParams(max_new_tokens=16, temperature=1.0))
+    assert len({tuple(s.token_ids) for s in loose}) > 1
     assert any(s.finish == "stop" and s.text.endswith("</python>") for s in first)
     assert all(math.isfinite(e) for s in first for e in s.entropies)
 

@@ -84,7 +84,8 @@ def scripted_ids(tokenizer, env, script: list[str]) -> list[int]:
     return completion + [tokenizer.eos_token_id]
 
 
-def taught_agent(tokenizer, env, scripts: list[list[str]], steps: int = 300, seed: int = 1, hidden: int = 64):
+def taught_agent(tokenizer, env, scripts: list[list[str]], steps: int = 300, seed: int = 1, hidden: int = 64,
+                 lr: float = 1e-2):
     """A tiny Llama fitted to several scripted episodes at once: where they differ it is uncertain (about evenly
     split between them), where they agree it is sure."""
     model = tiny_llama(tokenizer, seed=seed, hidden=hidden)
@@ -98,7 +99,7 @@ def taught_agent(tokenizer, env, scripts: list[list[str]], steps: int = 300, see
     for r, c in enumerate(completions):
         labels[r, len(prompt) + len(c):] = -100
     mask = (labels != -100) | (torch.arange(ids.size(1)) < len(prompt))
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
     model.train()
     for _ in range(steps):
         loss = completion_loss(model, ids, labels, mask.long())
@@ -110,11 +111,11 @@ def taught_agent(tokenizer, env, scripts: list[list[str]], steps: int = 300, see
     return model
 
 
-def undecided_agent(tokenizer, env, steps: int = 300, seed: int = 1, hidden: int = 64):
+def undecided_agent(tokenizer, env, steps: int = 300, seed: int = 1, hidden: int = 64, lr: float = 1e-2):
     """A tiny Llama taught two episodes that agree up to the last tool result and then answer 42 (right) or 43
     (wrong): its uncertainty sits after the tool output, so a group of samples gets mixed rewards."""
     wrong = SCRIPT[:-1] + ["<answer>\\boxed{43}</answer>"]
-    return taught_agent(tokenizer, env, [SCRIPT, wrong], steps, seed, hidden)
+    return taught_agent(tokenizer, env, [SCRIPT, wrong], steps, seed, hidden, lr)
 
 
 def hesitant_start_agent(tokenizer, env, steps: int = 300, seed: int = 1):
