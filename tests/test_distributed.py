@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tiny_agent import TASK
+from tiny_agent import write_recipe
 
 from arpo_algo.advantages import grpo_advantages
 from arpo_algo.tree import read_jsonl
@@ -36,33 +36,8 @@ def launch(recipe: Path, *flags: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def test_two_processes_train_log_every_rank_and_resume(undecided, tokenizer, tmp_path):
-    model_dir = tmp_path / "tiny"
-    undecided.save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
-    (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(TASK) + "\n" for _ in range(16)))
-    run = tmp_path / "run"
-    recipe = tmp_path / "recipe.yaml"
-    recipe.write_text(f"""
-model_name_or_path: {model_dir}
-output_dir: {run}
-dataset_name: {tmp_path / 'tasks.jsonl'}
-num_generations: 4
-num_global: 2
-branch_alpha: 1.0
-branch_beta: 0.0
-per_device_train_batch_size: 4
-gradient_accumulation_steps: 1
-max_steps: 2
-save_steps: 2
-logging_steps: 1
-max_new_tokens_per_turn: 24
-max_completion_length: 300
-learning_rate: 1.0e-3
-gradient_checkpointing: false
-report_to: none
-use_cpu: true
-env_kwargs: {{max_tool_calls: 4, sandbox_options: {{timeout_s: 5}}}}
-""")
+    recipe, run = write_recipe(tmp_path, undecided, tokenizer, tasks=16, max_steps=2, save_steps=2,
+                               max_completion_length=300)
     first = launch(recipe, cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-4000:]
     trees = list(read_jsonl(run / "rollouts.jsonl"))

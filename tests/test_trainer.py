@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from tiny_agent import TASK
+from tiny_agent import TASK, write_recipe
 
 import arpo_env  # noqa: F401
 from arpo_algo.advantages import grpo_advantages, hard_attribution, reinforce_pp_advantages, token_owners
@@ -276,32 +276,7 @@ def test_tool_output_tokens_do_not_change_the_gradient(undecided, tokenizer, tmp
 
 # The command line, killed and resumed -------------------------------------------------------------------------------
 def test_arpo_train_killed_midway_resumes_from_its_checkpoint(undecided, tokenizer, tmp_path):
-    model_dir = tmp_path / "tiny"
-    undecided.save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
-    recipe = tmp_path / "recipe.yaml"
-    recipe.write_text(f"""
-model_name_or_path: {model_dir}
-output_dir: {tmp_path / 'run'}
-dataset_name: {tmp_path / 'tasks.jsonl'}
-num_generations: 4
-num_global: 2
-branch_alpha: 1.0
-branch_beta: 0.0
-per_device_train_batch_size: 4
-gradient_accumulation_steps: 1
-max_steps: 3
-save_steps: 1
-logging_steps: 1
-max_new_tokens_per_turn: 24
-max_completion_length: 400
-learning_rate: 1.0e-3
-gradient_checkpointing: false
-report_to: none
-use_cpu: true
-env_kwargs: {{max_tool_calls: 4, sandbox_options: {{timeout_s: 5}}}}
-""")
-    (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(TASK) + "\n" for _ in range(8)))
+    recipe, _ = write_recipe(tmp_path, undecided, tokenizer)
     cmd = [sys.executable, "-m", "arpo_algo.cli", "train", "--config", str(recipe)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

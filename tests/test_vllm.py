@@ -105,16 +105,22 @@ def test_logprobs_and_entropies_match_the_transformers_backend(generator, hf_mod
                 assert true - got < 0.05  # and this model's mass is in its top 20
 
 
+def seeded_draws(gen, ids, params, n: int, seed: int):
+    """`n` draws from `ids`, taken twice after `gen.seed(seed)`: a seed must fix the samples."""
+    gen.seed(seed)
+    first = gen.generate([gen.new_path(ids) for _ in range(n)], params)
+    gen.seed(seed)
+    again = gen.generate([gen.new_path(ids) for _ in range(n)], params)
+    assert [s.token_ids for s in first] == [s.token_ids for s in again]
+    return first
+
+
 def test_stop_strings_seeds_forks_and_prefix_caching(generator, tokenizer):
     from arpo_algo.generator import SamplingParams
 
     ids = prompt(tokenizer)
     params = SamplingParams(max_new_tokens=48, temperature=1.0, stop=("</python>", "</answer>"))
-    generator.seed(7)
-    first = generator.generate([generator.new_path(ids) for _ in range(2)], params)
-    generator.seed(7)
-    again = generator.generate([generator.new_path(ids) for _ in range(2)], params)
-    assert [s.token_ids for s in first] == [s.token_ids for s in again]  # a seed fixes the samples
+    first = seeded_draws(generator, ids, params, n=2, seed=7)
     seg = first[0]
     assert seg.finish == "stop" and seg.text.endswith("</python>")  # the stop string is kept in the output
 
@@ -288,11 +294,7 @@ def test_a_served_engine_generates_each_path_as_its_own_request(server, tokenize
     gen = VLLMServerGenerator(VLLMClient(base_url=server, connection_timeout=60), tokenizer)
     ids = prompt(tokenizer)
     params = SamplingParams(max_new_tokens=32, temperature=1.0, stop=("</python>", "</answer>"))
-    gen.seed(3)
-    first = gen.generate([gen.new_path(ids) for _ in range(4)], params)
-    gen.seed(3)
-    again = gen.generate([gen.new_path(ids) for _ in range(4)], params)
-    assert [s.token_ids for s in first] == [s.token_ids for s in again]  # a seed fixes the samples
+    first = seeded_draws(gen, ids, params, n=4, seed=3)
     # one prompt, four requests, four draws: on a prompt it was not taught, where it is unsure, they differ
     loose = gen.generate([gen.new_path(tokenizer.encode("Hello there")) for _ in range(4)],
                          SamplingParams(max_new_tokens=16, temperature=1.0))

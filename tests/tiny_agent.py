@@ -124,3 +124,24 @@ def hesitant_start_agent(tokenizer, env, steps: int = 300, seed: int = 1):
     firsts = ["<python>x = 41</python>", "<python>x=41</python>", "<python>x = 40 + 1</python>",
               "<python>x = 42 - 1</python>"]
     return taught_agent(tokenizer, env, [[first, *SCRIPT[1:]] for first in firsts], steps, seed)
+
+
+def write_recipe(tmp_path, model, tokenizer, tasks: int = 8, **overrides) -> tuple:
+    """Save `model` and a tasks file under `tmp_path` and write an `arpo train` recipe for them (a tiny, fast run
+    on the CPU; `overrides` replace or add keys). Returns (recipe path, run directory)."""
+    import json
+
+    model_dir = tmp_path / "tiny"
+    model.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(TASK) + "\n" for _ in range(tasks)))
+    run = tmp_path / "run"
+    keys = {"model_name_or_path": model_dir, "output_dir": run, "dataset_name": tmp_path / "tasks.jsonl",
+            "num_generations": 4, "num_global": 2, "branch_alpha": 1.0, "branch_beta": 0.0,
+            "per_device_train_batch_size": 4, "gradient_accumulation_steps": 1, "max_steps": 3, "save_steps": 1,
+            "logging_steps": 1, "max_new_tokens_per_turn": 24, "max_completion_length": 400,
+            "learning_rate": "1.0e-3", "gradient_checkpointing": "false", "report_to": "none", "use_cpu": "true",
+            "env_kwargs": "{max_tool_calls: 4, sandbox_options: {timeout_s: 5}}", **overrides}
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("".join(f"{k}: {v}\n" for k, v in keys.items()))
+    return recipe, run
