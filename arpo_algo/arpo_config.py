@@ -106,9 +106,7 @@ class ARPOConfig(GRPOConfig):
     vllm_engine_kwargs: dict[str, Any] | str | None = field(
         default=None,
         metadata={"help": "More keyword arguments for the colocated vLLM engine (vllm.LLM), e.g. "
-                          '{"dtype": "float32"} (vLLM\'s CPU build runs a float32 model in bfloat16 unless told). '
-                          "Where no CUDA device is present enforce_eager defaults to true: vLLM's CPU build spends "
-                          "minutes compiling a model, for little gain on small ones."},
+                          '{"dtype": "float32"}; without a CUDA device enforce_eager defaults to true.'},
     )
 
     # Advantages ------------------------------------------------------------------------------------------------------
