@@ -51,7 +51,8 @@ class Source:
 
 
 def find_source(path: str | Path) -> Source:
-    """A rollout JSONL file, or a directory: a training run (``rollouts.jsonl``, ``rollouts.rankN.jsonl``,
+    """A rollout JSONL file, or a directory: a training run (``rollouts.jsonl``; ``rollouts.rankN.jsonl`` from runs
+    made before every rank's trees went into the one file;
     ``metrics.jsonl``) or any folder of tree files."""
     p = Path(path)
     if not p.exists():
