@@ -189,8 +189,7 @@ class ARPOTrainer(GRPOTrainer):
             gen.sync_weights()
             return
         runner = gen.llm.llm_engine.model_executor.driver_worker.model_runner
-        weights = [(name, param.data) for name, param in gen._iter_named_params()]
-        runner.reload_weights(weights_iterator=iter(weights))
+        runner.reload_weights(weights_iterator=((name, param.data) for name, param in gen._iter_named_params()))
         engine_model = runner.get_model()
         head, embed = getattr(engine_model, "lm_head", None), getattr(getattr(engine_model, "model", None),
                                                                       "embed_tokens", None)

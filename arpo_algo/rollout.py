@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -94,11 +95,9 @@ class _TaskState:
         self.nodes: list[Node] = []
         self.done: list[Trajectory] = []
         self.live = 0
-        self.turn = 0
 
-    def new_node(self, parent: int | None, start: int, kind: str, **kw: Any) -> int:
-        kw.setdefault("turn", self.turn)
-        self.nodes.append(Node(len(self.nodes), parent, start, kind, **kw))
+    def new_node(self, parent: int | None, start: int, kind: str, turn: int, **kw: Any) -> int:
+        self.nodes.append(Node(len(self.nodes), parent, start, kind, turn=turn, **kw))
         return len(self.nodes) - 1
 
 
@@ -127,6 +126,15 @@ class ARPORollout:
         """Wall time spent in the environments (reset, fork, step with its tool calls, scoring, close), measured
         on the rollout's critical path: a turn's concurrent tool calls count once, for as long as they took."""
 
+    @contextmanager
+    def _env_time(self) -> Iterator[None]:
+        """Count the wall time of the block as time spent in the environments (`env_seconds`)."""
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.env_seconds += time.perf_counter() - began
+
     # ----------------------------------------------------------------------------------------------------------------
     def run(self, tasks: Sequence[dict[str, Any] | int],
             on_tree: Callable[[int, RolloutTree], None] | None = None) -> list[RolloutTree]:
@@ -136,11 +144,10 @@ class ARPORollout:
         states: list[_TaskState] = []
         live: list[_Live] = []
         for t, task in enumerate(tasks):
-            began = time.perf_counter()
-            env = self.make_env()
-            options = {"index": task} if isinstance(task, int) else dict(task)
-            _, info = env.reset(seed=cfg.seed + t, options=options)
-            self.env_seconds += time.perf_counter() - began
+            with self._env_time():
+                env = self.make_env()
+                options = {"index": task} if isinstance(task, int) else dict(task)
+                _, info = env.reset(seed=cfg.seed + t, options=options)
             prompt = prompt_ids(self.generator.tokenizer, info["messages"])
             state = _TaskState(info["task"], env, prompt)
             states.append(state)
@@ -150,8 +157,6 @@ class ARPORollout:
         trees: list[RolloutTree | None] = [None] * len(states)
         with ThreadPoolExecutor(max_workers=cfg.max_tool_workers) as pool:
             while live:
-                for state in states:  # a branch made in this round generates from the next one
-                    state.turn = self.turns + 1
                 live = self._turn(live, states, params, pool)
                 self.turns += 1
                 live += self._top_up(states, live)
@@ -163,9 +168,8 @@ class ARPORollout:
         return [tree if tree is not None else self._tree(state) for tree, state in zip(trees, states)]
 
     def _tree(self, state: _TaskState) -> RolloutTree:
-        began = time.perf_counter()
-        state.root_env.close()
-        self.env_seconds += time.perf_counter() - began
+        with self._env_time():
+            state.root_env.close()
         return RolloutTree(state.task, self.algo, state.nodes, state.done,
                            {"branches": sum(n.kind == "branch" for n in state.nodes),
                             "tool_calls": sum(tr.tool_calls for tr in state.done)})
@@ -198,9 +202,8 @@ class ARPORollout:
                 branches += self._maybe_branch(x, seg, start, states[x.task])
             x.skip_check = False
 
-        began = time.perf_counter()
-        results = list(pool.map(lambda pair: pair[0].env.step(pair[1].text), zip(live, segments)))
-        self.env_seconds += time.perf_counter() - began
+        with self._env_time():
+            results = list(pool.map(lambda pair: pair[0].env.step(pair[1].text), zip(live, segments)))
         still: list[_Live] = []
         for x, (obs, _reward, terminated, truncated, info) in zip(live, results):
             if info.get("tool"):
@@ -271,11 +274,11 @@ class ARPORollout:
         children = []
         at = len(x.path.tokens) - len(seg.token_ids)
         for _ in range(min(cfg.branch_factor - 1, budget)):
-            node = state.new_node(x.node, start, "branch", step=x.steps, delta_h=delta, p=p)
+            # made in this round, the branch generates from the next one
+            node = state.new_node(x.node, start, "branch", self.turns + 1, step=x.steps, delta_h=delta, p=p)
             # The child re-generates this segment itself: it is after a tool result, but takes no decision on it.
-            began = time.perf_counter()
-            env = x.env.fork()
-            self.env_seconds += time.perf_counter() - began
+            with self._env_time():
+                env = x.env.fork()
             child = _Live(x.task, node, self.generator.fork(x.path, at=at), env,
                           x.completion[:start], x.mask[:start], x.logprobs[:start], x.entropies[:start],
                           [dict(s) for s in x.segments[:-1]], h0=x.h0, measured=True, after_tool=True,
@@ -286,11 +289,10 @@ class ARPORollout:
 
     # Starting and ending paths --------------------------------------------------------------------------------------
     def _fresh(self, t: int, state: _TaskState, kind: str) -> _Live:
-        node = state.new_node(None, 0, kind)
+        node = state.new_node(None, 0, kind, self.turns)
         state.live += 1
-        began = time.perf_counter()
-        env = state.root_env.fork()
-        self.env_seconds += time.perf_counter() - began
+        with self._env_time():
+            env = state.root_env.fork()
         return _Live(t, node, self.generator.new_path(state.prompt_ids), env)
 
     def _top_up(self, states: list[_TaskState], live: list[_Live]) -> list[_Live]:
@@ -312,24 +314,24 @@ class ARPORollout:
         z = self.config.branch_factor
         if not self._branching() or z < 2:
             return 1
-        used = getattr(getattr(x.env, "state", None), "budget_used", x.steps)
-        left = max(0, int(getattr(x.env, "max_tool_calls", 0)) - int(used))
+        left = max(0, x.env.max_tool_calls - x.env.state.budget_used)
         return z ** min(left, 20)
 
     def _finish(self, x: _Live, state: _TaskState, truncated: bool, observation: str = "",
                 parts: dict[str, Any] | None = None) -> None:
-        began = time.perf_counter()
         env_state = x.env.state
         if observation:  # the env's last word (why it truncated) is part of the record, not of the tokens
             x.segments.append({"kind": "tool", "text": observation, "start": len(x.completion),
                                "end": len(x.completion)})
-        parts = parts or x.env.score().as_dict()  # the env scored it when the episode ended; else score now
+        if not parts:  # the env scored it when the episode ended; else score now
+            with self._env_time():
+                parts = x.env.score().as_dict()
         state.done.append(Trajectory(x.node, state.prompt_ids, x.completion, x.mask, x.logprobs, x.entropies,
                                      x.segments, float(parts["total"]), parts, env_state.total_tool_calls,
                                      x.decisions, truncated))
         state.live -= 1
-        x.env.close()
-        self.env_seconds += time.perf_counter() - began
+        with self._env_time():
+            x.env.close()
         if self.progress:
             self.progress(1)
 

@@ -162,7 +162,6 @@ class WorkerPool:
                     self._discard(worker)
                     worker = None
                     raise exc if isinstance(exc, BoundExceeded) else BoundExceeded(str(exc)) from exc
-            raise BoundExceeded("unreachable")
         finally:
             self.idle.put(worker)
 
