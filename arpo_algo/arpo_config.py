@@ -108,6 +108,14 @@ class ARPOConfig(GRPOConfig):
         metadata={"help": "More keyword arguments for the colocated vLLM engine (vllm.LLM), e.g. "
                           '{"dtype": "float32"}; without a CUDA device enforce_eager defaults to true.'},
     )
+    vllm_weight_sync: str = field(
+        default="auto",
+        metadata={"help": "How trained weights reach a vLLM server: nccl (TRL's weight-transfer engine, CUDA only), "
+                          "disk (a safetensors file in output_dir/vllm-weights that the server reloads; start it with "
+                          "--worker-extension-cls arpo_algo.vllm_weights.WeightReload), auto (nccl with CUDA, else "
+                          "disk).",
+                  "choices": ["auto", "nccl", "disk"]},
+    )
 
     # Advantages ------------------------------------------------------------------------------------------------------
     advantage_attribution: str = field(
@@ -167,6 +175,8 @@ class ARPOConfig(GRPOConfig):
         if not 1 <= self.num_global <= self.num_generations:
             raise ConfigError(f"num_global (N={self.num_global}) must be between 1 and num_generations "
                              f"(M={self.num_generations})")
+        if self.vllm_weight_sync not in ("auto", "nccl", "disk"):
+            raise ConfigError(f"vllm_weight_sync must be auto, nccl or disk, not {self.vllm_weight_sync!r}")
         problems = unsupported_settings(self)
         if problems:
             raise ConfigError("ARPOConfig: " + "; ".join(problems))

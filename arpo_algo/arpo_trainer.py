@@ -13,7 +13,8 @@ TRL keeps everything it does: the optimisation and the loss family (``loss_type`
 
 Generation backends: the transformers model being trained (`HFGenerator`), or vLLM with ``use_vllm=True``: the
 colocated engine (``vllm_mode="colocate"``) or a ``trl vllm-serve`` server (``vllm_mode="server"``), both through
-the vLLM generators, after TRL has synced the weights.
+the vLLM generators, after the weights are synced: by TRL, or where TRL's sync cannot work (vLLM's CPU build, a
+server without CUDA) by vLLM's in-place reload (`arpo_algo.vllm_weights`).
 
 Each step logs reward and its parts, accuracy, tool calls per trajectory, branches per question, ΔH and entropy
 statistics and tokens generated (under ``arpo/``), and appends the step's trees, with their advantages, to
@@ -25,6 +26,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import time
 import warnings
 from contextlib import contextmanager, nullcontext
 from typing import Any, Callable, Iterator
@@ -85,7 +87,7 @@ class ARPOTrainer(GRPOTrainer):
         if train_dataset is None:
             train_dataset = task_dataset(args.env_id, **self.env_kwargs(args))
         extra = reward_funcs if isinstance(reward_funcs, list) else ([reward_funcs] if reward_funcs else [])
-        with warnings.catch_warnings(), _colocated_engine_options(args):
+        with warnings.catch_warnings(), _vllm_engine_options(args):
             warnings.filterwarnings("ignore", message=".*'rollout_func'.*experimental")
             super().__init__(model=model, reward_funcs=[env_reward, *extra], args=args, train_dataset=train_dataset,
                              eval_dataset=eval_dataset, processing_class=processing_class,
@@ -181,22 +183,29 @@ class ARPOTrainer(GRPOTrainer):
         return _HFGeneration(self)
 
     def _sync_vllm_weights(self) -> None:
-        """Push the trained weights into vLLM (TRL's sync), except for a colocated engine on the CPU: vLLM's CPU
-        build repacks linear weights for its kernels after loading, so TRL's per-tensor ``load_weights`` cannot
-        reach them; vLLM's in-place reload takes checkpoint-format weights and repacks them."""
+        """Push the trained weights into vLLM: TRL's sync, except where it cannot work (`arpo_algo.vllm_weights`):
+        a colocated engine on the CPU reloads in place; a server with ``vllm_weight_sync="disk"`` (the default
+        without CUDA) reloads from a safetensors file the trainer writes to ``output_dir/vllm-weights``."""
+        from arpo_algo.vllm_weights import ServerWeightSync, reload_engine_weights
+
         gen = self.vllm_generation
-        if self.vllm_mode != "colocate" or torch.cuda.is_available():
+        if self.vllm_mode == "server":
+            if _server_weight_sync(self.args) == "nccl":
+                gen.sync_weights()
+            else:  # every process walks the parameters (gathers are collective); the main one writes and reloads
+                weights = gen._iter_named_params()
+                if self.accelerator.is_main_process:
+                    ServerWeightSync(gen.vllm_client, _weights_folder(self.args)).push(weights)
+                else:
+                    for _ in weights:
+                        pass
+            self.accelerator.wait_for_everyone()  # each process generates through its own client, after the push
+            return
+        if torch.cuda.is_available():
             gen.sync_weights()
             return
         runner = gen.llm.llm_engine.model_executor.driver_worker.model_runner
-        runner.reload_weights(weights_iterator=((name, param.data) for name, param in gen._iter_named_params()))
-        engine_model = runner.get_model()
-        head, embed = getattr(engine_model, "lm_head", None), getattr(getattr(engine_model, "model", None),
-                                                                      "embed_tokens", None)
-        if getattr(self.model.config, "tie_word_embeddings", False) and head is not None and embed is not None:
-            # a tied head gets no weights of its own, so the reload leaves its packed copy stale: tie and repack
-            head.weight = embed.weight
-            head.quant_method.process_weights_after_loading(head)
+        reload_engine_weights(runner, ((name, param.data) for name, param in gen._iter_named_params()))
         gen.llm.reset_prefix_cache()
 
     def _server_generator(self) -> Any:
@@ -385,15 +394,16 @@ class ARPOTrainer(GRPOTrainer):
 
 
 class MetricsFile(TrainerCallback):
-    """Append every log (one JSON object per line, with the step) to ``output_dir/metrics.jsonl``: a record a
-    killed and resumed run keeps adding to, and what a viewer can plot."""
+    """Append every log (one JSON object per line, with the step and the Unix time) to ``output_dir/metrics.jsonl``:
+    a record a killed and resumed run keeps adding to, and what a viewer can plot."""
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         if not logs or not state.is_world_process_zero:
             return
         os.makedirs(args.output_dir, exist_ok=True)
         with open(os.path.join(args.output_dir, "metrics.jsonl"), "a", encoding="utf-8") as f:
-            f.write(json.dumps({"step": state.global_step, **logs}, default=float) + "\n")
+            f.write(json.dumps({"step": state.global_step, "time": round(time.time(), 3), **logs}, default=float)
+                    + "\n")
 
 
 class _HFGeneration:
@@ -440,23 +450,52 @@ def _env_maker(env_id: str, env_kwargs: dict[str, Any]) -> Callable[[], Any]:
 
 
 @contextmanager
-def _colocated_engine_options(args: ARPOConfig) -> Iterator[None]:
-    """While TRL builds its colocated engine, pass it ``vllm_engine_kwargs`` (GRPOConfig has no field for them),
-    with ``enforce_eager`` on by default where no CUDA device is present."""
-    if not (args.use_vllm and args.vllm_mode == "colocate"):
+def _vllm_engine_options(args: ARPOConfig) -> Iterator[None]:
+    """While TRL sets up vLLM: pass a colocated engine ``vllm_engine_kwargs`` (GRPOConfig has no field for them),
+    with ``enforce_eager`` on by default where no CUDA device is present; for a server synced through a folder,
+    check that the server can reload from one instead of opening TRL's NCCL group."""
+    if not args.use_vllm:
         yield
+        return
+    import trl.generation.vllm_generation as generation
+
+    if args.vllm_mode == "server":
+        if _server_weight_sync(args) == "nccl":
+            yield
+            return
+        from arpo_algo.vllm_weights import ServerWeightSync
+
+        client = generation.VLLMClient
+
+        class FolderSyncClient(client):  # type: ignore[misc, valid-type]
+            def init_communicator(self, device: Any = 0) -> None:
+                ServerWeightSync(self, _weights_folder(args)).check()
+
+        generation.VLLMClient = FolderSyncClient
+        try:
+            yield
+        finally:
+            generation.VLLMClient = client
         return
     options = dict(args.vllm_engine_kwargs or {})
     if not torch.cuda.is_available():
         options.setdefault("enforce_eager", True)
-    import trl.generation.vllm_generation as generation
-
     engine = generation.LLM
     generation.LLM = functools.partial(engine, **options)
     try:
         yield
     finally:
         generation.LLM = engine
+
+
+def _server_weight_sync(args: ARPOConfig) -> str:
+    if args.vllm_weight_sync != "auto":
+        return args.vllm_weight_sync
+    return "nccl" if torch.cuda.is_available() else "disk"
+
+
+def _weights_folder(args: ARPOConfig) -> str:
+    return os.path.join(args.output_dir, "vllm-weights")
 
 
 def _seed(base: int, step: int, rank: int, call: int) -> int:

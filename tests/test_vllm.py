@@ -262,8 +262,9 @@ def server(model_dir, tmp_path_factory):
     with open(log, "w") as out:
         proc = subprocess.Popen([str(trl), "vllm-serve", "--model", str(model_dir), "--host", "127.0.0.1", "--port",
                                  str(port), "--enforce_eager", "--dtype", "float32", "--gpu_memory_utilization", share,
-                                 "--max_model_len", "2048"], stdout=out, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
+                                 "--max_model_len", "2048", "--worker-extension-cls",
+                                 "arpo_algo.vllm_weights.WeightReload"],
+                                stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
@@ -310,11 +311,12 @@ def test_a_served_engine_generates_each_path_as_its_own_request(server, tokenize
     assert any(n.kind == "branch" for n in tree.nodes)
 
 
-def test_trainer_in_server_mode(server, model_dir, tokenizer, tmp_path):
-    """Training against the server: TRL pushes the weights over vLLM's NCCL weight-transfer engine, which needs a
-    CUDA device. On the CPU the trainer must refuse with TRL's message; on a GPU it trains and syncs."""
+def test_trainer_in_server_mode_trains_and_syncs_the_server(server, model_dir, tokenizer, tmp_path):
+    """Training against the server, two steps. The weights reach it over TRL's NCCL weight-transfer engine with
+    CUDA, through a safetensors file and the server's in-place reload without (``vllm_weight_sync="auto"``); either
+    way the server's log-probs are then the trained model's."""
     from datasets import Dataset
-    from tiny_agent import TASK
+    from tiny_agent import SCRIPT, TASK
 
     from arpo_algo.arpo_config import ARPOConfig
     from arpo_algo.arpo_trainer import ARPOTrainer
@@ -330,28 +332,72 @@ def test_trainer_in_server_mode(server, model_dir, tokenizer, tmp_path):
     def length(completion_ids, **_):
         return [len(ids) / 100 for ids in completion_ids]
 
-    if not torch.cuda.is_available():
-        with pytest.raises(NotImplementedError, match="CUDA"):
-            ARPOTrainer(str(model_dir), reward_funcs=[length], args=args, train_dataset=Dataset.from_list(rows),
-                        processing_class=tokenizer)
-        return
     trainer = ARPOTrainer(str(model_dir), reward_funcs=[length], args=args, train_dataset=Dataset.from_list(rows),
                           processing_class=tokenizer)
     client = trainer.vllm_generation.vllm_client
+    probe = prompt(tokenizer) + tokenizer.encode("".join(SCRIPT), add_special_tokens=False)
+    initial = server_logprobs(client, probe)
     trainer.train()
     logs = [h for h in trainer.state.log_history if "loss" in h]
     assert len(logs) == 2 and all(h["arpo/tokens_generated"] > 0 for h in logs)
-    before = [s.token_ids for s in seeded_samples(client, tokenizer)]
-    with trainer._generator():
+    with trainer._generator():  # the step-2 weights are pushed to the server before it generates again
         pass
-    after = [s.token_ids for s in seeded_samples(client, tokenizer)]
-    assert before != after  # generation changes once the step-2 weights are pushed
+    synced = server_logprobs(client, probe)
+    trained = hf_logprobs(trainer.model.eval(), probe)
+    likely = [i for i, v in enumerate(trained) if v > -8]
+    assert len(likely) > 20
+    server_vs_trained = max(abs(synced[i] - trained[i]) for i in likely)
+    moved = max(abs(synced[i] - initial[i]) for i in likely)
+    assert server_vs_trained < 2e-2 and moved > 0.05, (server_vs_trained, moved)
 
 
-def seeded_samples(client, tokenizer):
-    from arpo_algo.generator import SamplingParams
-    from arpo_algo.vllm_generator import VLLMServerGenerator
+def test_a_server_without_the_worker_extension_is_refused_with_the_fix(model_dir, tokenizer, tmp_path):
+    """Without CUDA the trainer syncs through a folder, which the server can only reload with ARPO's worker
+    extension: a server without it (here: a URL where no vLLM answers /collective_rpc) is refused at start-up with
+    the flag to add, not after a step's worth of generation."""
+    import http.server
+    import json
+    import threading
 
-    gen = VLLMServerGenerator(client, tokenizer)
-    gen.seed(11)
-    return gen.generate([gen.new_path(prompt(tokenizer)) for _ in range(4)], SamplingParams(max_new_tokens=24))
+    from datasets import Dataset
+    from tiny_agent import TASK
+
+    from arpo_algo.arpo_config import ARPOConfig
+    from arpo_algo.arpo_trainer import ARPOTrainer
+
+    class NoExtension(http.server.BaseHTTPRequestHandler):  # answers like `vllm serve` without the extension
+        def _send(self, code, body):
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            self._send(200, {"data": [{"id": str(model_dir)}]} if self.path == "/v1/models" else {})
+
+        def do_POST(self):
+            self._send(500, {"error": "'CPUWorker' object has no attribute 'arpo_weight_reload_ready'"})
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NoExtension)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        args = ARPOConfig(output_dir=str(tmp_path / "run"), num_generations=4, num_global=2,
+                          per_device_train_batch_size=4, max_steps=1, report_to="none", save_strategy="no",
+                          use_cpu=True, use_vllm=True, vllm_mode="server", vllm_weight_sync="disk",
+                          vllm_server_base_url=f"http://127.0.0.1:{httpd.server_address[1]}")
+        rows = [{"prompt": [{"role": "user", "content": TASK["question"]}], **TASK}] * 4
+        with pytest.raises(RuntimeError, match="--worker-extension-cls arpo_algo.vllm_weights.WeightReload"):
+            ARPOTrainer(str(model_dir), args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
+    finally:
+        httpd.shutdown()
+
+
+def server_logprobs(client, ids: list[int]) -> list[float]:
+    """The server's log-prob of each token of `ids` after its prefix (teacher-forced)."""
+    out = client.get_sequence_logprobs([ids], [1], top_logprobs=1)
+    return [float(v[0]) for v in out["actual_logprobs"][0]]
