@@ -105,19 +105,25 @@ def from_chat(record: dict[str, Any], system: list[dict[str, str]] | None = None
     return {"messages": messages, "segments": segments}
 
 
-def synthetic_records(n: int, seed: int = 1, env_id: str = "ARPO-Math-v0", progress: bool = True
-                      ) -> list[dict[str, Any]]:
-    """`n` scripted-teacher episodes on procedural arithmetic tasks (seed `seed`), played in the real sandbox."""
+def synthetic_records(n: int, seed: int = 1, env_id: str = "ARPO-Math-v0", progress: bool = True,
+                      family: str = "arithmetic") -> list[dict[str, Any]]:
+    """`n` scripted-teacher episodes on procedural tasks (`family`: ``arithmetic``, ``chain``, or with a
+    difficulty, ``chain:2``; seed `seed`), played in the real sandbox."""
     import gymnasium as gym
     from tqdm.auto import tqdm
 
     import arpo_env  # noqa: F401
-    from arpo_env.procedural import arithmetic_tasks, scripted_episode
+    from arpo_env.procedural import procedural_tasks, scripted_episode
+
+    name, _, level = family.partition(":")
+    tasks = procedural_tasks(f"{name}:{n}:{seed}:{level}")
+    if tasks is None:
+        raise ValueError(f"synthetic_family {family!r}: not a procedural family (arithmetic or chain, :LEVEL optional)")
 
     env = gym.make(env_id).unwrapped
     try:
         records = []
-        for task in tqdm(arithmetic_tasks(n, seed=seed), desc="synthetic traces", disable=not progress):
+        for task in tqdm(tasks, desc="synthetic traces", disable=not progress):
             episode = scripted_episode(env, task)
             records.append({"messages": episode["messages"], "segments": [
                 {"kind": kind, "text": text} for kind, text in episode["segments"]], "reward": episode["reward"]})
@@ -187,9 +193,12 @@ class SFTScriptArguments:
     min_reward: float | None = field(
         default=None, metadata={"help": "With --from_rollouts: also require at least this reward."})
     synthetic_tasks: int = field(
-        default=0, metadata={"help": "Add this many scripted-teacher traces on procedural arithmetic tasks."})
+        default=0, metadata={"help": "Add this many scripted-teacher traces on procedural tasks."})
     synthetic_seed: int = field(
         default=1, metadata={"help": "Seed of the synthetic tasks (the RL recipes train on seed 0)."})
+    synthetic_family: str = field(
+        default="arithmetic", metadata={"help": "Procedural family of the synthetic tasks: arithmetic or chain, "
+                                                "optionally with a difficulty (arithmetic:5 terms, chain:2 steps)."})
     env_id: str = field(
         default="ARPO-Math-v0", metadata={"help": "Environment whose system prompt chat records get."})
     keep_system_prompt: bool = field(
@@ -220,7 +229,8 @@ def build_dataset(script: SFTScriptArguments, tokenizer: Any) -> Any:
               file=sys.stderr)
         records += kept
     if script.synthetic_tasks:
-        records += synthetic_records(script.synthetic_tasks, script.synthetic_seed, script.env_id)
+        records += synthetic_records(script.synthetic_tasks, script.synthetic_seed, script.env_id,
+                                     family=script.synthetic_family)
     if not records:
         raise SystemExit("arpo sft: no trajectories: give --trajectories, --from_rollouts or --synthetic_tasks")
     return Dataset.from_list([tokenize(r, tokenizer) for r in records])

@@ -12,7 +12,7 @@
   no network): 100 math problems (ARPO training rows and GSM8K), 100 multi-hop questions from the ARPO training set
   that the shipped search corpus covers, 100 questions of the release's hard-search set;
 * ``hub:<owner>/<name>[:split]``: a Hugging Face dataset, when the ``datasets`` package and a network are there;
-* ``arithmetic`` or ``arithmetic:N:SEED``: the seeded procedural arithmetic family (`arpo_env.procedural`).
+* ``arithmetic[:N:SEED:TERMS]`` and ``chain[:N:SEED:STEPS]``: the seeded procedural families (`arpo_env.procedural`).
 
 When `data_dir` is not given, the ``ARPO_DATA_DIR`` environment variable is used.
 """
@@ -146,11 +146,11 @@ def load_tasks(name: str = "default", data_dir: str | os.PathLike | None = None,
     """Load dataset `name` as tasks; `kind` ('math' or 'qa') keeps only rows of that ability in mixed files."""
     if name.startswith("hub:"):
         return _load_hub(name[4:], kind, limit)
-    from arpo_env.procedural import arithmetic_tasks, parse_name
+    from arpo_env.procedural import procedural_tasks
 
-    generated = parse_name(name)
+    generated = procedural_tasks(name)
     if generated is not None:
-        return arithmetic_tasks(*generated)[:limit]
+        return generated[:limit]
     path = resolve(name, data_dir)
     source = path.parent.name if path.name == "test.jsonl" else re.sub(r"\.(jsonl|json|parquet)$", "", path.name)
     if name in PACKAGED:

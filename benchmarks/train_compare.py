@@ -1,13 +1,21 @@
-"""ARPO vs GRPO (or any of the baselines) on the procedural arithmetic task, from the same start, seed and steps.
+"""The experiment: ARPO vs GRPO (and DAPO) from one cold start, at the same trajectories per step, over seeds.
 
-    python benchmarks/train_compare.py [--steps 6] [--algorithms arpo grpo] [--out runs/compare]
+    python benchmarks/train_compare.py            # ARPO and GRPO x 3 seeds x 6 steps: about 70 minutes on 2 cores
+    python benchmarks/train_compare.py --algorithms arpo grpo dapo   # and DAPO: about 35 minutes more
+    python benchmarks/train_compare.py --quick    # ARPO and GRPO, one seed, 2 steps: about 12 minutes
+    python benchmarks/train_compare.py --reuse    # table and plot again from the runs in --out
 
-    python benchmarks/train_compare.py --reuse        # table and plot again from the runs in --out
+Task: the chained word problems (`arpo_env.procedural.chain_tasks`, ``chain:N:SEED:STEPS``): a number goes through
+LEVEL operations in turn, and the model must carry each printed result into its next Python call. The cold start
+(`arpo sft`, `examples/recipes/smollm2_sft_cpu.yaml` with ``--synthetic_family chain:LEVEL``, 40 teacher traces of
+seed 1) is made once and shared by every run. Training tasks are of seed 0, held-out tasks of seed 99.
 
-Each algorithm is one ``arpo train`` run of `examples/recipes/smollm2_cpu.yaml` (the cold-start SFT checkpoint is
-made first when missing) with only ``--algorithm`` changed. Per step: reward, accuracy, tool calls (total over the
-step's trajectories), tokens generated and branches per question; saved as ``compare.csv``, ``compare.md`` and
-``compare.png``.
+Each (algorithm, seed) is one ``arpo train`` run of `examples/recipes/smollm2_cpu.yaml` with the same M (4
+trajectories per question) and 8 trajectories per step; only ``--algorithm`` and ``--seed`` change. Held-out
+accuracy (TRL's evaluation: the held-out tasks rolled out at the training temperature, --eval-samples each) is
+measured before the first step and every --eval-every steps (by default: before and after training). Per step: reward, the share of groups whose rewards differ
+(1 - frac_reward_zero_std), tool calls per trajectory, tokens generated, wall time. Writes ``experiment.csv``
+(every step of every run), ``experiment.md`` (mean ± standard deviation over seeds) and ``experiment.png``.
 """
 
 from __future__ import annotations
@@ -15,90 +23,200 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "examples/recipes/smollm2_cpu.yaml"
+SFT_RECIPE = ROOT / "examples/recipes/smollm2_sft_cpu.yaml"
+PER_STEP = 8  # trajectories per step: the recipe's per_device_train_batch_size x gradient_accumulation_steps
+M = 4
 
 
-def run(algorithm: str, out: Path, steps: int, extra: list[str], reuse: bool = False) -> list[dict]:
-    run_dir = out / algorithm
-    metrics = run_dir / "metrics.jsonl"
-    if reuse and metrics.exists():
-        print(f"=== {algorithm}: reusing {metrics}")
-        return [json.loads(line) for line in metrics.read_text().splitlines() if '"reward"' in line]
-    if metrics.exists():
-        metrics.unlink()  # a fresh comparison
-    cmd = [sys.executable, "-m", "arpo_algo.cli", "train", "--config", str(RECIPE), "--algorithm", algorithm,
-           "--output_dir", str(run_dir), "--max_steps", str(steps), "--save_strategy", "no", *extra]
-    print(f"\n=== {algorithm}: {' '.join(cmd[2:])}", flush=True)
+def cold_start(out: Path, level: int) -> Path:
+    model = out / "cold-start"
+    if (model / "config.json").is_file():
+        return model
+    cmd = [sys.executable, "-m", "arpo_algo.cli", "sft", "--config", str(SFT_RECIPE), "--synthetic_family",
+           f"chain:{level}", "--output_dir", str(model)]
+    print(f"\n=== cold start: {' '.join(cmd[2:])}", flush=True)
     subprocess.run(cmd, cwd=ROOT, check=True)
-    return [json.loads(line) for line in metrics.read_text().splitlines() if '"reward"' in line]
+    return model
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--algorithms", nargs="+", default=["arpo", "grpo"])
-    parser.add_argument("--out", default=str(ROOT / "runs/compare"))
-    parser.add_argument("--reuse", action="store_true", help="rebuild the table and plot from runs already in --out")
-    parser.add_argument("extra", nargs="*", help="more arpo train flags, after --")
-    args = parser.parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    per_traj = 8  # trajectories per step: the recipe's per_device_train_batch_size × gradient_accumulation_steps
-    results = {a: run(a, out, args.steps, args.extra, args.reuse) for a in args.algorithms}
+def train(algorithm: str, seed: int, model: Path, out: Path, args: argparse.Namespace) -> list[dict]:
+    run_dir = out / f"{algorithm}-seed{seed}"
+    metrics = run_dir / "metrics.jsonl"
+    if args.reuse and metrics.exists():
+        print(f"=== {algorithm} seed {seed}: reusing {metrics}")
+        return [json.loads(line) for line in metrics.read_text().splitlines()]
+    if metrics.exists():
+        metrics.unlink()  # a fresh run
+    cmd = [sys.executable, "-m", "arpo_algo.cli", "train", "--config", str(RECIPE), "--algorithm", algorithm,
+           "--seed", str(seed), "--model_name_or_path", str(model), "--output_dir", str(run_dir),
+           "--dataset_name", f"chain:2000:0:{args.level}", "--max_tool_calls", str(args.level + 1),
+           "--max_steps", str(args.steps), "--save_strategy", "no", "--num_generations", str(M),
+           "--eval_dataset_name", f"chain:{args.eval_tasks}:99:{args.level}", "--eval_strategy", "steps",
+           "--eval_steps", str(args.eval_every), "--eval_on_start", "true", "--num_generations_eval",
+           str(args.eval_samples), "--per_device_eval_batch_size", str(4 * args.eval_samples), *args.extra]
+    print(f"\n=== {algorithm} seed {seed}: {' '.join(cmd[2:])}", flush=True)
+    subprocess.run(cmd, cwd=ROOT, check=True)
+    return [json.loads(line) for line in metrics.read_text().splitlines()]
 
+
+def rows_of(algorithm: str, seed: int, logs: list[dict]) -> list[dict]:
+    """One row per training step, with the held-out accuracy measured at that step (before it, for step 0)."""
+    train_logs = [h for h in logs if "reward" in h and "eval_reward" not in h]
+    evals = {h["step"]: h for h in logs if "eval_reward" in h}
+    start = min([h["time"] for h in logs if "time" in h] or [0.0])
     rows = []
-    for algorithm, logs in results.items():
-        for h in logs:
-            rows.append({"algorithm": algorithm, "step": h["step"], "reward": h["reward"],
-                         "accuracy": h.get("arpo/accuracy"), "format_valid": h.get("arpo/format_valid"),
-                         "tool_calls": h.get("arpo/tool_calls_per_trajectory", 0) * per_traj,
-                         "branches_per_question": h.get("arpo/branches_per_question"),
-                         "tokens_generated": h.get("arpo/tokens_generated")})
-    with open(out / "compare.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    lines = ["| step | " + " | ".join(f"{a} reward | {a} accuracy | {a} tool calls | {a} tokens generated"
-                                     for a in results) + " |",
-             "|---|" + "---|---|---|---|" * len(results)]
-    for step in range(1, args.steps + 1):
-        cells = []
-        for algorithm in results:
-            r = next((r for r in rows if r["algorithm"] == algorithm and r["step"] == step), None)
-            cells += ([f"{r['reward']:+.3f}", f"{r['accuracy']:.2f}", f"{r['tool_calls']:.0f}",
-                       f"{r['tokens_generated']:.0f}"] if r else ["-"] * 4)
-        lines.append(f"| {step} | " + " | ".join(cells) + " |")
-    totals = {a: sum(r["tool_calls"] for r in rows if r["algorithm"] == a) for a in results}
-    tokens = {a: sum(r["tokens_generated"] or 0 for r in rows if r["algorithm"] == a) for a in results}
-    lines.append("\ntotal tool calls: " + ", ".join(f"{a} {t:.0f}" for a, t in totals.items()))
-    lines.append("total tokens generated: " + ", ".join(f"{a} {t:.0f}" for a, t in tokens.items()))
-    table = "\n".join(lines)
-    (out / "compare.md").write_text(table + "\n")
-    print("\n" + table)
+    if 0 in evals:
+        rows.append({"algorithm": algorithm, "seed": seed, "step": 0, "heldout_accuracy": _acc(evals[0])})
+    previous = evals[0]["time"] if 0 in evals else start
+    for h in train_logs:
+        rows.append({"algorithm": algorithm, "seed": seed, "step": h["step"], "reward": h["reward"],
+                     "accuracy": h.get("arpo/accuracy"),
+                     "groups_with_varied_rewards": 1 - h.get("frac_reward_zero_std", 0.0),
+                     "tool_calls_per_trajectory": h.get("arpo/tool_calls_per_trajectory"),
+                     "tokens_generated": h.get("arpo/tokens_generated"),
+                     "step_seconds": round(h["time"] - previous, 1) if "time" in h else None,
+                     "heldout_accuracy": _acc(evals[h["step"]]) if h["step"] in evals else None})
+        previous = evals[h["step"]]["time"] if h["step"] in evals else h.get("time", previous)
+    return rows
 
+
+def _acc(h: dict) -> float | None:
+    return h.get("eval_arpo/accuracy")
+
+
+def mean_sd(values: list[float], digits: int = 3) -> str:
+    values = [v for v in values if v is not None]
+    if not values:
+        return "-"
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.mean(values):,.{digits}f} ± {sd:,.{digits}f}"
+
+
+def table(rows: list[dict], algorithms: list[str], seeds: list[int], steps: int) -> str:
+    def pick(algorithm: str, step: int, key: str) -> list[float]:
+        return [r[key] for r in rows if r["algorithm"] == algorithm and r["step"] == step and r.get(key) is not None]
+
+    lines = [f"Mean ± standard deviation over seeds {', '.join(map(str, seeds))}; {PER_STEP} trajectories per step "
+             f"(M={M}).", "", "| step | " + " | ".join(f"{a} reward | {a} held-out acc." for a in algorithms) + " |",
+             "|---|" + "---|---|" * len(algorithms)]
+    for step in range(0, steps + 1):
+        cells = []
+        for a in algorithms:
+            cells += [mean_sd(pick(a, step, "reward")), mean_sd(pick(a, step, "heldout_accuracy"))]
+        if any(c != "-" for c in cells):
+            lines.append(f"| {step} | " + " | ".join(cells) + " |")
+    lines += ["", "| per run, over all its steps | " + " | ".join(algorithms) + " |",
+              "|---|" + "---|" * len(algorithms)]
+
+    def per_run(key: str, total: bool = False, digits: int = 3) -> list[str]:
+        out = []
+        for a in algorithms:
+            vals = []
+            for seed in seeds:
+                xs = [r[key] for r in rows if r["algorithm"] == a and r["seed"] == seed and r["step"] > 0
+                      and r.get(key) is not None]
+                if xs:
+                    vals.append(sum(xs) if total else statistics.mean(xs))
+            out.append(mean_sd(vals, digits))
+        return out
+
+    def final_heldout(a: str) -> list[float]:
+        vals = []
+        for seed in seeds:
+            xs = sorted((r["step"], r["heldout_accuracy"]) for r in rows if r["algorithm"] == a and r["seed"] == seed
+                        and r.get("heldout_accuracy") is not None)
+            if xs:
+                vals.append(xs[-1][1] - xs[0][1])
+        return vals
+
+    lines += ["| mean reward | " + " | ".join(per_run("reward")) + " |",
+              "| held-out accuracy, last − first | " + " | ".join(mean_sd(final_heldout(a)) for a in algorithms)
+              + " |",
+              "| groups with varied rewards (share, mean over steps) | " + " | ".join(
+                  per_run("groups_with_varied_rewards")) + " |",
+              "| tool calls per trajectory | " + " | ".join(per_run("tool_calls_per_trajectory")) + " |",
+              "| tokens generated (total) | " + " | ".join(per_run("tokens_generated", total=True, digits=0)) + " |",
+              "| wall seconds per step | " + " | ".join(per_run("step_seconds", digits=1)) + " |"]
+    varied = [r for r in rows if r["step"] > 0 and r.get("groups_with_varied_rewards") is not None]
+    share = sum(r["groups_with_varied_rewards"] > 0 for r in varied) / max(1, len(varied))
+    lines += ["", f"steps with frac_reward_zero_std < 1: {share:.0%} of {len(varied)}"]
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict], algorithms: list[str], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
-    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
-    for ax, key, label in zip(axes, ("reward", "accuracy", "tool_calls", "tokens_generated"),
-                              ("reward", "accuracy", "tool calls per step", "tokens generated per step")):
-        for algorithm in results:
-            pts = [(r["step"], r[key]) for r in rows if r["algorithm"] == algorithm and r[key] is not None]
-            ax.plot(*zip(*pts), marker="o", label=algorithm)
+    keys = [("reward", "reward"), ("heldout_accuracy", "held-out accuracy"),
+            ("tool_calls_per_trajectory", "tool calls / trajectory"), ("tokens_generated", "tokens generated / step")]
+    fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.6))
+    for ax, (key, label) in zip(axes, keys):
+        for a in algorithms:
+            steps = sorted({r["step"] for r in rows if r["algorithm"] == a and r.get(key) is not None})
+            if not steps:
+                continue
+            means, sds = [], []
+            for s in steps:
+                xs = [r[key] for r in rows if r["algorithm"] == a and r["step"] == s and r.get(key) is not None]
+                means.append(statistics.mean(xs))
+                sds.append(statistics.stdev(xs) if len(xs) > 1 else 0.0)
+            line, = ax.plot(steps, means, marker="o", label=a)
+            ax.fill_between(steps, [m - d for m, d in zip(means, sds)], [m + d for m, d in zip(means, sds)],
+                            color=line.get_color(), alpha=0.2)
         ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(label)
         ax.grid(alpha=0.3)
     axes[0].legend()
+    fig.suptitle("mean ± sd over seeds")
     fig.tight_layout()
-    fig.savefig(out / "compare.png", dpi=120)
-    print(f"\nsaved {out / 'compare.csv'}, {out / 'compare.md'}, {out / 'compare.png'}")
+    fig.savefig(path, dpi=120)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--algorithms", nargs="+", default=["arpo", "grpo"], help="add dapo for the third")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--eval-every", type=int, default=6, help="steps between held-out evaluations")
+    parser.add_argument("--eval-tasks", type=int, default=8, help="held-out questions")
+    parser.add_argument("--eval-samples", type=int, default=2, help="samples per held-out question")
+    parser.add_argument("--level", type=int, default=2, help="operations per word problem (tool calls needed)")
+    parser.add_argument("--quick", action="store_true", help="arpo and grpo, one seed, 2 steps, 4 held-out tasks")
+    parser.add_argument("--out", default=None, help="runs/experiment (runs/experiment-quick with --quick)")
+    parser.add_argument("--reuse", action="store_true", help="rebuild the table and plot from runs already in --out")
+    parser.add_argument("extra", nargs="*", help="more arpo train flags, after --")
+    args = parser.parse_args()
+    if args.quick:
+        args.algorithms, args.seeds, args.steps, args.eval_every, args.eval_tasks = ["arpo", "grpo"], [0], 2, 2, 4
+    out = Path(args.out or ROOT / ("runs/experiment-quick" if args.quick else "runs/experiment"))
+    out.mkdir(parents=True, exist_ok=True)
+    model = out / "cold-start" if args.reuse else cold_start(out, args.level)
+    rows = []
+    for seed in args.seeds:
+        for algorithm in args.algorithms:
+            rows += rows_of(algorithm, seed, train(algorithm, seed, model, out, args))
+    fields = ["algorithm", "seed", "step", "reward", "accuracy", "heldout_accuracy", "groups_with_varied_rewards",
+              "tool_calls_per_trajectory", "tokens_generated", "step_seconds"]
+    with open(out / "experiment.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    text = table(rows, args.algorithms, args.seeds, args.steps)
+    (out / "experiment.md").write_text(text + "\n")
+    plot(rows, args.algorithms, out / "experiment.png")
+    print("\n" + text)
+    print(f"\nsaved {out / 'experiment.csv'}, {out / 'experiment.md'}, {out / 'experiment.png'}")
     return 0
 
 

@@ -256,3 +256,27 @@ def test_arithmetic_difficulty_is_the_number_of_terms():
     assert all(len(t.meta["expression"].split()) == 5 for t in three)  # 3 numbers, 2 operators
     assert all(len(t.meta["expression"].split()) == 7 for t in four)
     assert all(str(eval(t.meta["expression"])) == t.answer for t in four)
+
+
+def test_chained_word_problems_need_one_call_per_step_and_read_each_result():
+    """The chain family: seeded, its answers the operations applied in turn, and the teacher solves each task with
+    one real interpreter call per step, each call carrying the number the previous one printed."""
+    from arpo_env.procedural import chain_tasks, scripted_episode
+
+    env = gym.make("ARPO-Math-v0", dataset="chain:6:4:2").unwrapped
+    tasks = env.tasks
+    assert [t.question for t in tasks] == [t.question for t in chain_tasks(6, 4, steps=2)]
+    assert [t.question for t in tasks] != [t.question for t in chain_tasks(6, 5, steps=2)]
+    for task in tasks:
+        value = task.meta["start"]
+        for op, k in task.meta["ops"]:
+            value = {"+": value + k, "-": value - k, "*": value * k, "//": value // k}[op]
+        assert len(task.meta["ops"]) == 2 and str(value) == task.answer and value >= 0
+        assert str(task.meta["start"]) in task.question and "How many coins" in task.question
+    episode = scripted_episode(env, tasks[0])
+    actions = [text for kind, text in episode["segments"] if kind == "action"]
+    results = [text for kind, text in episode["segments"] if kind == "observation"]
+    assert episode["reward"] == 1.0 and len(results) == 2
+    first = results[0].replace("<result>", "").replace("</result>", "").strip()
+    assert f"print({first} " in actions[1]  # the second call starts from the first call's printed value
+    env.close()

@@ -31,6 +31,15 @@ def test_synthetic_traces_are_real_episodes(traces):
         assert str(eval(expression)) in record["segments"][1]["text"]  # the sandbox computed it
 
 
+def test_synthetic_traces_of_the_chain_family_make_one_call_per_step():
+    records = synthetic_records(2, seed=5, progress=False, family="chain:3")
+    for record in records:
+        kinds = [s["kind"] for s in record["segments"]]
+        assert kinds == ["action", "observation"] * 3 + ["action"] and record["reward"] == 1.0
+    with pytest.raises(ValueError, match="not a procedural family"):
+        synthetic_records(2, progress=False, family="gsm8k")
+
+
 def test_tokenize_masks_prompt_and_tool_output(traces, tokenizer):
     row = tokenize(traces[0], tokenizer)
     ids, mask = row["input_ids"], row["assistant_masks"]

@@ -328,3 +328,22 @@ def test_baselines_run_through_the_same_trainer(algorithm, undecided, tokenizer,
         assert "dapo/groups_replaced" in log and trainer.loss_type == "dapo" and trainer.epsilon_high == 0.28
     (tree,) = read_jsonl(tmp_path / "run" / "rollouts.jsonl")
     assert tree.stats["algorithm"] == algorithm and len(tree.trajectories) == 4
+
+
+def test_arpo_train_evaluates_held_out_tasks(undecided, tokenizer, tmp_path):
+    """--eval_dataset_name: TRL's evaluation rolls out the held-out tasks (before the first step with
+    eval_on_start, then every eval_steps); metrics.jsonl records each with its step and time."""
+    recipe, run = write_recipe(tmp_path, undecided, tokenizer, max_steps=1, save_strategy="no")
+    result = subprocess.run([sys.executable, "-m", "arpo_algo.cli", "train", "--config", str(recipe),
+                             "--eval_dataset_name", str(tmp_path / "tasks.jsonl"), "--eval_limit", "2",
+                             "--eval_strategy", "steps", "--eval_steps", "1", "--eval_on_start", "true",
+                             "--num_generations_eval", "4", "--per_device_eval_batch_size", "4"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    logs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    evals = [h for h in logs if "eval_reward" in h]
+    assert [h["step"] for h in evals] == [0, 1]
+    assert all(0.0 <= h["eval_arpo/accuracy"] <= 1.0 and h["eval_arpo/tool_calls_per_trajectory"] > 0
+               for h in evals)
+    assert all(isinstance(h["time"], float) for h in logs)
+    assert sorted(h["time"] for h in logs) == [h["time"] for h in logs]
