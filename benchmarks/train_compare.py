@@ -13,8 +13,9 @@ seed 1) is made once and shared by every run. Training tasks are of seed 0, held
 Each (algorithm, seed) is one ``arpo train`` run of `examples/recipes/smollm2_cpu.yaml` with the same M (4
 trajectories per question) and 8 trajectories per step; only ``--algorithm`` and ``--seed`` change. Held-out
 accuracy (TRL's evaluation: the held-out tasks rolled out at the training temperature, --eval-samples each) is
-measured before the first step and every --eval-every steps (by default: before and after training). Per step: reward, the share of groups whose rewards differ
-(1 - frac_reward_zero_std), tool calls per trajectory, tokens generated, wall time. Writes ``experiment.csv``
+measured before the first step and every --eval-every steps (by default: before and after training). Per step:
+reward, the share of groups whose rewards differ (1 - frac_reward_zero_std), tool calls per trajectory, tokens
+generated, wall time. Writes ``experiment.csv``
 (every step of every run), ``experiment.md`` (mean ± standard deviation over seeds) and ``experiment.png``.
 """
 
