@@ -333,7 +333,7 @@ def test_baselines_run_through_the_same_trainer(algorithm, undecided, tokenizer,
 def test_arpo_train_evaluates_held_out_tasks(undecided, tokenizer, tmp_path):
     """--eval_dataset_name: TRL's evaluation rolls out the held-out tasks (before the first step with
     eval_on_start, then every eval_steps); metrics.jsonl records each with its step and time."""
-    recipe, run = write_recipe(tmp_path, undecided, tokenizer, max_steps=1, save_strategy="no")
+    recipe, run = write_recipe(tmp_path, undecided, tokenizer, max_steps=1, save_strategy="'no'")
     result = subprocess.run([sys.executable, "-m", "arpo_algo.cli", "train", "--config", str(recipe),
                              "--eval_dataset_name", str(tmp_path / "tasks.jsonl"), "--eval_limit", "2",
                              "--eval_strategy", "steps", "--eval_steps", "1", "--eval_on_start", "true",
