@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def episodes(suite: str, n: int, data_dir: str) -> list[tuple[list[dict], str, str]]:
     """(prompt messages, the agent's tool call, the real observation) for `n` tasks of `suite`."""
-    from arpo_env.procedural import procedural_tasks, teacher_action
+    from arpo_env.procedural import teacher_action
 
     out = []
     if suite == "gsm8k":  # the reference solutions' calculator annotations are in the raw records
@@ -59,7 +59,7 @@ def episodes(suite: str, n: int, data_dir: str) -> list[tuple[list[dict], str, s
                  for task in env.tasks[:n]]
     else:
         env = gym.make("ARPO-Math-v0", dataset=f"chain:{n}:77:2").unwrapped
-        calls = [(task, teacher_action(task, [])) for task in procedural_tasks(f"chain:{n}:77:2")]
+        calls = [(task, teacher_action(task, [])) for task in env.tasks]
     try:
         for task, action in calls:
             _, info = env.reset(options={"question": task.question, "answer": task.answer, "kind": task.kind})

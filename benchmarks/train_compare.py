@@ -68,28 +68,22 @@ def train(algorithm: str, seed: int, model: Path, out: Path, args: argparse.Name
 
 
 def rows_of(algorithm: str, seed: int, logs: list[dict]) -> list[dict]:
-    """One row per training step, with the held-out accuracy measured at that step (before it, for step 0)."""
-    train_logs = [h for h in logs if "reward" in h and "eval_reward" not in h]
+    """One row per training step, with the held-out accuracy measured at that step (before it, for step 0). A
+    step's wall time runs from the previous log (the previous step, or the evaluation after it) to its own."""
     evals = {h["step"]: h for h in logs if "eval_reward" in h}
-    start = min([h["time"] for h in logs if "time" in h] or [0.0])
-    rows = []
-    if 0 in evals:
-        rows.append({"algorithm": algorithm, "seed": seed, "step": 0, "heldout_accuracy": _acc(evals[0])})
-    previous = evals[0]["time"] if 0 in evals else start
-    for h in train_logs:
+    heldout = {step: h.get("eval_arpo/accuracy") for step, h in evals.items()}
+    rows = [{"algorithm": algorithm, "seed": seed, "step": 0, "heldout_accuracy": heldout[0]}] if 0 in evals else []
+    previous = evals[0]["time"] if 0 in evals else None
+    for h in (h for h in logs if "reward" in h):
         rows.append({"algorithm": algorithm, "seed": seed, "step": h["step"], "reward": h["reward"],
                      "accuracy": h.get("arpo/accuracy"),
                      "groups_with_varied_rewards": 1 - h.get("frac_reward_zero_std", 0.0),
                      "tool_calls_per_trajectory": h.get("arpo/tool_calls_per_trajectory"),
                      "tokens_generated": h.get("arpo/tokens_generated"),
-                     "step_seconds": round(h["time"] - previous, 1) if "time" in h else None,
-                     "heldout_accuracy": _acc(evals[h["step"]]) if h["step"] in evals else None})
-        previous = evals[h["step"]]["time"] if h["step"] in evals else h.get("time", previous)
+                     "step_seconds": round(h["time"] - previous, 1) if previous is not None else None,
+                     "heldout_accuracy": heldout.get(h["step"])})
+        previous = evals[h["step"]]["time"] if h["step"] in evals else h["time"]
     return rows
-
-
-def _acc(h: dict) -> float | None:
-    return h.get("eval_arpo/accuracy")
 
 
 def mean_sd(values: list[float], digits: int = 3) -> str:

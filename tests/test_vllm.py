@@ -200,9 +200,11 @@ def hf_logprobs(model, ids: list[int]) -> list[float]:
     return logp[torch.arange(len(ids) - 1), torch.tensor(ids[1:])].tolist()
 
 
-def test_trainer_with_a_colocated_engine_trains_and_syncs_its_weights(model_dir, tokenizer, tmp_path):
+def vllm_trainer(model_dir, tokenizer, tmp_path, **vllm):
+    """A two-step ARPOTrainer on the taught task over a vLLM engine (`vllm`: the mode and its settings), rewarded by
+    length, which varies within every group: every step moves the weights."""
     from datasets import Dataset
-    from tiny_agent import SCRIPT, TASK
+    from tiny_agent import TASK
 
     from arpo_algo.arpo_config import ARPOConfig
     from arpo_algo.arpo_trainer import ARPOTrainer
@@ -211,16 +213,23 @@ def test_trainer_with_a_colocated_engine_trains_and_syncs_its_weights(model_dir,
                       branch_beta=0.0, per_device_train_batch_size=4, gradient_accumulation_steps=1, max_steps=2,
                       max_new_tokens_per_turn=32, max_completion_length=400, learning_rate=1e-3, logging_steps=1,
                       report_to="none", save_strategy="no", use_cpu=not torch.cuda.is_available(), seed=0,
-                      env_kwargs={"max_tool_calls": 4, "sandbox_options": {"timeout_s": 5}},
-                      use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=engine_kwargs()[
-                          "gpu_memory_utilization"], vllm_max_model_length=2048,
-                      vllm_engine_kwargs={"dtype": "float32"})  # the trained model's dtype: comparable log-probs
+                      env_kwargs={"max_tool_calls": 4, "sandbox_options": {"timeout_s": 5}}, use_vllm=True, **vllm)
     rows = [{"prompt": [{"role": "user", "content": TASK["question"]}], **TASK}] * 8
-    def length(completion_ids, **_):  # varies within every group: every step moves the weights
+
+    def length(completion_ids, **_):
         return [len(ids) / 100 for ids in completion_ids]
 
-    trainer = ARPOTrainer(str(model_dir), reward_funcs=[length], args=args, train_dataset=Dataset.from_list(rows),
-                          processing_class=tokenizer)
+    return ARPOTrainer(str(model_dir), reward_funcs=[length], args=args, train_dataset=Dataset.from_list(rows),
+                       processing_class=tokenizer)
+
+
+def test_trainer_with_a_colocated_engine_trains_and_syncs_its_weights(model_dir, tokenizer, tmp_path):
+    from tiny_agent import SCRIPT
+
+    trainer = vllm_trainer(model_dir, tokenizer, tmp_path, vllm_mode="colocate",
+                           vllm_gpu_memory_utilization=engine_kwargs()["gpu_memory_utilization"],
+                           vllm_max_model_length=2048,
+                           vllm_engine_kwargs={"dtype": "float32"})  # the trained model's dtype: comparable log-probs
     llm = trainer.vllm_generation.llm
     probe = prompt(tokenizer) + tokenizer.encode("".join(SCRIPT), add_special_tokens=False)
     initial = vllm_prompt_logprobs(llm, probe)
@@ -318,25 +327,9 @@ def test_trainer_in_server_mode_trains_and_syncs_the_server(server, model_dir, t
     """Training against the server, two steps. The weights reach it over TRL's NCCL weight-transfer engine with
     CUDA, through a safetensors file and the server's in-place reload without (``vllm_weight_sync="auto"``); either
     way the server's log-probs are then the trained model's."""
-    from datasets import Dataset
-    from tiny_agent import SCRIPT, TASK
+    from tiny_agent import SCRIPT
 
-    from arpo_algo.arpo_config import ARPOConfig
-    from arpo_algo.arpo_trainer import ARPOTrainer
-
-    args = ARPOConfig(output_dir=str(tmp_path / "run"), num_generations=4, num_global=2, branch_alpha=1.0,
-                      branch_beta=0.0, per_device_train_batch_size=4, gradient_accumulation_steps=1, max_steps=2,
-                      max_new_tokens_per_turn=32, max_completion_length=400, learning_rate=1e-3, logging_steps=1,
-                      report_to="none", save_strategy="no", use_cpu=not torch.cuda.is_available(), seed=0,
-                      env_kwargs={"max_tool_calls": 4, "sandbox_options": {"timeout_s": 5}},
-                      use_vllm=True, vllm_mode="server", vllm_server_base_url=server)
-    rows = [{"prompt": [{"role": "user", "content": TASK["question"]}], **TASK}] * 8
-
-    def length(completion_ids, **_):
-        return [len(ids) / 100 for ids in completion_ids]
-
-    trainer = ARPOTrainer(str(model_dir), reward_funcs=[length], args=args, train_dataset=Dataset.from_list(rows),
-                          processing_class=tokenizer)
+    trainer = vllm_trainer(model_dir, tokenizer, tmp_path, vllm_mode="server", vllm_server_base_url=server)
     client = trainer.vllm_generation.vllm_client
     probe = prompt(tokenizer) + tokenizer.encode("".join(SCRIPT), add_special_tokens=False)
     initial = server_logprobs(client, probe)
@@ -348,50 +341,17 @@ def test_trainer_in_server_mode_trains_and_syncs_the_server(server, model_dir, t
     assert_synced(initial, server_logprobs(client, probe), hf_logprobs(trainer.model.eval(), probe))
 
 
-def test_a_server_without_the_worker_extension_is_refused_with_the_fix(model_dir, tokenizer, tmp_path):
-    """Without CUDA the trainer syncs through a folder, which the server can only reload with ARPO's worker
-    extension: a server without it (here: a URL where no vLLM answers /collective_rpc) is refused at start-up with
-    the flag to add, not after a step's worth of generation."""
-    import http.server
-    import json
-    import threading
+def test_a_worker_method_the_server_lacks_is_refused_with_the_fix(server, tmp_path):
+    """The trainer's start-up check (`ServerWeightSync.check`) passes on a server with ARPO's worker extension; a
+    method the workers lack, as they all do on a server started without it, fails with the flag to add."""
+    from trl.generation.vllm_client import VLLMClient
 
-    from datasets import Dataset
-    from tiny_agent import TASK
+    from arpo_algo.vllm_weights import ServerWeightSync
 
-    from arpo_algo.arpo_config import ARPOConfig
-    from arpo_algo.arpo_trainer import ARPOTrainer
-
-    class NoExtension(http.server.BaseHTTPRequestHandler):  # answers like `vllm serve` without the extension
-        def _send(self, code, body):
-            data = json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self):
-            self._send(200, {"data": [{"id": str(model_dir)}]} if self.path == "/v1/models" else {})
-
-        def do_POST(self):
-            self._send(500, {"error": "'CPUWorker' object has no attribute 'arpo_weight_reload_ready'"})
-
-        def log_message(self, *args):
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NoExtension)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        args = ARPOConfig(output_dir=str(tmp_path / "run"), num_generations=4, num_global=2,
-                          per_device_train_batch_size=4, max_steps=1, report_to="none", save_strategy="no",
-                          use_cpu=True, use_vllm=True, vllm_mode="server", vllm_weight_sync="disk",
-                          vllm_server_base_url=f"http://127.0.0.1:{httpd.server_address[1]}")
-        rows = [{"prompt": [{"role": "user", "content": TASK["question"]}], **TASK}] * 4
-        with pytest.raises(RuntimeError, match="--worker-extension-cls arpo_algo.vllm_weights.WeightReload"):
-            ARPOTrainer(str(model_dir), args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
-    finally:
-        httpd.shutdown()
+    sync = ServerWeightSync(VLLMClient(base_url=server, connection_timeout=60), tmp_path / "weights")
+    sync.check()
+    with pytest.raises(RuntimeError, match="--worker-extension-cls arpo_algo.vllm_weights.WeightReload"):
+        sync._rpc("arpo_no_such_method")
 
 
 def server_logprobs(client, ids: list[int]) -> list[float]:
