@@ -88,6 +88,10 @@ class ARPOConfig(GRPOConfig):
                                       "tool result; ΔH = H − H₀, on the reference code's scale (arpo_algo.entropy)."})
     max_new_tokens_per_turn: int = field(
         default=512, metadata={"help": "Tokens generated per turn (between two tool results)."})
+    eval_temperature: float | None = field(
+        default=None, metadata={"help": "Sampling temperature of the held-out evaluation rollouts (eval_strategy, "
+                                        "eval_dataset_name); 0 is greedy (use num_generations_eval=1 then). Unset: "
+                                        "the training temperature."})
 
     # Environment -----------------------------------------------------------------------------------------------------
     env_id: str = field(

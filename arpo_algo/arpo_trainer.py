@@ -154,7 +154,9 @@ class ARPOTrainer(GRPOTrainer):
             num_generations=m, num_global=min(args.num_global, m) if branching else m,
             branch_factor=args.branch_factor, alpha=args.branch_alpha, beta=args.branch_beta,
             entropy_k=args.entropy_k, max_new_tokens=args.max_new_tokens_per_turn,
-            max_completion_tokens=args.max_completion_length, temperature=args.temperature,
+            max_completion_tokens=args.max_completion_length,
+            temperature=args.eval_temperature if mode == "eval" and args.eval_temperature is not None
+            else args.temperature,
             top_p=args.top_p, branching=branching, max_tool_workers=args.tool_workers,
             seed=_seed(args.seed, self.state.global_step, self.accelerator.process_index, call))
         with self._generator() as generator:

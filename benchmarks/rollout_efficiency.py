@@ -1,16 +1,21 @@
 """ARPO vs GRPO at equal M on the same tasks and model: tokens generated and encoded, tool calls, wall time, peak
 memory and the share of wall time spent in the environments and tools.
 
-    python benchmarks/rollout_efficiency.py [--tasks 4] [-M 8] [-N 4]
+    python benchmarks/rollout_efficiency.py [--tasks 4] [-M 8] [-N 4] [--backend hf]
+    .venv-vllm/bin/python benchmarks/rollout_efficiency.py --backend vllm    # vLLM (CPU build or GPU)
 
 Each algorithm runs in its own child process (so that each has its own peak memory), one after the other. The last
 line reads ``ARPO/GRPO wall <r1> tokens generated <r2> tokens encoded <r3> env share <s>``: the three ratios, and
 ARPO's env + tool share of its rollout wall time.
 
-Both algorithms run through the same engine and the transformers generator, with the same seed. ARPO's branches
-share their prefix with the path they split from: the prompt and everything up to the tool result are neither
-generated nor encoded again (the branch starts from its parent's key/value cache). GRPO samples M independent
-trajectories. The model is SmolLM2-135M-Instruct after a short imitation warm-up on scripted arithmetic episodes
+Both algorithms run through the same engine and generator, with the same seed. ARPO's branches share their prefix
+with the path they split from: the prompt and everything up to the tool result are neither generated nor encoded
+again (the branch starts from its parent's key/value cache, or vLLM's prefix cache). GRPO samples M independent
+trajectories. On the transformers backend (``--backend hf``) all waiting paths generate in one batch per round; on
+vLLM (``--backend vllm``) every path is its own request, resubmitted the moment its tool result is back, and tool
+calls overlap generation (`arpo_algo.rollout`). "env s" is the environments' time on the rollout's critical path
+(what generation waited for); "tool s" the env steps' own time, summed, overlapped or not. vLLM's engine start-up is
+not counted, and "peak MB" is the benchmark process's own (vLLM's engine core runs in a process of its own). The model is SmolLM2-135M-Instruct after a short imitation warm-up on scripted arithmetic episodes
 (`benchmarks/_warmup.py`), so that it calls tools at all; the tasks are held-out arithmetic problems.
 """
 
@@ -24,15 +29,31 @@ import sys
 import time
 
 import gymnasium as gym
-from _warmup import warmed_model
+from _warmup import warmed_model, warmed_path
 
 import arpo_env  # noqa: F401
-from arpo_algo.hf_generator import HFGenerator
 from arpo_algo.rollout import ARPORollout, GRPORollout, RolloutConfig
 
 
-def run(cls, model, tokenizer, tasks, config):
-    generator = HFGenerator(model, tokenizer)
+def make_generator(backend: str):
+    """The warmed-up model behind the chosen backend (vLLM loads the same weights from the warm-up's folder)."""
+    model, tokenizer = warmed_model()
+    if backend == "hf":
+        from arpo_algo.hf_generator import HFGenerator
+
+        return HFGenerator(model, tokenizer)
+    import os
+
+    import torch
+
+    from arpo_algo.vllm_generator import VLLMGenerator
+
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    return VLLMGenerator.from_pretrained(str(warmed_path()), dtype="float32", max_model_len=2048,
+                                         gpu_memory_utilization=0.3, enforce_eager=not torch.cuda.is_available())
+
+
+def run(cls, generator, tasks, config):
     engine = cls(generator, lambda: gym.make("ARPO-Math-v0", dataset="arithmetic:1000:777").unwrapped, config)
     start = time.perf_counter()
     trees = engine.run(tasks)
@@ -45,6 +66,7 @@ def run(cls, model, tokenizer, tasks, config):
         "wall s": wall,
         "env s": engine.env_seconds,
         "env share": engine.env_seconds / wall,
+        "tool s": engine.step_seconds,
         "branches": sum(tree.branches for tree in trees),
         "trajectories": len(trajectories),
         "mean reward": sum(t.reward for t in trajectories) / len(trajectories),
@@ -58,6 +80,7 @@ def main() -> None:
     parser.add_argument("-N", "--num-global", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--backend", choices=["hf", "vllm"], default="hf")
     parser.add_argument("--only", choices=["arpo", "grpo"], help=argparse.SUPPRESS)  # the child process
     args = parser.parse_args()
     config = RolloutConfig(num_generations=args.num_generations, num_global=args.num_global,
@@ -65,8 +88,8 @@ def main() -> None:
     tasks = list(range(args.tasks))
 
     if args.only:
-        model, tokenizer = warmed_model()
-        result = run(ARPORollout if args.only == "arpo" else GRPORollout, model, tokenizer, tasks, config)
+        generator = make_generator(args.backend)
+        result = run(ARPORollout if args.only == "arpo" else GRPORollout, generator, tasks, config)
         result["peak MB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print("RESULT " + json.dumps(result), flush=True)
         return
@@ -79,11 +102,11 @@ def main() -> None:
         results[algo] = json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
     arpo, grpo = results["arpo"], results["grpo"]
 
-    print(f"\n{args.tasks} tasks, M={args.num_generations}, N={args.num_global}, Z={config.branch_factor}, "
+    print(f"\n{args.backend} backend, {args.tasks} tasks, M={args.num_generations}, N={args.num_global}, Z={config.branch_factor}, "
           f"alpha={config.alpha}, beta={config.beta}, seed={args.seed}\n")
     print("| metric | ARPO | GRPO | ARPO / GRPO |")
     print("|---|---:|---:|---:|")
-    for key in ("generated", "encoded", "tool calls", "wall s", "env s", "env share", "peak MB", "branches",
+    for key in ("generated", "encoded", "tool calls", "wall s", "env s", "env share", "tool s", "peak MB", "branches",
                 "trajectories", "mean reward"):
         a, g = arpo[key], grpo[key]
         ratio = f"{a / g:.2f}" if g and key not in ("branches", "mean reward", "env share") else "—"

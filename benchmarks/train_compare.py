@@ -12,8 +12,9 @@ seed 1) is made once and shared by every run. Training tasks are of seed 0, held
 
 Each (algorithm, seed) is one ``arpo train`` run of `examples/recipes/smollm2_cpu.yaml` with the same M (4
 trajectories per question) and 8 trajectories per step; only ``--algorithm`` and ``--seed`` change. Held-out
-accuracy (TRL's evaluation: the held-out tasks rolled out at the training temperature, --eval-samples each) is
-measured before the first step and every --eval-every steps (by default: before and after training). Per step:
+accuracy (TRL's evaluation: --eval-tasks held-out questions, rolled out greedily by default: --eval-temperature 0,
+--eval-samples 1) is measured before the first step and every --eval-every steps (by default: before and after
+training). Per step:
 reward, the share of groups whose rewards differ (1 - frac_reward_zero_std), tool calls per trajectory, tokens
 generated, wall time. Writes ``experiment.csv``
 (every step of every run), ``experiment.md`` (mean ± standard deviation over seeds) and ``experiment.png``.
@@ -61,10 +62,17 @@ def train(algorithm: str, seed: int, model: Path, out: Path, args: argparse.Name
            "--max_steps", str(args.steps), "--save_strategy", "no", "--num_generations", str(M),
            "--eval_dataset_name", f"chain:{args.eval_tasks}:99:{args.level}", "--eval_strategy", "steps",
            "--eval_steps", str(args.eval_every), "--eval_on_start", "true", "--num_generations_eval",
-           str(args.eval_samples), "--per_device_eval_batch_size", str(4 * args.eval_samples), *args.extra]
+           str(args.eval_samples), "--eval_temperature", str(args.eval_temperature), "--per_device_eval_batch_size",
+           str(eval_batch(args)), *args.extra]
     print(f"\n=== {algorithm} seed {seed}: {' '.join(cmd[2:])}", flush=True)
     subprocess.run(cmd, cwd=ROOT, check=True)
     return [json.loads(line) for line in metrics.read_text().splitlines()]
+
+
+def eval_batch(args: argparse.Namespace) -> int:
+    """Held-out rollouts per evaluation batch: all of them up to 16 (one batched rollout), in whole questions."""
+    total = args.eval_tasks * args.eval_samples
+    return total if total <= 16 else args.eval_samples * max(1, 16 // args.eval_samples)
 
 
 def rows_of(algorithm: str, seed: int, logs: list[dict]) -> list[dict]:
@@ -184,16 +192,17 @@ def main() -> int:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--eval-every", type=int, default=6, help="steps between held-out evaluations")
-    parser.add_argument("--eval-tasks", type=int, default=8, help="held-out questions")
-    parser.add_argument("--eval-samples", type=int, default=2, help="samples per held-out question")
+    parser.add_argument("--eval-tasks", type=int, default=16, help="held-out questions")
+    parser.add_argument("--eval-samples", type=int, default=1, help="samples per held-out question")
+    parser.add_argument("--eval-temperature", type=float, default=0.0, help="0: greedy (then one sample is enough)")
     parser.add_argument("--level", type=int, default=2, help="operations per word problem (tool calls needed)")
-    parser.add_argument("--quick", action="store_true", help="arpo and grpo, one seed, 2 steps, 4 held-out tasks")
+    parser.add_argument("--quick", action="store_true", help="arpo and grpo, one seed, 2 steps, 8 held-out tasks")
     parser.add_argument("--out", default=None, help="runs/experiment (runs/experiment-quick with --quick)")
     parser.add_argument("--reuse", action="store_true", help="rebuild the table and plot from runs already in --out")
     parser.add_argument("extra", nargs="*", help="more arpo train flags, after --")
     args = parser.parse_args()
     if args.quick:
-        args.algorithms, args.seeds, args.steps, args.eval_every, args.eval_tasks = ["arpo", "grpo"], [0], 2, 2, 4
+        args.algorithms, args.seeds, args.steps, args.eval_every, args.eval_tasks = ["arpo", "grpo"], [0], 2, 2, 8
     out = Path(args.out or ROOT / ("runs/experiment-quick" if args.quick else "runs/experiment"))
     out.mkdir(parents=True, exist_ok=True)
     model = out / "cold-start" if args.reuse else cold_start(out, args.level)

@@ -347,3 +347,23 @@ def test_arpo_train_evaluates_held_out_tasks(undecided, tokenizer, tmp_path):
                for h in evals)
     assert all(isinstance(h["time"], float) for h in logs)
     assert sorted(h["time"] for h in logs) == [h["time"] for h in logs]
+
+
+def test_held_out_rollouts_sample_at_the_eval_temperature(undecided, tokenizer, tmp_path):
+    """eval_temperature=0: TRL's evaluation rolls out greedily (one answer per question) while training still
+    samples at the training temperature; unset, evaluation samples like training (42 or 43)."""
+    from arpo_algo.arpo_trainer import ARPOTrainer
+
+    trainer = ARPOTrainer(copy.deepcopy(undecided), args=config(tmp_path, eval_temperature=0.0),
+                          train_dataset=dataset(), processing_class=tokenizer)
+    rows = list(dataset(8))
+
+    def distinct(mode):
+        (tree,) = trainer._roll_out(rows, 8, mode)
+        return len({tuple(t.completion_ids) for t in tree.trajectories}), {t.reward for t in tree.trajectories}
+
+    assert distinct("eval")[0] == 1
+    trainer.args.eval_temperature = None
+    assert distinct("eval")[1] == {0.0, 1.0}
+    trainer.args.eval_temperature = 0.0
+    assert distinct("train")[1] == {0.0, 1.0}  # training keeps its temperature

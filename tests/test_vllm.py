@@ -166,21 +166,51 @@ def test_rollouts_through_vllm(algorithm, generator):
             assert all(n.kind == "global" for n in tree.nodes)
 
 
-def test_early_top_ups_through_vllm(generator):
-    """One tool call each, no branching: the top-ups start in round 1, beside the paths still answering."""
+def test_early_top_ups_through_vllm(generator, monkeypatch):
+    """One tool call each, no branching: the top-ups are submitted while the first two paths are still generating
+    (each path is its own request), and the task ends with exactly M."""
     import gymnasium as gym
     from tiny_agent import TASK
 
     import arpo_env  # noqa: F401
     from arpo_algo.rollout import ARPORollout, RolloutConfig
 
+    events = []
+    submit, poll = generator.submit, generator.poll
+    monkeypatch.setattr(generator, "submit", lambda path, params, key: (events.append(("submit", key)),
+                                                                        submit(path, params, key))[1])
+    monkeypatch.setattr(generator, "poll", lambda: [events.append(("done", k)) or (k, s) for k, s in poll()])
     config = RolloutConfig(num_generations=4, num_global=2, alpha=0.0, beta=0.0, max_new_tokens=32,
                            max_completion_tokens=400, temperature=0.3, seed=0)
     make = lambda: gym.make("ARPO-Math-v0", max_tool_calls=1).unwrapped  # noqa: E731
     (tree,) = ARPORollout(generator, make, config).run([TASK])
     assert len(tree.trajectories) == 4
     assert [n.kind for n in tree.nodes] == ["global", "global", "topup", "topup"]
-    assert all(n.turn == 1 for n in tree.nodes[2:])
+    paths = list(dict.fromkeys(k for e, k in events if e == "submit"))
+    assert len(paths) == 4
+    first_top_up = events.index(("submit", paths[2]))
+    last_global = max(i for i, (e, k) in enumerate(events) if e == "done" and k in paths[:2])
+    assert first_top_up < last_global  # started beside the global paths, not after them
+
+
+def test_each_path_is_its_own_request(generator, tokenizer):
+    """Continuous batching: a short request comes back while a long one is still being generated, and a request
+    submitted later joins the running batch instead of waiting for it."""
+    from arpo_algo.generator import SamplingParams
+
+    ids = prompt(tokenizer)
+    long = SamplingParams(max_new_tokens=200, temperature=1.0, seed=1)
+    short = SamplingParams(max_new_tokens=2, temperature=1.0, seed=2)
+    generator.submit(generator.new_path(ids), long, "long")
+    generator.submit(generator.new_path(ids), short, "short")
+    order = []
+    while len(order) < 3:
+        for key, seg in generator.poll():
+            order.append(key)
+            if key == "short":  # submitted after the long one started, finished before it
+                assert len(seg.token_ids) <= 2
+                generator.submit(generator.new_path(ids), short, "late")
+    assert order == ["short", "late", "long"]
 
 
 def vllm_prompt_logprobs(llm, ids: list[int]) -> list[float]:
