@@ -35,7 +35,7 @@ import arpo_env  # noqa: F401
 from arpo_algo.rollout import ARPORollout, GRPORollout, RolloutConfig
 
 
-def make_generator(backend: str):
+def make_generator(backend: str, block_size: int | None = None):
     """The warmed-up model behind the chosen backend (vLLM loads the same weights from the warm-up's folder)."""
     model, tokenizer = warmed_model()
     if backend == "hf":
@@ -49,8 +49,10 @@ def make_generator(backend: str):
     from arpo_algo.vllm_generator import VLLMGenerator
 
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    extra = {} if block_size is None else {"block_size": block_size}
     return VLLMGenerator.from_pretrained(str(warmed_path()), dtype="float32", max_model_len=2048,
-                                         gpu_memory_utilization=0.3, enforce_eager=not torch.cuda.is_available())
+                                         gpu_memory_utilization=0.3, enforce_eager=not torch.cuda.is_available(),
+                                         **extra)
 
 
 def run(cls, generator, tasks, config):
@@ -81,6 +83,8 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--backend", choices=["hf", "vllm"], default="hf")
+    parser.add_argument("--block-size", type=int, default=None,
+                        help="vLLM's KV-cache block (tokens); the prefix cache shares whole blocks only")
     parser.add_argument("--only", choices=["arpo", "grpo"], help=argparse.SUPPRESS)  # the child process
     args = parser.parse_args()
     config = RolloutConfig(num_generations=args.num_generations, num_global=args.num_global,
@@ -88,7 +92,7 @@ def main() -> None:
     tasks = list(range(args.tasks))
 
     if args.only:
-        generator = make_generator(args.backend)
+        generator = make_generator(args.backend, args.block_size)
         result = run(ARPORollout if args.only == "arpo" else GRPORollout, generator, tasks, config)
         result["peak MB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print("RESULT " + json.dumps(result), flush=True)
@@ -102,7 +106,9 @@ def main() -> None:
         results[algo] = json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
     arpo, grpo = results["arpo"], results["grpo"]
 
-    print(f"\n{args.backend} backend, {args.tasks} tasks, M={args.num_generations}, N={args.num_global}, Z={config.branch_factor}, "
+    block = f" (block size {args.block_size})" if args.block_size else ""
+    print(f"\n{args.backend} backend{block}, {args.tasks} tasks, M={args.num_generations}, N={args.num_global}, "
+          f"Z={config.branch_factor}, "
           f"alpha={config.alpha}, beta={config.beta}, seed={args.seed}\n")
     print("| metric | ARPO | GRPO | ARPO / GRPO |")
     print("|---|---:|---:|---:|")

@@ -1,9 +1,11 @@
 """The experiment: ARPO vs GRPO (and DAPO) from one cold start, at the same trajectories per step, over seeds.
 
-    python benchmarks/train_compare.py            # ARPO and GRPO x 3 seeds x 6 steps: about 70 minutes on 2 cores
-    python benchmarks/train_compare.py --algorithms arpo grpo dapo   # and DAPO: about 35 minutes more
+    python benchmarks/train_compare.py            # ARPO and GRPO x 3 seeds x 4 steps: about 40 minutes on 2 cores
+    python benchmarks/train_compare.py --algorithms arpo grpo dapo   # and DAPO: about 20 minutes more
     python benchmarks/train_compare.py --quick    # ARPO and GRPO, one seed, 2 steps: about 12 minutes
     python benchmarks/train_compare.py --reuse    # table and plot again from the runs in --out
+
+Running it again goes on where it stopped: a run that reached its last step is reused, an unfinished one restarts.
 
 Task: the chained word problems (`arpo_env.procedural.chain_tasks`, ``chain:N:SEED:STEPS``): a number goes through
 LEVEL operations in turn, and the model must carry each printed result into its next Python call. The cold start
@@ -14,7 +16,8 @@ Each (algorithm, seed) is one ``arpo train`` run of `examples/recipes/smollm2_cp
 trajectories per question) and 8 trajectories per step; only ``--algorithm`` and ``--seed`` change. Held-out
 accuracy (TRL's evaluation: --eval-tasks held-out questions, rolled out greedily by default: --eval-temperature 0,
 --eval-samples 1) is measured before the first step and every --eval-every steps (by default: before and after
-training). Per step:
+training). A greedy evaluation of the cold start is the same for every run, so it is made once, by the first run,
+and shared as every run's step 0. Per step:
 reward, the share of groups whose rewards differ (1 - frac_reward_zero_std), tool calls per trajectory, tokens
 generated, wall time. Writes ``experiment.csv``
 (every step of every run), ``experiment.md`` (mean ± standard deviation over seeds) and ``experiment.png``.
@@ -48,20 +51,25 @@ def cold_start(out: Path, level: int) -> Path:
     return model
 
 
-def train(algorithm: str, seed: int, model: Path, out: Path, args: argparse.Namespace) -> list[dict]:
+def train(algorithm: str, seed: int, model: Path, out: Path, args: argparse.Namespace, first: bool) -> list[dict]:
     run_dir = out / f"{algorithm}-seed{seed}"
     metrics = run_dir / "metrics.jsonl"
-    if args.reuse and metrics.exists():
-        print(f"=== {algorithm} seed {seed}: reusing {metrics}")
-        return [json.loads(line) for line in metrics.read_text().splitlines()]
     if metrics.exists():
-        metrics.unlink()  # a fresh run
+        logs = [json.loads(line) for line in metrics.read_text().splitlines()]
+        last = [h for h in logs if h.get("step") == args.steps]
+        finished = any("reward" in h for h in last) and (args.steps % args.eval_every > 0
+                                                         or any("eval_reward" in h for h in last))
+        if args.reuse or finished:
+            print(f"=== {algorithm} seed {seed}: reusing {metrics}" + ("" if finished else " (unfinished)"))
+            return logs
+        metrics.unlink()  # an unfinished run starts again
     cmd = [sys.executable, "-m", "arpo_algo.cli", "train", "--config", str(RECIPE), "--algorithm", algorithm,
            "--seed", str(seed), "--model_name_or_path", str(model), "--output_dir", str(run_dir),
            "--dataset_name", f"chain:2000:0:{args.level}", "--max_tool_calls", str(args.level + 1),
            "--max_steps", str(args.steps), "--save_strategy", "no", "--num_generations", str(M),
            "--eval_dataset_name", f"chain:{args.eval_tasks}:99:{args.level}", "--eval_strategy", "steps",
-           "--eval_steps", str(args.eval_every), "--eval_on_start", "true", "--num_generations_eval",
+           "--eval_steps", str(args.eval_every), "--eval_on_start",
+           "true" if first or args.eval_temperature > 0 else "false", "--num_generations_eval",
            str(args.eval_samples), "--eval_temperature", str(args.eval_temperature), "--per_device_eval_batch_size",
            str(eval_batch(args)), *args.extra]
     print(f"\n=== {algorithm} seed {seed}: {' '.join(cmd[2:])}", flush=True)
@@ -77,20 +85,18 @@ def eval_batch(args: argparse.Namespace) -> int:
 
 def rows_of(algorithm: str, seed: int, logs: list[dict]) -> list[dict]:
     """One row per training step, with the held-out accuracy measured at that step (before it, for step 0). A
-    step's wall time runs from the previous log (the previous step, or the evaluation after it) to its own."""
+    step's wall time is TRL's ``step_time`` (rollouts, scoring and the update; not the evaluations)."""
     evals = {h["step"]: h for h in logs if "eval_reward" in h}
     heldout = {step: h.get("eval_arpo/accuracy") for step, h in evals.items()}
     rows = [{"algorithm": algorithm, "seed": seed, "step": 0, "heldout_accuracy": heldout[0]}] if 0 in evals else []
-    previous = evals[0]["time"] if 0 in evals else None
     for h in (h for h in logs if "reward" in h):
         rows.append({"algorithm": algorithm, "seed": seed, "step": h["step"], "reward": h["reward"],
                      "accuracy": h.get("arpo/accuracy"),
                      "groups_with_varied_rewards": 1 - h.get("frac_reward_zero_std", 0.0),
                      "tool_calls_per_trajectory": h.get("arpo/tool_calls_per_trajectory"),
                      "tokens_generated": h.get("arpo/tokens_generated"),
-                     "step_seconds": round(h["time"] - previous, 1) if previous is not None else None,
+                     "step_seconds": round(h["step_time"], 1) if h.get("step_time") is not None else None,
                      "heldout_accuracy": heldout.get(h["step"])})
-        previous = evals[h["step"]]["time"] if h["step"] in evals else h["time"]
     return rows
 
 
@@ -190,8 +196,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algorithms", nargs="+", default=["arpo", "grpo"], help="add dapo for the third")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--eval-every", type=int, default=6, help="steps between held-out evaluations")
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--eval-every", type=int, default=4, help="steps between held-out evaluations")
     parser.add_argument("--eval-tasks", type=int, default=16, help="held-out questions")
     parser.add_argument("--eval-samples", type=int, default=1, help="samples per held-out question")
     parser.add_argument("--eval-temperature", type=float, default=0.0, help="0: greedy (then one sample is enough)")
@@ -207,9 +213,15 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     model = out / "cold-start" if args.reuse else cold_start(out, args.level)
     rows = []
+    start = None  # the cold start's held-out accuracy, when it is the same for every run (greedy)
     for seed in args.seeds:
         for algorithm in args.algorithms:
-            rows += rows_of(algorithm, seed, train(algorithm, seed, model, out, args))
+            logs = train(algorithm, seed, model, out, args, first=not rows)
+            if args.eval_temperature == 0:
+                start = start or next((h for h in logs if "eval_reward" in h and h["step"] == 0), None)
+                if start and not any("eval_reward" in h and h["step"] == 0 for h in logs):
+                    logs = [start] + logs
+            rows += rows_of(algorithm, seed, logs)
     fields = ["algorithm", "seed", "step", "reward", "accuracy", "heldout_accuracy", "groups_with_varied_rewards",
               "tool_calls_per_trajectory", "tokens_generated", "step_seconds"]
     with open(out / "experiment.csv", "w", newline="") as f:
