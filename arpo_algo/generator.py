@@ -105,7 +105,7 @@ class PathGenerator:
         self.__dict__.setdefault("_submitted", []).append((key, path, replace(params, seed=None)))
 
     def poll(self) -> list[tuple[Any, Segment]]:
-        submitted, self._submitted = self.__dict__.get("_submitted", []), []
+        submitted = self.__dict__.pop("_submitted", [])
         done: dict[int, Segment] = {}
         for params in dict.fromkeys(p for _, _, p in submitted):
             idx = [i for i, (_, _, p) in enumerate(submitted) if p == params]

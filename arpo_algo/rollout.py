@@ -177,7 +177,7 @@ class ARPORollout:
         lockstep = getattr(self.generator, "lockstep", True)
         trees: list[RolloutTree | None] = [None] * len(states)
         generating: dict[int, _Live] = {}
-        tools: dict[Future, tuple[_Live, Segment]] = {}
+        tools: dict[Future, _Live] = {}  # env steps under way
         with ThreadPoolExecutor(max_workers=cfg.max_tool_workers) as pool:
             while ready or generating or tools:
                 for x in ready:
@@ -188,7 +188,7 @@ class ARPORollout:
                     for key, seg in events:
                         x = generating.pop(key)
                         ready += self._on_segment(x, seg, states)  # its branches, which generate at once
-                        tools[pool.submit(self._step, x, seg.text)] = (x, seg)
+                        tools[pool.submit(self._step, x, seg.text)] = x
                     if lockstep or events:
                         self.turns += 1  # a node's `turn`: the round (the poll that brought segments) it starts in
                 if tools:
@@ -196,10 +196,10 @@ class ARPORollout:
                         with self._env_time():
                             wait(tools, return_when=ALL_COMPLETED if lockstep else FIRST_COMPLETED)
                     for future in [f for f in tools if f.done()]:  # in submission order
-                        x, seg = tools.pop(future)
+                        x = tools.pop(future)
                         if self._on_step(x, future.result(), states):
                             ready.append(x)
-                live = ready + list(generating.values()) + [x for x, _ in tools.values()]
+                live = ready + list(generating.values()) + list(tools.values())
                 ready += self._top_up(states, live)
                 for t, state in enumerate(states):
                     if trees[t] is None and state.live == 0 and len(state.done) >= cfg.num_generations:

@@ -55,6 +55,16 @@ class _CacheServedPaths(PathGenerator):
         self._requests += 1
         return self._seed * 1_000_003 + self._requests
 
+    def generate(self, paths: list[Path], params: SamplingParams) -> list[Segment]:
+        """Every path as its own request (each with the next seed of the sequence), returned in the paths' order."""
+        keys = [("generate", i) for i in range(len(paths))]
+        for key, path in zip(keys, paths):
+            self.submit(path, params, key)
+        got: dict[Any, Segment] = {}
+        while len(got) < len(keys):
+            got.update(self.poll())
+        return [got[key] for key in keys]
+
 
 class VLLMGenerator(_CacheServedPaths):
     def __init__(self, llm: Any, tokenizer: Any | None = None, top_logprobs: int = 20) -> None:
@@ -108,10 +118,6 @@ class VLLMGenerator(_CacheServedPaths):
                 key, path, params = self._requests_in_flight.pop(out.request_id)
                 done.append((key, self._segment(path, out, params)))
         return done
-
-    def generate(self, paths: list[Path], params: SamplingParams) -> list[Segment]:
-        """Every path as its own request, each with the next seed of the generator's sequence."""
-        return _generate_by_requests(self, paths, params)
 
     def _segment(self, path: Path, out: Any, params: SamplingParams) -> Segment:
         completion = out.outputs[0]
@@ -169,9 +175,6 @@ class VLLMServerGenerator(_CacheServedPaths):
             done.append((key, self._segment(path, future.result(), params)))
         return done
 
-    def generate(self, paths: list[Path], params: SamplingParams) -> list[Segment]:
-        return _generate_by_requests(self, paths, params)
-
     def _segment(self, path: Path, out: tuple[list[int], list, list], params: SamplingParams) -> Segment:
         ids, top, top_ids = out
         ids = list(ids)
@@ -194,17 +197,6 @@ class VLLMServerGenerator(_CacheServedPaths):
             max_tokens=params.max_new_tokens, logprobs=self.top_logprobs,
             generation_kwargs={"stop": list(params.stop), "include_stop_str_in_output": True, "seed": seed})
         return out["completion_ids"][0], out["logprobs"][0], out["logprob_token_ids"][0]
-
-
-def _generate_by_requests(generator: Any, paths: list[Path], params: SamplingParams) -> list[Segment]:
-    """`generate` on an asynchronous generator: submit every path, poll until all are back, in the paths' order."""
-    keys = [("generate", i) for i in range(len(paths))]
-    for key, path in zip(keys, paths):
-        generator.submit(path, params, key)
-    got: dict[Any, Segment] = {}
-    while len(got) < len(keys):
-        got.update(generator.poll())
-    return [got[key] for key in keys]
 
 
 def _check_logprobs_mode(mode: str, params: SamplingParams) -> None:

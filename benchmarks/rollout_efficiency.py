@@ -15,7 +15,8 @@ trajectories. On the transformers backend (``--backend hf``) all waiting paths g
 vLLM (``--backend vllm``) every path is its own request, resubmitted the moment its tool result is back, and tool
 calls overlap generation (`arpo_algo.rollout`). "env s" is the environments' time on the rollout's critical path
 (what generation waited for); "tool s" the env steps' own time, summed, overlapped or not. vLLM's engine start-up is
-not counted, and "peak MB" is the benchmark process's own (vLLM's engine core runs in a process of its own). The model is SmolLM2-135M-Instruct after a short imitation warm-up on scripted arithmetic episodes
+not counted, and "peak MB" is the benchmark process's own (vLLM's engine core runs in a process of its own). The
+model is SmolLM2-135M-Instruct after a short imitation warm-up on scripted arithmetic episodes
 (`benchmarks/_warmup.py`), so that it calls tools at all; the tasks are held-out arithmetic problems.
 """
 
@@ -36,12 +37,14 @@ from arpo_algo.rollout import ARPORollout, GRPORollout, RolloutConfig
 
 
 def make_generator(backend: str, block_size: int | None = None):
-    """The warmed-up model behind the chosen backend (vLLM loads the same weights from the warm-up's folder)."""
-    model, tokenizer = warmed_model()
+    """The warmed-up model behind the chosen backend (vLLM loads the same weights from the warm-up's folder, so the
+    transformers model is only loaded to make that folder the first time)."""
     if backend == "hf":
         from arpo_algo.hf_generator import HFGenerator
 
-        return HFGenerator(model, tokenizer)
+        return HFGenerator(*warmed_model())
+    if not (warmed_path() / "config.json").is_file():
+        warmed_model()
     import os
 
     import torch

@@ -17,10 +17,9 @@ trajectories per question) and 8 trajectories per step; only ``--algorithm`` and
 accuracy (TRL's evaluation: --eval-tasks held-out questions, rolled out greedily by default: --eval-temperature 0,
 --eval-samples 1) is measured before the first step and every --eval-every steps (by default: before and after
 training). A greedy evaluation of the cold start is the same for every run, so it is made once, by the first run,
-and shared as every run's step 0. Per step:
-reward, the share of groups whose rewards differ (1 - frac_reward_zero_std), tool calls per trajectory, tokens
-generated, wall time. Writes ``experiment.csv``
-(every step of every run), ``experiment.md`` (mean ± standard deviation over seeds) and ``experiment.png``.
+and shared as every run's step 0. Per step: reward, the share of groups whose rewards differ
+(1 - frac_reward_zero_std), tool calls per trajectory, tokens generated, wall time. Writes ``experiment.csv`` (every
+step of every run), ``experiment.md`` (mean ± standard deviation over seeds) and ``experiment.png``.
 """
 
 from __future__ import annotations
@@ -51,7 +50,8 @@ def cold_start(out: Path, level: int) -> Path:
     return model
 
 
-def train(algorithm: str, seed: int, model: Path, out: Path, args: argparse.Namespace, first: bool) -> list[dict]:
+def train(algorithm: str, seed: int, model: Path, out: Path, args: argparse.Namespace, eval_on_start: bool
+          ) -> list[dict]:
     run_dir = out / f"{algorithm}-seed{seed}"
     metrics = run_dir / "metrics.jsonl"
     if metrics.exists():
@@ -69,7 +69,7 @@ def train(algorithm: str, seed: int, model: Path, out: Path, args: argparse.Name
            "--max_steps", str(args.steps), "--save_strategy", "no", "--num_generations", str(M),
            "--eval_dataset_name", f"chain:{args.eval_tasks}:99:{args.level}", "--eval_strategy", "steps",
            "--eval_steps", str(args.eval_every), "--eval_on_start",
-           "true" if first or args.eval_temperature > 0 else "false", "--num_generations_eval",
+           str(eval_on_start).lower(), "--num_generations_eval",
            str(args.eval_samples), "--eval_temperature", str(args.eval_temperature), "--per_device_eval_batch_size",
            str(eval_batch(args)), *args.extra]
     print(f"\n=== {algorithm} seed {seed}: {' '.join(cmd[2:])}", flush=True)
@@ -213,11 +213,12 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     model = out / "cold-start" if args.reuse else cold_start(out, args.level)
     rows = []
-    start = None  # the cold start's held-out accuracy, when it is the same for every run (greedy)
+    greedy = args.eval_temperature == 0  # then the cold start's evaluation is the same for every run: made once
+    start = None
     for seed in args.seeds:
         for algorithm in args.algorithms:
-            logs = train(algorithm, seed, model, out, args, first=not rows)
-            if args.eval_temperature == 0:
+            logs = train(algorithm, seed, model, out, args, eval_on_start=not (greedy and rows))
+            if greedy:
                 start = start or next((h for h in logs if "eval_reward" in h and h["step"] == 0), None)
                 if start and not any("eval_reward" in h and h["step"] == 0 for h in logs):
                     logs = [start] + logs
