@@ -1,7 +1,8 @@
 """The paper's observation, measured: token entropy right after a tool result vs at the start of the response.
 
-    python benchmarks/entropy_after_tools.py [--episodes 24] [-k 20] [--models smollm2-135m runs/experiment/cold-start]
-        [--data-dir ../shared/data/eval] [--out benchmarks/entropy_after_tools.png]
+    python benchmarks/entropy_after_tools.py [--episodes 24] [-k 20]
+        [--models smollm2-135m runs/experiment/cold-start-chain3] [--data-dir ../shared/data/eval]
+        [--out benchmarks/entropy_after_tools.png]
 
 Suites, each with real tool output in the context:
 * **gsm8k** — GSM8K test questions; the first calculation of the reference solution (its ``<<48/2=24>>``
@@ -97,7 +98,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--episodes", type=int, default=24)
     parser.add_argument("-k", type=int, default=20)
-    parser.add_argument("--models", nargs="+", default=["smollm2-135m", str(ROOT / "runs/experiment/cold-start")])
+    parser.add_argument("--models", nargs="+",
+                        default=["smollm2-135m", str(ROOT / "runs/experiment/cold-start-chain3")])
     parser.add_argument("--suites", nargs="+", default=["gsm8k", "qa", "chain"])
     parser.add_argument("--data-dir", default=str(ROOT.parent / "shared/data/eval"))
     parser.add_argument("--seed", type=int, default=0)
