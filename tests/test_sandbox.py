@@ -53,6 +53,24 @@ def test_fork_copies_live_state_and_is_independent(box):
         child.close()
 
 
+def test_a_fork_that_never_starts_is_rebuilt_by_replay(box):
+    # fork() returns before the copy has greeted its channel; its first call waits for that word. A copy that died
+    # first (here: killed, and its channel cut) is replaced by a replay of the history, so nothing is lost.
+    box.call("x = 41")
+    child = box.fork()
+    process = child._slot.process
+    os.kill(process.pid, signal.SIGKILL)
+    cut, peer = socket.socketpair()
+    peer.close()
+    process.sock.close()
+    process.sock = cut
+    try:
+        assert child.call("x + 1").text == "42"
+        assert child.pid not in (None, process.pid, box.pid)
+    finally:
+        child.close()
+
+
 def test_fork_copies_the_working_directory(box):
     box.call("open('notes.txt', 'w').write('parent')")
     child = box.fork()

@@ -74,17 +74,36 @@ class WorkerLost(RuntimeError):
 # Processes
 # --------------------------------------------------------------------------------------------------------------------
 class _Process:
-    """The host's handle on one worker: its pid (and pidfd, so a reused pid is never signalled), channel and dir."""
+    """The host's handle on one worker: its pid (and pidfd, so a reused pid is never signalled), channel and dir.
 
-    def __init__(self, pid: int, sock: socket.socket, workdir: str) -> None:
+    A forked worker greets its new channel once it is up; `greet` reads that word, at the first request rather than
+    in `fork` (so the copy starts while the caller goes on)."""
+
+    def __init__(self, pid: int, sock: socket.socket, workdir: str, greeting: bool = False) -> None:
         self.pid, self.sock, self.workdir = pid, sock, workdir
+        self.greeting = greeting
         try:
             self.pidfd: int | None = os.pidfd_open(pid)
         except (OSError, AttributeError):
             self.pidfd = None
         self.closed = False
 
+    def greet(self, timeout: float = 30) -> None:
+        """Wait for a forked worker's first word (it is up and owns its channel); WorkerLost if it never came."""
+        if not self.greeting:
+            return
+        self.sock.settimeout(timeout)
+        try:
+            recv_message(self.sock)
+        except socket.timeout as exc:
+            raise WorkerLost(f"the forked interpreter did not start within {timeout:.0f} s", timed_out=True) from exc
+        except (EOFError, OSError, ValueError) as exc:
+            raise WorkerLost(f"the forked interpreter died at start ({exc or type(exc).__name__})",
+                             timed_out=False) from exc
+        self.greeting = False
+
     def request(self, message: dict, timeout: float, fds: list[int] | None = None) -> dict:
+        self.greet()
         self.sock.settimeout(timeout)
         try:
             send_message(self.sock, message, fds)
@@ -234,6 +253,12 @@ class LocalSandbox:
         self._worker()
 
     def _worker(self) -> _Process:
+        process = self._slot.process
+        if process is not None and process.greeting:
+            try:
+                process.greet()
+            except WorkerLost:  # the live copy never started: rebuild its state by replay instead
+                self.restore({"cells": self.history})
         if self._slot.process is None:
             self._slot.process = _template(self.preload).spawn(self.limits)
         return self._slot.process
@@ -272,27 +297,28 @@ class LocalSandbox:
         self._worker()
 
     def fork(self) -> "LocalSandbox":
-        """An independent sandbox whose interpreter is a live copy of this one's (same variables and files)."""
+        """An independent sandbox whose interpreter is a live copy of this one's (same variables and files).
+
+        Returns once this worker has forked; the copy finishes starting on its own, and its first call waits for it
+        (a copy that never starts is rebuilt by replay then)."""
         child = LocalSandbox(self.limits, self.preload)
         child.history = list(self.history)
-        parent = self._slot.process
-        if parent is None:
+        if self._slot.process is None:
             return child
+        parent = self._worker()
         workdir = tempfile.mkdtemp(prefix="arpo-sandbox-")
         shutil.copytree(parent.workdir, workdir, symlinks=True, dirs_exist_ok=True)
         ours, theirs = socket.socketpair()
         try:
             reply = parent.request({"op": "fork", "workdir": workdir}, timeout=30, fds=[theirs.fileno()])
-            ours.settimeout(30)
-            recv_message(ours)  # the child's first word: it is up and owns the new channel
-        except (WorkerLost, EOFError, OSError, ValueError):
+        except WorkerLost:
             ours.close()
             shutil.rmtree(workdir, ignore_errors=True)
             child.restore({"cells": child.history})  # the live copy failed: rebuild by replay
             return child
         finally:
             theirs.close()
-        child._slot.process = _Process(reply["pid"], ours, workdir)
+        child._slot.process = _Process(reply["pid"], ours, workdir, greeting=True)
         return child
 
     def snapshot(self) -> dict:
