@@ -8,8 +8,9 @@ ARPO, per task:
    over the window as the reference code does, so H ∈ [0, k]);
 3. after every tool result, measure the entropy H of the first k generated tokens the same way; ΔH = H − H₀, and
    with probability P = clip(α + β·ΔH, 0, 1) branch Z−1 extra ways from the point right after the result — the
-   environment is forked (a live copy of the interpreter) and the token prefix and its key/value cache are shared —
-   while the task has fewer than M trajectories;
+   environment is forked (a live copy of the interpreter, made in the tool pool before the parent's next step, while
+   the branch generates) and the token prefix and its key/value cache are shared — while the task has fewer than M
+   trajectories;
 4. as soon as a task is certain to end with fewer than M (even if every live path branched at each tool step it has
    left, Z^r paths each, they could not make up the shortfall), top up with fresh samples, in the same batch as
    everything else; exactly M per task.
@@ -80,7 +81,11 @@ class RolloutConfig:
 
 @dataclass
 class _Live:
-    """A path under way: the generator's path, its environment, and what it has produced so far."""
+    """A path under way: the generator's path, its environment, and what it has produced so far.
+
+    A branch's environment is forked in the tool pool, off the critical path: until the fork is done `env` is None
+    and `env_job` holds (the fork job, this branch's index in it); the branch generates meanwhile, and `tool_steps_left`
+    is its parent's at the branch point."""
 
     task: int
     node: int
@@ -98,6 +103,17 @@ class _Live:
     after_tool: bool = False
     skip_check: bool = False
     steps: int = 0
+    env_job: tuple[Future, int] | None = None
+    forking: Future | None = None
+    """The job forking this path's branches: its next env step waits for it (the copies are of the state before)."""
+    tool_steps_left: int = 0
+
+    def environment(self) -> Any:
+        """The path's environment, once its fork (if any) is done."""
+        if self.env is None and self.env_job is not None:
+            job, i = self.env_job
+            self.env, self.env_job = job.result()[i], None
+        return self.env
 
 
 class _TaskState:
@@ -133,12 +149,14 @@ class ARPORollout:
         self.tool_calls = 0
         self.turns = 0
         self.env_seconds = 0.0
-        """Wall time the rollout spent in the environments instead of generating: resets, forks, scoring and
-        closes, and the waits for tool calls while nothing else could run (a round's concurrent calls count once;
+        """Wall time the rollout spent in the environments instead of generating: resets, the forks of fresh paths,
+        scoring and closes, and the waits for tool calls while nothing else could run (a round's concurrent calls count once;
         on an asynchronous backend, calls that overlap generation do not count)."""
         self.step_seconds = 0.0
-        """The env steps' own durations (tool calls included), summed over all of them, overlapped or not."""
+        """The env work done in the tool pool, summed whether it overlapped generation or not: steps (tool calls
+        included) and the forks made for branches."""
         self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None  # the tool pool of the rollout under way
 
     @contextmanager
     def _env_time(self) -> Iterator[None]:
@@ -179,6 +197,7 @@ class ARPORollout:
         generating: dict[int, _Live] = {}
         tools: dict[Future, _Live] = {}  # env steps under way
         with ThreadPoolExecutor(max_workers=cfg.max_tool_workers) as pool:
+            self._pool = pool
             while ready or generating or tools:
                 for x in ready:
                     self._submit(x, params, states, generating)
@@ -222,9 +241,15 @@ class ARPORollout:
         return self.config.branching
 
     def _step(self, x: _Live, text: str) -> tuple:
+        """The path's env step, in the tool pool (after its branches' forks: jobs submitted earlier to the same
+        first-in-first-out pool, so already running or done)."""
+        if x.forking is not None:
+            x.forking.result()
+            x.forking = None
+        env = x.environment()
         began = time.perf_counter()
         try:
-            return x.env.step(text)
+            return env.step(text)
         finally:
             with self._lock:
                 self.step_seconds += time.perf_counter() - began
@@ -315,19 +340,32 @@ class ARPORollout:
             return []
         children = []
         at = len(x.path.tokens) - len(seg.token_ids)
-        for _ in range(min(cfg.branch_factor - 1, budget)):
+        count = min(cfg.branch_factor - 1, budget)
+        # The copies of the env are made in the tool pool, before the parent's next step (which waits for them), while
+        # the branches generate: a fork costs the critical path nothing.
+        parent_env = x.environment()
+        x.forking = self._pool.submit(self._forks, parent_env, count)
+        left = self._tool_steps_left(parent_env)
+        for i in range(count):
             # made in this round, the branch generates from the next one
             node = state.new_node(x.node, start, "branch", self.turns + 1, step=x.steps, delta_h=delta, p=p)
             # The child re-generates this segment itself: it is after a tool result, but takes no decision on it.
-            with self._env_time():
-                env = x.env.fork()
-            child = _Live(x.task, node, self.generator.fork(x.path, at=at), env,
+            child = _Live(x.task, node, self.generator.fork(x.path, at=at), None,
                           x.completion[:start], x.mask[:start], x.logprobs[:start], x.entropies[:start],
                           [dict(s) for s in x.segments[:-1]], h0=x.h0, measured=True, after_tool=True,
-                          skip_check=True, steps=x.steps)
+                          skip_check=True, steps=x.steps, env_job=(x.forking, i), tool_steps_left=left)
             state.live += 1
             children.append(child)
         return children
+
+    def _forks(self, env: Any, count: int) -> list[Any]:
+        """`count` live copies of `env`, one after another (a tool pool job; its time counts in `step_seconds`)."""
+        began = time.perf_counter()
+        try:
+            return [env.fork() for _ in range(count)]
+        finally:
+            with self._lock:
+                self.step_seconds += time.perf_counter() - began
 
     # Starting and ending paths --------------------------------------------------------------------------------------
     def _fresh(self, t: int, state: _TaskState, kind: str) -> _Live:
@@ -356,24 +394,29 @@ class ARPORollout:
         z = self.config.branch_factor
         if not self._branching() or z < 2:
             return 1
-        left = max(0, x.env.max_tool_calls - x.env.state.budget_used)
+        left = x.tool_steps_left if x.env is None else self._tool_steps_left(x.env)
         return z ** min(left, 20)
+
+    @staticmethod
+    def _tool_steps_left(env: Any) -> int:
+        return max(0, env.max_tool_calls - env.state.budget_used)
 
     def _finish(self, x: _Live, state: _TaskState, truncated: bool, observation: str = "",
                 parts: dict[str, Any] | None = None) -> None:
-        env_state = x.env.state
+        env = x.environment()
+        env_state = env.state
         if observation:  # the env's last word (why it truncated) is part of the record, not of the tokens
             x.segments.append({"kind": "tool", "text": observation, "start": len(x.completion),
                                "end": len(x.completion)})
         if not parts:  # the env scored it when the episode ended; else score now
             with self._env_time():
-                parts = x.env.score().as_dict()
+                parts = env.score().as_dict()
         state.done.append(Trajectory(x.node, state.prompt_ids, x.completion, x.mask, x.logprobs, x.entropies,
                                      x.segments, float(parts["total"]), parts, env_state.total_tool_calls,
                                      x.decisions, truncated))
         state.live -= 1
         with self._env_time():
-            x.env.close()
+            env.close()
         if self.progress:
             self.progress(1)
 

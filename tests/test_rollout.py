@@ -47,6 +47,11 @@ def test_branches_share_prefix_tokens_and_interpreter_state(agent, tokenizer):
         # Branched right after `x = 41` ran: the branch's own `print(x + 1)` sees x in its forked interpreter.
         after = [s["text"] for s in child.segments if s["kind"] == "tool" and s["start"] >= node.start]
         assert any("\n42\n" in text for text in after) and not any("NameError" in t for t in after)
+    # The env was copied at the branch point, not after the parent's next step (forks run in the tool pool, before
+    # it): every trajectory's env counted exactly the calls of its own transcript.
+    for t in tree.trajectories:
+        assert t.tool_calls == sum(s["kind"] == "model" and s["text"].rstrip().endswith("</python>")
+                                   for s in t.segments)
 
 
 def test_mask_is_zero_exactly_on_tool_output(agent, tokenizer):
