@@ -2,7 +2,7 @@
 
     python benchmarks/entropy_after_tools.py [--episodes 24] [-k 20]
         [--models smollm2-135m runs/experiment/cold-start-chain3] [--data-dir ../shared/data/eval]
-        [--out benchmarks/entropy_after_tools.png]
+        [--out runs/entropy_after_tools.png]
 
 Suites, each with real tool output in the context:
 * **gsm8k** — GSM8K test questions; the first calculation of the reference solution (its ``<<48/2=24>>``
@@ -26,6 +26,7 @@ import statistics
 from pathlib import Path
 
 import gymnasium as gym
+from tqdm import tqdm
 
 import arpo_env  # noqa: F401
 from arpo_algo.generator import SamplingParams
@@ -77,7 +78,7 @@ def measure(model_name: str, suites: dict[str, list], k: int, seed: int) -> dict
     generator.seed(seed)
     params = SamplingParams(max_new_tokens=k, temperature=1.0, entropy_k=k)
     results = {}
-    for suite, eps in suites.items():
+    for suite, eps in tqdm(suites.items(), desc=f"{Path(model_name).name}: suites", unit="suite"):
         starts, afters = [], []
         for messages, action, observation in eps:
             prompt = prompt_ids(tokenizer, messages)
@@ -103,7 +104,7 @@ def main() -> None:
     parser.add_argument("--suites", nargs="+", default=["gsm8k", "qa", "chain"])
     parser.add_argument("--data-dir", default=str(ROOT.parent / "shared/data/eval"))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="benchmarks/entropy_after_tools.png")
+    parser.add_argument("--out", default="runs/entropy_after_tools.png")
     args = parser.parse_args()
 
     suites = {s: episodes(s, args.episodes, args.data_dir) for s in args.suites}
@@ -141,6 +142,7 @@ def main() -> None:
     axes[0][0].set_ylabel("entropy / ln |V|")
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.out, dpi=120)
     print(f"plot saved to {args.out}")
 
