@@ -8,6 +8,8 @@ side by side in one run:
 * fork:    ``env.unwrapped.fork()`` plus the branch's first cell (the forked interpreter answers);
 * fork():  the ``fork()`` call alone: what the caller waits for (the copy finishes starting on its own, and its first
            cell waits for that; a rollout makes its forks in the tool pool, off the critical path, anyway);
+* started: ``fork()`` and then the sandbox's ``start()``, which waits until the copy is up: what ``fork()`` itself
+           cost when it waited for that (before the copy's start-up was left to its first cell);
 * replay:  ``restore(snapshot)`` into a new env plus the same first cell (the E2B path, and the cross-process one);
 * fresh:   a new env's first cell (a clean interpreter, no state: the floor for any approach).
 
@@ -83,6 +85,15 @@ def main() -> None:
                 child.close()
             return cleanup
 
+        def fork_started():
+            child = env.unwrapped.fork()
+            child.tools["python"].start()
+
+            def cleanup():
+                child.step(PROBE)
+                child.close()
+            return cleanup
+
         def replay():
             other = gym.make("ARPO-Math-v0", max_tool_calls=history + 10, max_turns=history + 10, max_chars=10**7)
             other.unwrapped.restore(snapshot)
@@ -96,19 +107,21 @@ def main() -> None:
             return other.close
 
         replay_repeats = max(3, args.repeats // (4 if history >= 64 else 2))
-        f, c = timed(fork, args.repeats), timed(fork_call, args.repeats)
+        f, c, st = timed(fork, args.repeats), timed(fork_call, args.repeats), timed(fork_started, args.repeats)
         r, n = timed(replay, replay_repeats), timed(fresh, args.repeats)
-        rows.append((history, f, c, r, n))
+        rows.append((history, f, c, st, r, n))
         env.close()
         print(f"history {history:>3}: fork p50 {pct(f, .5):7.1f} ms | fork() p50 {pct(c, .5):6.1f} ms | "
+              f"started p50 {pct(st, .5):6.1f} ms | "
               f"replay p50 {pct(r, .5):8.1f} ms | fresh p50 {pct(n, .5):6.1f} ms", flush=True)
 
-    print("\n| cells | fork p50 | fork p95 | fork() p50 | replay p50 | replay p95 | fresh p50 | fresh p95 | "
-          "replay / fork |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for history, f, c, r, n in rows:
-        print(f"| {history} | {pct(f, .5):.1f} | {pct(f, .95):.1f} | {pct(c, .5):.1f} | {pct(r, .5):.1f} | "
-              f"{pct(r, .95):.1f} | {pct(n, .5):.1f} | {pct(n, .95):.1f} | {pct(r, .5) / pct(f, .5):.1f}x |")
+    print("\n| cells | fork p50 | fork p95 | fork() p50 | started p50 | fork() / started | replay p50 | replay p95 | "
+          "fresh p50 | fresh p95 | replay / fork |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for history, f, c, st, r, n in rows:
+        print(f"| {history} | {pct(f, .5):.1f} | {pct(f, .95):.1f} | {pct(c, .5):.1f} | {pct(st, .5):.1f} | "
+              f"{pct(c, .5) / pct(st, .5):.2f} | {pct(r, .5):.1f} | {pct(r, .95):.1f} | {pct(n, .5):.1f} | "
+              f"{pct(n, .95):.1f} | {pct(r, .5) / pct(f, .5):.1f}x |")
     first, last = rows[0][1], rows[-1][1]
     print(f"\nfork p50 at {rows[-1][0]} cells / at {rows[0][0]} cell: {pct(last, .5) / pct(first, .5):.2f}x "
           f"(flat means close to 1); mean fork {statistics.mean(last):.1f} ms")

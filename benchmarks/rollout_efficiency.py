@@ -1,10 +1,12 @@
 """ARPO vs GRPO at equal M on the same tasks and model: tokens generated and encoded, tool calls, wall time, peak
 memory and the share of wall time spent in the environments and tools.
 
-    python benchmarks/rollout_efficiency.py [--tasks 4] [-M 8] [-N 4] [--backend hf]
+    python benchmarks/rollout_efficiency.py [--tasks 4] [-M 8] [-N 4] [--backend hf] [--repeats 1]
     .venv-vllm/bin/python benchmarks/rollout_efficiency.py --backend vllm    # vLLM (CPU build or GPU)
 
-Each algorithm runs in its own child process (so that each has its own peak memory), one after the other. The last
+Each algorithm runs in its own child process (so that each has its own peak memory), one after the other; with
+``--repeats N`` they alternate N times and the run with the median wall time of each is reported (the 2-core machine's
+wall times moved by ±15% between runs of identical trees). The last
 line reads ``ARPO/GRPO wall <r1> tokens generated <r2> tokens encoded <r3> env share <s>``: the three ratios, and
 ARPO's env + tool share of its rollout wall time.
 
@@ -78,6 +80,11 @@ def run(cls, generator, tasks, config):
     }
 
 
+def median_run(runs: list[dict]) -> dict:
+    """The run with the median wall time (the lower middle one for an even count)."""
+    return sorted(runs, key=lambda r: r["wall s"])[(len(runs) - 1) // 2]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=4)
@@ -88,6 +95,9 @@ def main() -> None:
     parser.add_argument("--backend", choices=["hf", "vllm"], default="hf")
     parser.add_argument("--block-size", type=int, default=None,
                         help="vLLM's KV-cache block (tokens); the prefix cache shares whole blocks only")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="run each algorithm this many times, alternating, and report the median wall time "
+                             "(the trees are the same each time on the transformers backend; the wall times vary)")
     parser.add_argument("--only", choices=["arpo", "grpo"], help=argparse.SUPPRESS)  # the child process
     args = parser.parse_args()
     config = RolloutConfig(num_generations=args.num_generations, num_global=args.num_global,
@@ -101,13 +111,17 @@ def main() -> None:
         print("RESULT " + json.dumps(result), flush=True)
         return
 
-    results = {}
-    for algo in ("arpo", "grpo"):
-        print(f"=== {algo}", flush=True)
-        out = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--only", algo], check=True,
-                             stdout=subprocess.PIPE, text=True).stdout
-        results[algo] = json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
-    arpo, grpo = results["arpo"], results["grpo"]
+    runs: dict[str, list[dict]] = {"arpo": [], "grpo": []}
+    for repeat in range(args.repeats):
+        for algo in ("arpo", "grpo"):
+            print(f"=== {algo}" + (f" ({repeat + 1} of {args.repeats})" if args.repeats > 1 else ""), flush=True)
+            out = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--only", algo], check=True,
+                                 stdout=subprocess.PIPE, text=True).stdout
+            runs[algo].append(json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:]))
+    arpo, grpo = (median_run(runs[a]) for a in ("arpo", "grpo"))
+    if args.repeats > 1:
+        for algo in ("arpo", "grpo"):
+            print(f"{algo} wall s per run: " + ", ".join(f"{r['wall s']:.1f}" for r in runs[algo]))
 
     block = f" (block size {args.block_size})" if args.block_size else ""
     print(f"\n{args.backend} backend{block}, {args.tasks} tasks, M={args.num_generations}, N={args.num_global}, "
