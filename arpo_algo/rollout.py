@@ -167,6 +167,16 @@ class ARPORollout:
         finally:
             self.env_seconds += time.perf_counter() - began
 
+    @contextmanager
+    def _pool_time(self) -> Iterator[None]:
+        """Count the wall time of the block (run in the tool pool) as env work done there (`step_seconds`)."""
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.step_seconds += time.perf_counter() - began
+
     # ----------------------------------------------------------------------------------------------------------------
     def run(self, tasks: Sequence[dict[str, Any] | int],
             on_tree: Callable[[int, RolloutTree], None] | None = None) -> list[RolloutTree]:
@@ -247,12 +257,8 @@ class ARPORollout:
             x.forking.result()
             x.forking = None
         env = x.environment()
-        began = time.perf_counter()
-        try:
+        with self._pool_time():
             return env.step(text)
-        finally:
-            with self._lock:
-                self.step_seconds += time.perf_counter() - began
 
     # One path's turn ------------------------------------------------------------------------------------------------
     def _submit(self, x: _Live, params: SamplingParams, states: list[_TaskState], generating: dict[int, _Live]
@@ -360,12 +366,8 @@ class ARPORollout:
 
     def _forks(self, env: Any, count: int) -> list[Any]:
         """`count` live copies of `env`, one after another (a tool pool job; its time counts in `step_seconds`)."""
-        began = time.perf_counter()
-        try:
+        with self._pool_time():
             return [env.fork() for _ in range(count)]
-        finally:
-            with self._lock:
-                self.step_seconds += time.perf_counter() - began
 
     # Starting and ending paths --------------------------------------------------------------------------------------
     def _fresh(self, t: int, state: _TaskState, kind: str) -> _Live:

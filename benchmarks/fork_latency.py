@@ -54,6 +54,15 @@ def timed(fn, repeats: int) -> list[float]:
     return samples
 
 
+def answered_then_closed(child):
+    """The untimed cleanup of a fork: the copy answers a cell (so no start-up is left to overlap the next sample),
+    then closes."""
+    def cleanup():
+        child.step(PROBE)
+        child.close()
+    return cleanup
+
+
 def pct(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
@@ -78,21 +87,12 @@ def main() -> None:
             return child.close
 
         def fork_call():
-            child = env.unwrapped.fork()
-
-            def cleanup():  # untimed: the copy answers, so no start-up is left to overlap the next sample
-                child.step(PROBE)
-                child.close()
-            return cleanup
+            return answered_then_closed(env.unwrapped.fork())
 
         def fork_started():
             child = env.unwrapped.fork()
             child.tools["python"].start()
-
-            def cleanup():
-                child.step(PROBE)
-                child.close()
-            return cleanup
+            return answered_then_closed(child)
 
         def replay():
             other = gym.make("ARPO-Math-v0", max_tool_calls=history + 10, max_turns=history + 10, max_chars=10**7)
