@@ -24,7 +24,7 @@ such sums (`arpo_algo.entropy` defines all of it, with its formulas), so α and 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from arpo_algo.entropy import window_entropy
 
@@ -85,12 +85,23 @@ class GeneratorStats:
         return {"prefill_tokens": self.prefill_tokens, "generated_tokens": self.generated_tokens, "calls": self.calls}
 
 
+Decide = Callable[[list[float]], list[tuple[Any, Path]]]
+"""A branch decision taken during generation (`PathGenerator.submit`): given the entropies of a path's first
+``entropy_k`` tokens of the segment (fewer if it ends sooner), the (key, path) pairs that join, each a fork of that
+path at the start of the segment."""
+
+
 class PathGenerator:
     """What every backend does the same way: a path starts as its prompt, and observations are appended to it
     (a backend encodes them lazily, at its next `generate`). `submit`/`poll` here are lock-step: `poll` generates
-    everything submitted, one `generate` batch per distinct sampling setting, and returns it in submission order."""
+    everything submitted, one `generate` batch per distinct sampling setting, and returns it in submission order.
+
+    A backend with ``decides_mid_segment = True`` (transformers) takes a request's `decide` during generation: the
+    paths it returns join the running batch at once and their segments come back from the same `poll`, after the
+    submitted ones (a branch then starts ``entropy_k`` tokens after its parent, not a whole segment later)."""
 
     lockstep = True
+    decides_mid_segment = False
 
     def new_path(self, prompt_ids: list[int]) -> Path:
         return Path(list(prompt_ids), 0, None, len(prompt_ids))
@@ -101,17 +112,39 @@ class PathGenerator:
     def generate(self, paths: list[Path], params: SamplingParams) -> list[Segment]:
         raise NotImplementedError
 
-    def submit(self, path: Path, params: SamplingParams, key: Any) -> None:
-        self.__dict__.setdefault("_submitted", []).append((key, path, replace(params, seed=None)))
+    def submit(self, path: Path, params: SamplingParams, key: Any, decide: Decide | None = None) -> None:
+        if decide is not None and not self.decides_mid_segment:
+            raise ValueError(f"{type(self).__name__} takes no decision during generation")
+        self.__dict__.setdefault("_submitted", []).append((key, path, replace(params, seed=None), decide))
 
     def poll(self) -> list[tuple[Any, Segment]]:
         submitted = self.__dict__.pop("_submitted", [])
         done: dict[int, Segment] = {}
-        for params in dict.fromkeys(p for _, _, p in submitted):
-            idx = [i for i, (_, _, p) in enumerate(submitted) if p == params]
-            for i, segment in zip(idx, self.generate([submitted[i][1] for i in idx], params)):
+        joined: list[tuple[Any, Segment]] = []
+        for params in dict.fromkeys(p for _, _, p, _ in submitted):
+            idx = [i for i, (_, _, p, _) in enumerate(submitted) if p == params]
+            paths = [submitted[i][1] for i in idx]
+            decides = [submitted[i][3] for i in idx]
+            if not any(decides):
+                segments = self.generate(paths, params)
+            else:
+                keys: list[Any] = []
+
+                def recording(decide: Decide | None) -> Decide | None:
+                    if decide is None:
+                        return None
+
+                    def inner(entropies: list[float]) -> list[tuple[Any, Path]]:
+                        pairs = decide(entropies)
+                        keys.extend(key for key, _ in pairs)
+                        return [path for _, path in pairs]  # type: ignore[misc]
+                    return inner
+
+                segments = self.generate(paths, params, [recording(d) for d in decides])  # type: ignore[call-arg]
+                joined += list(zip(keys, segments[len(idx):]))
+            for i, segment in zip(idx, segments):
                 done[i] = segment
-        return [(key, done[i]) for i, (key, _, _) in enumerate(submitted)]
+        return [(key, done[i]) for i, (key, _, _, _) in enumerate(submitted)] + joined
 
 
 class Generator(Protocol):
@@ -130,6 +163,6 @@ class Generator(Protocol):
 
     lockstep: bool
 
-    def submit(self, path: Path, params: SamplingParams, key: Any) -> None: ...
+    def submit(self, path: Path, params: SamplingParams, key: Any, decide: Decide | None = None) -> None: ...
 
     def poll(self) -> list[tuple[Any, Segment]]: ...

@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from arpo_algo.entropy import branch_probability
+from arpo_algo.entropy import branch_probability, window_entropy
 from arpo_algo.generator import Generator, Path, SamplingParams, Segment
 from arpo_algo.models import prompt_ids
 from arpo_algo.tree import Node, RolloutTree, Trajectory
@@ -273,7 +273,24 @@ class ARPORollout:
         key = id(x)
         generating[key] = x
         seed = int(np.random.SeedSequence([cfg.seed, x.task, x.node, len(x.segments)]).generate_state(1)[0])
-        self.generator.submit(x.path, replace(params, max_new_tokens=room, seed=seed), key)
+        request = replace(params, max_new_tokens=room, seed=seed)
+        if self._decides(x) and getattr(self.generator, "decides_mid_segment", False):
+            x.skip_check = True  # decided here, during generation: not again when the segment is back
+
+            def decide(entropies: list[float]) -> list[tuple[int, Path]]:
+                children = self._maybe_branch(x, window_entropy(entropies, cfg.entropy_k), len(x.completion),
+                                              len(x.path.tokens), states[x.task], self.turns)
+                for child in children:
+                    generating[id(child)] = child
+                return [(id(child), child.path) for child in children]
+
+            self.generator.submit(x.path, request, key, decide)
+        else:
+            self.generator.submit(x.path, request, key)
+
+    def _decides(self, x: _Live) -> bool:
+        """Whether the path's next segment is one ARPO takes a branch decision on (the first after a tool result)."""
+        return x.measured and x.after_tool and not x.skip_check and self._branching()
 
     def _on_segment(self, x: _Live, seg: Segment, states: list[_TaskState]) -> list[_Live]:
         """Record a generated segment; returns the branches made from it (ARPO's decision after a tool result)."""
@@ -282,8 +299,9 @@ class ARPORollout:
         branches = []
         if not x.measured:
             x.h0, x.measured = seg.entropy, True
-        elif x.after_tool and not x.skip_check and self._branching():
-            branches = self._maybe_branch(x, seg, start, states[x.task])
+        elif self._decides(x):
+            branches = self._maybe_branch(x, seg.entropy, start, len(x.path.tokens) - len(seg.token_ids),
+                                          states[x.task], self.turns + 1)
         x.skip_check = False
         return branches
 
@@ -331,9 +349,12 @@ class ARPORollout:
         return pieces
 
     # Branching ------------------------------------------------------------------------------------------------------
-    def _maybe_branch(self, x: _Live, seg: Segment, start: int, state: _TaskState) -> list[_Live]:
+    def _maybe_branch(self, x: _Live, h: float | None, start: int, at: int, state: _TaskState, turn: int
+                      ) -> list[_Live]:
+        """ARPO's decision on the segment after a tool result, whose window entropy is `h`: the branches (forks of
+        the path at token `at`, completion offset `start`) starting in round `turn`; none if the draw says so or
+        the task has its M. Taken while the segment generates (transformers) or once it is back (vLLM)."""
         cfg = self.config
-        h = seg.entropy
         if h is None or x.h0 is None:  # an empty segment has no entropy: no decision on it
             return []
         delta = h - x.h0
@@ -345,20 +366,17 @@ class ARPORollout:
         if not branched:
             return []
         children = []
-        at = len(x.path.tokens) - len(seg.token_ids)
         count = min(cfg.branch_factor - 1, budget)
-        # The copies of the env are made in the tool pool, before the parent's next step (which waits for them), while
-        # the branches generate: a fork costs the critical path nothing.
         parent_env = x.environment()
         x.forking = self._pool.submit(self._forks, parent_env, count)
         left = self._tool_steps_left(parent_env)
         for i in range(count):
-            # made in this round, the branch generates from the next one
-            node = state.new_node(x.node, start, "branch", self.turns + 1, step=x.steps, delta_h=delta, p=p)
+            node = state.new_node(x.node, start, "branch", turn, step=x.steps, delta_h=delta, p=p)
             # The child re-generates this segment itself: it is after a tool result, but takes no decision on it.
             child = _Live(x.task, node, self.generator.fork(x.path, at=at), None,
                           x.completion[:start], x.mask[:start], x.logprobs[:start], x.entropies[:start],
-                          [dict(s) for s in x.segments[:-1]], h0=x.h0, measured=True, after_tool=True,
+                          [dict(s) for s in x.segments if s["kind"] != "model" or s["start"] < start],
+                          h0=x.h0, measured=True, after_tool=True,
                           skip_check=True, steps=x.steps, env_job=(x.forking, i), tool_steps_left=left)
             state.live += 1
             children.append(child)

@@ -120,6 +120,42 @@ def test_cached_continuation_and_branching_equal_reencoding(agent, tokenizer):
     assert branch.encoded == len(branch.tokens) - 1
 
 
+def test_a_branch_decided_mid_segment_joins_the_batch(agent, tokenizer):
+    """Greedy: a fork made after the first k tokens of a segment joins the running batch, generates that segment
+    afresh from its parent's cache, and comes back from the same poll; it and its parent equal re-encoding from
+    scratch, now and at their next turn (the joined row's cache holds exactly its own tokens)."""
+    gen = HFGenerator(agent, tokenizer)
+    params = SamplingParams(max_new_tokens=12, temperature=0.0, entropy_k=4, stop=("</python>",))
+    prompt = tokenizer.encode(TASK["question"], add_special_tokens=False)
+    a, b = gen.new_path(prompt), gen.new_path(prompt[:-2])
+    gen.generate([a, b], params)
+    gen.extend(a, tokenizer.encode("\n<result>\n42\n</result>\n", add_special_tokens=False))
+    prefix = list(a.tokens)
+    seen, children = [], []
+
+    def decide(entropies):
+        seen.append(list(entropies))
+        children.append(gen.fork(a))
+        return [("child", children[-1])]
+
+    gen.submit(a, params, "a", decide)
+    gen.submit(b, params, "b")
+    got = dict(gen.poll())
+    assert list(got) == ["a", "b", "child"] and len(seen) == 1
+    assert len(seen[0]) == min(4, len(got["a"].token_ids)) and seen[0] == got["a"].entropies
+    expected = gen.generate([gen.new_path(prefix)], params)[0].token_ids
+    assert got["a"].token_ids == expected and got["child"].token_ids == expected
+    (child,) = children
+    assert child.tokens == a.tokens and child.encoded == len(child.tokens) - 1
+    observation = tokenizer.encode("\n<result>\n7\n</result>\n", add_special_tokens=False)
+    for path in (a, child, b):
+        gen.extend(path, observation)
+    again = gen.generate([a, child, b], params)
+    for path, seg in zip([a, child, b], again):
+        fresh = gen.new_path(path.tokens[: len(path.tokens) - len(seg.token_ids)])
+        assert gen.generate([fresh], params)[0].token_ids == seg.token_ids
+
+
 def test_entropy_is_exact_and_normalised(agent, tokenizer):
     gen = HFGenerator(agent, tokenizer)
     path = gen.new_path(tokenizer.encode("hello there", add_special_tokens=False))
