@@ -47,6 +47,31 @@ class HFGenerator(PathGenerator):
         state = None if path.state is None or keep <= 0 else tuple((k[:, :keep], v[:, :keep]) for k, v in path.state)
         return Path(path.tokens[:at], keep if state is not None else 0, state, path.prompt_len)
 
+    @torch.no_grad()
+    def encode(self, paths: list[Path]) -> None:
+        """Encode each path's tokens but the last into its cache, in one batch: a prompt shared by many paths (forks
+        of it) is then encoded once."""
+        todo = [p for p in paths if len(p.tokens) - 1 > p.encoded]
+        if not todo:
+            return
+        pending = [p.tokens[p.encoded:-1] for p in todo]
+        cache_len, width = max(p.encoded for p in todo), max(len(t) for t in pending)
+        self.stats.prefill_tokens += sum(len(t) for t in pending)
+        mask = torch.zeros(len(todo), cache_len + width, dtype=torch.long)
+        input_ids = torch.full((len(todo), width), self.pad_id, dtype=torch.long)
+        positions = torch.zeros(len(todo), width, dtype=torch.long)
+        for i, (path, toks) in enumerate(zip(todo, pending)):
+            mask[i, cache_len - path.encoded: cache_len] = 1
+            mask[i, cache_len + width - len(toks):] = 1
+            input_ids[i, width - len(toks):] = torch.tensor(toks)
+            positions[i, width - len(toks):] = torch.arange(path.encoded, path.encoded + len(toks))
+        cache = self._stack_caches(todo, cache_len)
+        self.model(input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
+                   position_ids=positions.to(self.device), past_key_values=cache, use_cache=True, logits_to_keep=1)
+        for i, path in enumerate(todo):
+            path.state = self._unstack_cache(cache, mask, i)
+            path.encoded = len(path.tokens) - 1
+
     # Generation -----------------------------------------------------------------------------------------------------
     @torch.no_grad()
     def generate(self, paths: list[Path], params: SamplingParams,

@@ -117,8 +117,8 @@ class _Live:
 
 
 class _TaskState:
-    def __init__(self, task: dict[str, Any], root_env: Any, prompt_ids: list[int]) -> None:
-        self.task, self.root_env, self.prompt_ids = task, root_env, prompt_ids
+    def __init__(self, task: dict[str, Any], root_env: Any, prompt_ids: list[int], root_path: Path) -> None:
+        self.task, self.root_env, self.prompt_ids, self.root_path = task, root_env, prompt_ids, root_path
         self.nodes: list[Node] = []
         self.done: list[Trajectory] = []
         self.live = 0
@@ -197,8 +197,10 @@ class ARPORollout:
                 options = {"index": task} if isinstance(task, int) else dict(task)
                 _, info = env.reset(seed=cfg.seed + t, options=options)
             prompt = prompt_ids(self.generator.tokenizer, info["messages"])
-            state = _TaskState(info["task"], env, prompt)
-            states.append(state)
+            states.append(_TaskState(info["task"], env, prompt, self.generator.new_path(prompt)))
+        if hasattr(self.generator, "encode"):  # every sample of a task forks its prompt, encoded once
+            self.generator.encode([state.root_path for state in states])
+        for t, state in enumerate(states):
             ready += [self._fresh(t, state, "global") for _ in range(self._initial(cfg))]
         params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(_stop_strings()),
                                 cfg.entropy_k)
@@ -393,7 +395,7 @@ class ARPORollout:
         state.live += 1
         with self._env_time():
             env = state.root_env.fork()
-        return _Live(t, node, self.generator.new_path(state.prompt_ids), env)
+        return _Live(t, node, self.generator.fork(state.root_path), env)
 
     def _top_up(self, states: list[_TaskState], live: list[_Live]) -> list[_Live]:
         """Fresh samples for every task that is certain to end with fewer than M trajectories: even if each of its
