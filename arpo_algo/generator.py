@@ -12,9 +12,11 @@ engine calls:
 * `fork(path, at=None)` — a new path sharing the prefix ``tokens[:at]`` (and its cache: no re-encoding);
 * `submit(path, params, key)` and `poll()` — the same continuation, asked for one path at a time: `poll` returns
   ``(key, Segment)`` for the requests that have finished since the last call. A *lock-step* backend
-  (``lockstep = True``: transformers) generates everything submitted in one batch per `poll`; an asynchronous one
-  (vLLM, engine or server) serves each path as its own request, so the rollout engine can hand a path its next
-  request the moment its tool result is back, while the others are still generating.
+  (``lockstep = True``: transformers with ``continuous=False``) generates everything submitted in one batch per
+  `poll`; a *stepped* one (``stepped = True``: transformers, continuous batching) keeps a running batch that
+  submitted paths join and ended ones leave, each poll a deterministic number of steps; an asynchronous one (vLLM,
+  engine or server) serves each path as its own request, so the rollout engine can hand a path its next request
+  the moment its tool result is back, while the others are still generating.
 
 Every backend measures the same thing: the entropy of the sampling distribution (after temperature and top-p),
 normalised by ln|V|, for each of the first ``entropy_k`` tokens; a segment's H is their sum, ΔH a difference of two

@@ -1,31 +1,49 @@
 """The transformers backend of `Generator`: batched sampling over paths with their own key/value caches.
 
-Every path keeps the key/value cache of its encoded prefix (per layer, ``[heads, tokens, head_dim]``). A
-`generate` call stacks the active paths into one batch: caches left-padded to a common length, the pending tokens
-(the last sampled token plus any observation) right-aligned after them, an attention mask that hides both
-paddings, and explicit position ids, so each row sees exactly its own sequence. Only pending tokens are encoded; an
-observation costs its own tokens, not the whole prefix. A fork shares its parent's cache tensors (cropped to the
-branch point: a view, no copy). Entropy is exact: computed from the full sampling distribution (`arpo_algo.entropy`).
+Every path keeps the key/value cache of its encoded prefix (per layer, ``[heads, tokens, head_dim]``). Paths
+generate together in a batch (`_Batch`): caches left-padded to a common width, an attention mask that hides the
+padding, and explicit position ids, so each row sees exactly its own sequence. A path joins with only its pending
+tokens encoded (the last sampled token plus any observation: an observation costs its own tokens, not the whole
+prefix); a path that ends leaves with its cache, and its row is taken by the next path to join. The cache layers grow
+in place (`_GrowingLayer`). A fork shares its parent's cache tensors (cropped to the branch point: a view, no copy); a
+fork made during generation (ARPO's decision after the first k tokens, `decide`) copies its parent's row and joins
+the running batch. `submit`/`poll` batch continuously (`continuous=True`: paths join and leave the running batch
+between polls) or in lock-step rounds. Entropy is exact: computed from the full sampling distribution
+(`arpo_algo.entropy`).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 from transformers.cache_utils import DynamicLayer
 
 from arpo_algo.entropy import nucleus_log_probs, token_entropy
-from arpo_algo.generator import GeneratorStats, Path, PathGenerator, SamplingParams, Segment
+from arpo_algo.generator import Decide, GeneratorStats, Path, PathGenerator, SamplingParams, Segment
 
 
 class HFGenerator(PathGenerator):
-    """Generate with a transformers causal LM on CPU or GPU."""
+    """Generate with a transformers causal LM on CPU or GPU.
+
+    Args:
+        continuous: `poll` keeps one running batch that submitted paths join and ended ones leave (the rollout
+            collects a poll's tool calls after the next poll: ``stepped``); False: `poll` generates what was
+            submitted in one batch, to the end of every segment (lock-step rounds).
+        steps_per_poll: the fewest decoding steps a poll takes before it returns the paths that ended (continuous):
+            the overlap each tool call gets with generation.
+    """
 
     decides_mid_segment = True
 
-    def __init__(self, model: Any, tokenizer: Any, device: str | torch.device | None = None) -> None:
+    def __init__(self, model: Any, tokenizer: Any, device: str | torch.device | None = None,
+                 continuous: bool = True, steps_per_poll: int = 8) -> None:
+        self.continuous = continuous
+        self.lockstep = not continuous
+        self.stepped = continuous
+        self.steps_per_poll = steps_per_poll
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.device = torch.device(device) if device else next(model.parameters()).device
@@ -35,10 +53,12 @@ class HFGenerator(PathGenerator):
         self.log_vocab = math.log(model.config.vocab_size)  # the logits' width: the normaliser of every entropy
         self._rng = torch.Generator(device="cpu")
         self._rng.manual_seed(0)
+        self._batch = _Batch(self)
 
     # Paths ----------------------------------------------------------------------------------------------------------
     def seed(self, seed: int) -> None:
         self._rng.manual_seed(seed)
+        self._batch = _Batch(self)
 
     def fork(self, path: Path, at: int | None = None) -> Path:
         """A path with the prefix ``tokens[:at]``; its cache is the parent's, cropped (views, not copies)."""
@@ -76,120 +96,52 @@ class HFGenerator(PathGenerator):
     @torch.no_grad()
     def generate(self, paths: list[Path], params: SamplingParams,
                  decide: list[Callable[[list[float]], list[Path]] | None] | None = None) -> list[Segment]:
-        """Continue every path (see `arpo_algo.generator`). A path whose `decide` is set hands it the entropies of its
-        first ``entropy_k`` tokens (fewer if it ends sooner) as soon as they are sampled; the paths it returns (forks of
-        that path at its end, the start of this segment) join the batch at once and generate this segment afresh.
-        Returns one segment per path, then one per joined path in the order they joined. Paths that end leave the
-        batch (their rows are dropped once enough have ended), so a round costs what its live paths generate."""
+        """Continue every path in one batch, until each ends (see `arpo_algo.generator`). A path whose `decide` is set
+        hands it the entropies of its first ``entropy_k`` tokens (fewer if it ends sooner) as soon as they are
+        sampled; the paths it returns (forks of that path at its end, the start of this segment) join the batch at
+        once and generate this segment afresh. Returns one segment per path, then one per joined path in the order
+        they joined."""
         if not paths:
             return []
         self.stats.calls += 1
-        batch = len(paths)
-        pending = [p.tokens[p.encoded:] for p in paths]
-        if any(not toks for toks in pending):
-            raise ValueError("a path has no pending token: extend it or fork it before generating")
-        cache_len = max(p.encoded for p in paths)
-        width = max(len(t) for t in pending)
-        self.stats.prefill_tokens += sum(len(t) for t in pending)
+        decide = decide or [None] * len(paths)
+        seqs = [_Seq(path, params, None, None if d is None else _keyless(d)) for path, d in zip(paths, decide)]
+        batch = _Batch(self)
+        batch.join(seqs)
+        while batch.rows:
+            batch.step()
+        return [self._segment(seq) for seq in seqs + batch.forks]
 
-        mask = torch.zeros(batch, cache_len + width, dtype=torch.long)
-        input_ids = torch.full((batch, width), self.pad_id, dtype=torch.long)
-        positions = torch.zeros(batch, width, dtype=torch.long)
-        for i, (path, toks) in enumerate(zip(paths, pending)):
-            mask[i, cache_len - path.encoded: cache_len] = 1
-            mask[i, cache_len + width - len(toks):] = 1
-            input_ids[i, width - len(toks):] = torch.tensor(toks)
-            positions[i, width - len(toks):] = torch.arange(path.encoded, path.encoded + len(toks))
-        prefix_end = cache_len + width - 1  # every row's last prefix token is in this column
+    def poll(self) -> list[tuple[Any, Segment]]:
+        """Continuous batching (``continuous=True``): the submitted paths join the running batch (their pending
+        tokens encoded in one forward), then the batch takes decoding steps until at least one path has ended and
+        `steps_per_poll` steps have run; returns the paths that ended, in the order they did. Paths still generating
+        stay in the batch for the next poll, so a path whose tool result is back does not wait for the others'
+        segments. What a poll returns depends only on what was submitted before it, so a rollout that resubmits
+        paths at fixed polls (`arpo_algo.rollout`) is reproducible."""
+        if not self.continuous:
+            return super().poll()
+        submitted = self.__dict__.pop("_submitted", [])
+        with torch.no_grad():
+            if submitted:
+                self.stats.calls += 1
+                self._batch.join([_Seq(path, params, key, decide) for key, path, params, decide in submitted])
+            ended: list[_Seq] = []
+            steps = 0
+            while self._batch.rows and not (ended and steps >= self.steps_per_poll):
+                ended += self._batch.step()
+                steps += 1
+            self._batch.forks.clear()  # they come back as they end, like every path
+        return [(seq.key, self._segment(seq)) for seq in ended]
 
-        reserve = params.max_new_tokens + (params.entropy_k + 1 if decide else 0)
-        cache = self._stack_caches(paths, cache_len, reserve)
-        out = self.model(input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
-                         position_ids=positions.to(self.device), past_key_values=cache, use_cache=True)
-        cache = out.past_key_values
-        logits = out.logits[:, -1, :].float()
-
-        # Sequences (the paths, then the ones that join) and the batch rows that carry them.
-        seqs = list(paths)
-        pending_decide = list(decide) if decide else [None] * batch
-        generated: list[list[int]] = [[] for _ in paths]
-        logprobs: list[list[float]] = [[] for _ in paths]
-        entropies: list[list[float]] = [[] for _ in paths]
-        finish = [""] * batch
-        rows = list(range(batch))  # rows[r]: the sequence in row r (-1: it has ended)
-        dead = 0  # rows whose sequence has ended but that are still in the batch (fed padding the mask hides)
-        while True:
-            tokens, token_logprobs, token_entropy = self._sample(logits, params)
-            sampled, token_logprobs, token_entropy = tokens.tolist(), token_logprobs.tolist(), token_entropy.tolist()
-            joined: list[int] = []  # the rows whose sequences fork, once per new sequence
-            for r, i in enumerate(rows):
-                if i < 0:
-                    continue
-                token = sampled[r]
-                generated[i].append(token)
-                logprobs[i].append(token_logprobs[r])
-                if len(generated[i]) <= params.entropy_k:
-                    entropies[i].append(token_entropy[r])
-                if token in self.eos_ids:
-                    finish[i] = "eos"
-                elif params.stop and self._hit_stop(generated[i], params.stop):
-                    finish[i] = "stop"
-                elif len(generated[i]) >= params.max_new_tokens:
-                    finish[i] = "length"
-                if pending_decide[i] is not None and (finish[i] or len(generated[i]) >= params.entropy_k):
-                    for path in pending_decide[i](list(entropies[i])):
-                        seqs.append(path)
-                        generated.append([]), logprobs.append([]), entropies.append([]), finish.append("")
-                        pending_decide.append(None)
-                        joined.append(r)
-                    pending_decide[i] = None
-            for r, i in enumerate(rows):
-                if i >= 0 and finish[i]:  # ended: keep its cache, free its row
-                    seqs[i].state = self._unstack_cache(cache, mask, r)
-                    rows[r] = -1
-                    dead += 1
-            if dead == len(rows) and not joined:
-                break
-            # Joining sequences copy their parent's row without this segment's columns (nor the last prefix
-            # token's, which they are fed again to get their own first distribution); ended rows are dropped when
-            # they are a quarter of the batch or rows are copied anyway.
-            fresh: set[int] = set()
-            if joined or dead * 4 >= len(rows):
-                keep = [r for r, i in enumerate(rows) if i >= 0]
-                index = torch.tensor(keep + joined, dtype=torch.long)
-                self._select_rows(cache, index.to(self.device))
-                mask = mask[index]
-                mask[len(keep):, prefix_end:] = 0
-                fresh = set(range(len(seqs) - len(joined), len(seqs)))
-                sampled = [sampled[r] for r in keep]
-                rows, dead = [rows[r] for r in keep] + sorted(fresh), 0
-                self.stats.prefill_tokens += len(joined)
-            ids, pos, live = [], [], []
-            for r, i in enumerate(rows):
-                if i < 0:  # fed padding, hidden by the mask
-                    ids.append(self.pad_id), pos.append(0), live.append(0)
-                elif i in fresh:  # a joining sequence: its last prefix token, again
-                    ids.append(seqs[i].tokens[-1]), pos.append(len(seqs[i].tokens) - 1), live.append(1)
-                else:
-                    ids.append(sampled[r]), pos.append(len(seqs[i].tokens) + len(generated[i]) - 1), live.append(1)
-            mask = torch.cat([mask, torch.tensor(live, dtype=torch.long)[:, None]], dim=1)
-            out = self.model(input_ids=torch.tensor(ids)[:, None].to(self.device),
-                             attention_mask=mask.to(self.device),
-                             position_ids=torch.tensor(pos)[:, None].to(self.device), past_key_values=cache,
-                             use_cache=True)
-            cache = out.past_key_values
-            logits = out.logits[:, -1, :].float()
-
-        segments = []
-        for i, path in enumerate(seqs):
-            path.tokens.extend(generated[i])
-            path.encoded = len(path.tokens) - 1  # the last sampled token has not been fed yet
-            self.stats.generated_tokens += len(generated[i])
-            text_ids = [t for t in generated[i] if t not in self.eos_ids]
-            segments.append(Segment(generated[i], logprobs[i], entropies[i],
-                                    self.tokenizer.decode(text_ids, skip_special_tokens=False), finish[i],
-                                    params.entropy_k))
-        return segments
+    def _segment(self, seq: "_Seq") -> Segment:
+        path = seq.path
+        path.tokens.extend(seq.generated)
+        path.encoded = len(path.tokens) - 1  # the last sampled token has not been fed yet
+        self.stats.generated_tokens += len(seq.generated)
+        text_ids = [t for t in seq.generated if t not in self.eos_ids]
+        return Segment(seq.generated, seq.logprobs, seq.entropies,
+                       self.tokenizer.decode(text_ids, skip_special_tokens=False), seq.finish, seq.params.entropy_k)
 
     def _sample(self, logits: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample one token per row; return it, its log-prob under the sampling distribution (temperature and top-p
@@ -252,6 +204,222 @@ class HFGenerator(PathGenerator):
     def _unstack_cache(cache: Any, mask: torch.Tensor, row: int) -> tuple:
         keep = mask[row, : cache.layers[0].keys.shape[2]].bool().to(cache.layers[0].keys.device)
         return tuple((layer.keys[row][:, keep], layer.values[row][:, keep]) for layer in cache.layers)
+
+
+@dataclass(eq=False)
+class _Seq:
+    """A path generating its segment in a `_Batch`."""
+
+    path: Path
+    params: SamplingParams
+    key: Any = None
+    decide: Decide | None = None
+    generated: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    entropies: list[float] = field(default_factory=list)
+    finish: str = ""
+    prefix_end: int = -1
+    """The batch column of its last prefix token: where a fork of it stops sharing its row."""
+    refeed: bool = False
+    """A fork that has just joined: fed its last prefix token again, to get its own first distribution."""
+
+
+def _keyless(decide: Callable[[list[float]], list[Path]]) -> Decide:
+    return lambda entropies: [(None, path) for path in decide(entropies)]
+
+
+class _Batch:
+    """Rows generating together: one cache (growing layers), one attention mask (left padding and the rows of ended
+    paths hidden), and every row's next-token logits. Paths join with their pending tokens encoded in a forward of
+    their own; ended paths take their cache with them and their rows are dropped once a quarter of the batch has
+    ended; columns that every row hides are trimmed."""
+
+    def __init__(self, gen: HFGenerator) -> None:
+        self.gen = gen
+        self.rows: list[_Seq | None] = []
+        self.cache: Any = None
+        self.mask = torch.zeros(0, 0, dtype=torch.long)
+        self.logits: torch.Tensor | None = None
+        self.forks: list[_Seq] = []
+        """The forks that decisions made, in the order they joined."""
+
+    def join(self, seqs: list[_Seq]) -> None:
+        gen = self.gen
+        if not seqs:
+            return
+        sampling = {(s.params.temperature, s.params.top_p, s.params.stop, s.params.entropy_k) for s in seqs + [
+            r for r in self.rows if r is not None]}
+        if len(sampling) > 1:
+            raise ValueError("one batch samples one way: the paths differ in temperature, top-p, stop or entropy_k")
+        paths = [s.path for s in seqs]
+        pending = [p.tokens[p.encoded:] for p in paths]
+        if any(not toks for toks in pending):
+            raise ValueError("a path has no pending token: extend it or fork it before generating")
+        cache_len, width = max(p.encoded for p in paths), max(len(t) for t in pending)
+        gen.stats.prefill_tokens += sum(len(t) for t in pending)
+        mask = torch.zeros(len(paths), cache_len + width, dtype=torch.long)
+        input_ids = torch.full((len(paths), width), gen.pad_id, dtype=torch.long)
+        positions = torch.zeros(len(paths), width, dtype=torch.long)
+        for i, (path, toks) in enumerate(zip(paths, pending)):
+            mask[i, cache_len - path.encoded: cache_len] = 1
+            mask[i, cache_len + width - len(toks):] = 1
+            input_ids[i, width - len(toks):] = torch.tensor(toks)
+            positions[i, width - len(toks):] = torch.arange(path.encoded, path.encoded + len(toks))
+        reserve = max(s.params.max_new_tokens for s in seqs) + max(s.params.entropy_k for s in seqs) + 1
+        cache = gen._stack_caches(paths, cache_len, reserve)
+        out = gen.model(input_ids=input_ids.to(gen.device), attention_mask=mask.to(gen.device),
+                        position_ids=positions.to(gen.device), past_key_values=cache, use_cache=True,
+                        logits_to_keep=1)
+        logits = out.logits[:, -1, :].float()
+        layers = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+        if not any(r is not None for r in self.rows):
+            self.rows, self.cache, self.mask, self.logits = list(seqs), out.past_key_values, mask, logits
+        else:
+            # Rows of ended paths take joining ones (a copy of their own cache only), the rest are appended.
+            before, after = self.mask.shape[1], mask.shape[1]
+            free = [r for r, s in enumerate(self.rows) if s is None] if after <= before else []
+            n = min(len(free), len(seqs))
+            if n:
+                slots = torch.tensor(free[:n], dtype=torch.long)
+                for mine, (keys, values) in zip(self.cache.layers, layers):
+                    mine.keys[slots.to(keys.device), :, before - after:] = keys[:n]
+                    mine.values[slots.to(keys.device), :, before - after:] = values[:n]
+                self.mask[slots] = 0
+                self.mask[slots, before - after:] = mask[:n]
+                assert self.logits is not None
+                self.logits[slots.to(self.logits.device)] = logits[:n]
+                for r, seq in zip(free, seqs[:n]):
+                    self.rows[r] = seq
+            if n < len(seqs):
+                self._append([(k[n:], v[n:]) for k, v in layers], mask[n:], logits[n:], seqs[n:], reserve)
+        for s in seqs:
+            s.prefix_end = self.mask.shape[1] - 1
+
+    def _append(self, layers: list[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor, logits: torch.Tensor,
+                seqs: list[_Seq], reserve: int) -> None:
+        """Add rows below the batch's, both left-padded to the wider of the two (a copy of the whole cache)."""
+        before, after = self.mask.shape[1], mask.shape[1]
+        width = max(before, after)
+        for mine, theirs in zip(self.cache.layers, layers):
+            both = []
+            for a, b in zip((mine.keys, mine.values), theirs):
+                full = a.new_zeros(a.shape[0] + b.shape[0], a.shape[1], width + reserve, a.shape[3])
+                full[: a.shape[0], :, width - before: width] = a
+                full[a.shape[0]:, :, width - after: width] = b
+                both.append(full)
+            _assign(mine, both[0], both[1], width)
+        merged = torch.zeros(self.mask.shape[0] + mask.shape[0], width, dtype=torch.long)
+        merged[: self.mask.shape[0], width - before:] = self.mask
+        merged[self.mask.shape[0]:, width - after:] = mask
+        for s in self.rows:
+            if s is not None:
+                s.prefix_end += width - before
+        self.mask = merged
+        assert self.logits is not None
+        self.logits = torch.cat([self.logits, logits])
+        self.rows += seqs
+
+    def step(self) -> list[_Seq]:
+        """Sample a token for every row, take the decisions that are due (their forks join), let ended paths go
+        (their caches kept), then feed the sampled tokens. Returns the paths that ended."""
+        gen = self.gen
+        params = next(r for r in self.rows if r is not None).params
+        assert self.logits is not None
+        tokens, token_logprobs, token_entropy = gen._sample(self.logits, params)
+        sampled, token_logprobs, token_entropy = tokens.tolist(), token_logprobs.tolist(), token_entropy.tolist()
+        ended: list[_Seq] = []
+        forks: list[_Seq] = []
+        parents: list[int] = []
+        for r, s in enumerate(self.rows):
+            if s is None:
+                continue
+            token = sampled[r]
+            s.generated.append(token)
+            s.logprobs.append(token_logprobs[r])
+            if len(s.generated) <= s.params.entropy_k:
+                s.entropies.append(token_entropy[r])
+            if token in gen.eos_ids:
+                s.finish = "eos"
+            elif s.params.stop and gen._hit_stop(s.generated, s.params.stop):
+                s.finish = "stop"
+            elif len(s.generated) >= s.params.max_new_tokens:
+                s.finish = "length"
+            if s.decide is not None and (s.finish or len(s.generated) >= s.params.entropy_k):
+                for key, path in s.decide(list(s.entropies)):
+                    forks.append(_Seq(path, s.params, key, prefix_end=s.prefix_end, refeed=True))
+                    parents.append(r)
+                s.decide = None
+        for r, s in enumerate(self.rows):
+            if s is not None and s.finish:
+                s.path.state = gen._unstack_cache(self.cache, self.mask, r)
+                ended.append(s)
+                self.rows[r] = None
+        self.forks += forks
+        gen.stats.prefill_tokens += len(forks)
+        # A fork copies its parent's row without its columns from the last prefix token on (it is fed that token
+        # again), into the row of an ended path if there is one.
+        free = [r for r, s in enumerate(self.rows) if s is None]
+        placed = min(len(free), len(forks))
+        for fork, parent, r in zip(forks, parents, free):
+            for layer in self.cache.layers:
+                layer.keys[r], layer.values[r] = layer.keys[parent], layer.values[parent]
+            self.mask[r] = self.mask[parent]
+            self.mask[r, fork.prefix_end:] = 0
+            self.rows[r] = fork
+        left = list(zip(forks, parents))[placed:]
+        live = [r for r, s in enumerate(self.rows) if s is not None]
+        if not live and not left:  # empty: the next paths start a new batch
+            self.rows, self.cache, self.mask, self.logits = [], None, torch.zeros(0, 0, dtype=torch.long), None
+            return ended
+        if left or 4 * (len(self.rows) - len(live)) >= len(self.rows):  # ended rows go, the other forks come
+            index = torch.tensor(live + [p for _, p in left], dtype=torch.long)
+            gen._select_rows(self.cache, index.to(gen.device))
+            self.mask = self.mask[index]
+            for j, (fork, _) in enumerate(left):
+                self.mask[len(live) + j, fork.prefix_end:] = 0
+            sampled = [sampled[r] for r in live] + [-1] * len(left)
+            self.rows = [self.rows[r] for r in live] + [f for f, _ in left]
+            self._trim()
+        ids, positions, fed = [], [], []
+        for r, s in enumerate(self.rows):
+            if s is None:  # an ended row: fed padding, hidden by the mask
+                ids.append(gen.pad_id), positions.append(0), fed.append(0)
+            elif s.refeed:
+                s.refeed = False
+                ids.append(s.path.tokens[-1]), positions.append(len(s.path.tokens) - 1), fed.append(1)
+            else:
+                ids.append(sampled[r]), positions.append(len(s.path.tokens) + len(s.generated) - 1), fed.append(1)
+        self.mask = torch.cat([self.mask, torch.tensor(fed, dtype=torch.long)[:, None]], dim=1)
+        out = gen.model(input_ids=torch.tensor(ids)[:, None].to(gen.device), attention_mask=self.mask.to(gen.device),
+                        position_ids=torch.tensor(positions)[:, None].to(gen.device), past_key_values=self.cache,
+                        use_cache=True)
+        self.logits = out.logits[:, -1, :].float()
+        return ended
+
+    def _trim(self, least: int = 64) -> None:
+        """Drop the leading columns every row hides (once there are at least `least`)."""
+        seen = self.mask.any(0).nonzero()
+        first = int(seen[0]) if len(seen) else 0
+        if first < least:
+            return
+        for layer in self.cache.layers:
+            width = layer.keys.shape[-2]
+            if isinstance(layer, _GrowingLayer):
+                assert layer._k is not None and layer._v is not None
+                _assign(layer, layer._k[..., first:, :], layer._v[..., first:, :], width - first)
+            else:
+                layer.keys, layer.values = layer.keys[..., first:, :], layer.values[..., first:, :]
+        self.mask = self.mask[:, first:]
+        for s in self.rows:
+            if s is not None:
+                s.prefix_end -= first
+
+
+def _assign(layer: Any, keys: torch.Tensor, values: torch.Tensor, length: int) -> None:
+    """Make a layer hold ``keys[..., :length, :]`` (and the values): a growing layer keeps the room beyond."""
+    if isinstance(layer, _GrowingLayer):
+        layer._k, layer._v, layer.length = keys, values, length
+    layer.keys, layer.values = keys[..., :length, :], values[..., :length, :]
 
 
 class _GrowingLayer(DynamicLayer):

@@ -19,14 +19,25 @@ H₀ belongs to each trajectory and is measured anew for every task and batch (t
 table across batches). GRPO is the same machinery with N = M and no branching.
 
 Scheduling (`ARPORollout.run`): each path is driven on its own (generate a segment, run its tool call in a thread
-pool, generate again). On a lock-step backend (transformers) every waiting path of every task joins one batch per
-round and a round's tool calls all return before the next; on an asynchronous one (vLLM: each path its own request,
-continuously batched) a path goes on the moment its tool result is back, and tool calls overlap generation.
+pool, generate again). Three kinds of backend:
+
+* continuous batching in steps (transformers, the default): a poll runs decoding steps until some path ends; the
+  paths still generating stay in the batch, a path's env step overlaps the next poll and is waited for after it,
+  and the path rejoins the running batch at the poll after that (so tool calls are off the critical path, no path
+  waits for another's segment, and what happens depends only on the seed, not on how long tools take);
+* lock-step rounds (transformers with ``continuous=False``): every waiting path of every task joins one batch per
+  round, and a round's tool calls all return before the next;
+* asynchronous (vLLM: each path its own request, continuously batched): a path goes on the moment its tool result
+  is back, and tool calls overlap generation.
+
+On the transformers backend ARPO's decision is taken as soon as the segment's first k tokens are sampled, and the
+branches join the running batch at once.
 
 What a seed fixes: each branch decision draws from its own generator, seeded by (seed, task, node, tool step), and
 each request is sampled with its own seed on the vLLM backends, so neither depends on the order of events. On the
-transformers backend the whole rollout is reproducible (rounds are deterministic and the batch draws from one seeded
-stream). On vLLM, when a top-up becomes certain depends on timing, and batch composition can change logits in the
+transformers backend the whole rollout is reproducible, whatever the tools' timing (polls and rounds are
+deterministic and the batch draws from one seeded stream; continuous batching and lock-step rounds draw different
+trees). On vLLM, when a top-up becomes certain depends on timing, and batch composition can change logits in the
 last bits, so trees can differ between runs of the same seed; M per task holds always.
 """
 
@@ -205,9 +216,11 @@ class ARPORollout:
         params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(_stop_strings()),
                                 cfg.entropy_k)
         lockstep = getattr(self.generator, "lockstep", True)
+        stepped = getattr(self.generator, "stepped", False)
         trees: list[RolloutTree | None] = [None] * len(states)
         generating: dict[int, _Live] = {}
         tools: dict[Future, _Live] = {}  # env steps under way
+        cohorts: list[list[Future]] = []  # stepped: the env steps of each poll, collected after the next one
         with ThreadPoolExecutor(max_workers=cfg.max_tool_workers) as pool:
             self._pool = pool
             while ready or generating or tools:
@@ -216,17 +229,29 @@ class ARPORollout:
                 ready = []
                 if generating:
                     events = self.generator.poll()
+                    cohorts.append([])
                     for key, seg in events:
                         x = generating.pop(key)
                         ready += self._on_segment(x, seg, states)  # its branches, which generate at once
-                        tools[pool.submit(self._step, x, seg.text)] = x
+                        future = pool.submit(self._step, x, seg.text)
+                        tools[future] = x
+                        cohorts[-1].append(future)
                     if lockstep or events:
                         self.turns += 1  # a node's `turn`: the round (the poll that brought segments) it starts in
                 if tools:
-                    if lockstep or not (generating or ready):  # nothing else to do: waiting is on the critical path
+                    idle = not (generating or ready)  # nothing else to do: waiting is on the critical path
+                    if stepped:  # a poll's env steps overlap the next poll, then are waited for: reproducible
+                        due = [f for cohort in (cohorts if idle else cohorts[:-1]) for f in cohort]
+                        cohorts = [] if idle else cohorts[-1:]
                         with self._env_time():
-                            wait(tools, return_when=ALL_COMPLETED if lockstep else FIRST_COMPLETED)
-                    for future in [f for f in tools if f.done()]:  # in submission order
+                            wait(due, return_when=ALL_COMPLETED)
+                    else:
+                        cohorts = []
+                        if lockstep or idle:
+                            with self._env_time():
+                                wait(tools, return_when=ALL_COMPLETED if lockstep else FIRST_COMPLETED)
+                        due = [f for f in tools if f.done()]  # in submission order
+                    for future in due:
                         x = tools.pop(future)
                         if self._on_step(x, future.result(), states):
                             ready.append(x)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+import time
+
 import gymnasium as gym
 import pytest
 import torch
@@ -83,11 +86,34 @@ def test_exactly_m_per_task_with_several_tasks(agent, tokenizer):
     assert all(len({tr.node for tr in t.trajectories}) == 5 for t in trees)
 
 
-def test_same_seed_same_trees(agent, tokenizer):
-    a = rollout(agent, tokenizer, temperature=1.0, alpha=0.5, beta=0.2, seed=7)
-    b = rollout(agent, tokenizer, temperature=1.0, alpha=0.5, beta=0.2, seed=7)
-    assert [t.completion_ids for t in a[0].trajectories] == [t.completion_ids for t in b[0].trajectories]
-    assert [(n.parent, n.start, n.kind) for n in a[0].nodes] == [(n.parent, n.start, n.kind) for n in b[0].nodes]
+@pytest.mark.parametrize("continuous", [True, False])
+def test_same_seed_same_trees_whatever_the_tools_timing(agent, tokenizer, continuous, monkeypatch):
+    """Continuous batching or lock-step rounds: a seed fixes the trees, even when the tool calls take random times
+    (the second run's env steps sleep 0-60 ms at random)."""
+    config = RolloutConfig(num_generations=6, num_global=2, alpha=0.5, beta=0.2, max_new_tokens=24,
+                           max_completion_tokens=400, temperature=1.0, seed=7)
+    tasks = [TASK, {"question": "Something else entirely?", "answer": "7"}]
+
+    def run():
+        return ARPORollout(HFGenerator(agent, tokenizer, continuous=continuous, steps_per_poll=2), make_env,
+                           config).run(tasks)
+
+    a = run()
+    env_class = type(make_env())
+    step = env_class.step
+    jitter = random.Random()  # unseeded: different timings every run
+
+    def slow_step(self, action):
+        time.sleep(jitter.random() * 0.06)
+        return step(self, action)
+
+    monkeypatch.setattr(env_class, "step", slow_step)
+    b = run()
+    for x, y in zip(a, b):
+        assert [t.completion_ids for t in x.trajectories] == [t.completion_ids for t in y.trajectories]
+        assert [(n.parent, n.start, n.kind, n.turn) for n in x.nodes] == [(n.parent, n.start, n.kind, n.turn)
+                                                                          for n in y.nodes]
+    assert sum(t.tool_calls for x in a for t in x.trajectories) > 0
 
 
 def test_jsonl_round_trip_appends(agent, tokenizer, tmp_path):
@@ -120,11 +146,12 @@ def test_cached_continuation_and_branching_equal_reencoding(agent, tokenizer):
     assert branch.encoded == len(branch.tokens) - 1
 
 
-def test_a_branch_decided_mid_segment_joins_the_batch(agent, tokenizer):
-    """Greedy: a fork made after the first k tokens of a segment joins the running batch, generates that segment
-    afresh from its parent's cache, and comes back from the same poll; it and its parent equal re-encoding from
-    scratch, now and at their next turn (the joined row's cache holds exactly its own tokens)."""
-    gen = HFGenerator(agent, tokenizer)
+@pytest.mark.parametrize("continuous", [True, False])
+def test_a_branch_decided_mid_segment_joins_the_batch(agent, tokenizer, continuous):
+    """Greedy: a fork made after the first k tokens of a segment joins the running batch and generates that segment
+    afresh from its parent's cache (lock-step: it comes back from the same poll); it and its parent equal re-encoding
+    from scratch, now and at their next turn (the joined row's cache holds exactly its own tokens)."""
+    gen = HFGenerator(agent, tokenizer, continuous=continuous, steps_per_poll=1)
     params = SamplingParams(max_new_tokens=12, temperature=0.0, entropy_k=4, stop=("</python>",))
     prompt = tokenizer.encode(TASK["question"], add_special_tokens=False)
     a, b = gen.new_path(prompt), gen.new_path(prompt[:-2])
@@ -141,7 +168,12 @@ def test_a_branch_decided_mid_segment_joins_the_batch(agent, tokenizer):
     gen.submit(a, params, "a", decide)
     gen.submit(b, params, "b")
     got = dict(gen.poll())
-    assert list(got) == ["a", "b", "child"] and len(seen) == 1
+    if continuous:
+        while len(got) < 3:
+            got.update(gen.poll())
+    assert sorted(got) == ["a", "b", "child"] and len(seen) == 1
+    if not continuous:
+        assert list(got) == ["a", "b", "child"]
     assert len(seen[0]) == min(4, len(got["a"].token_ids)) and seen[0] == got["a"].entropies
     expected = gen.generate([gen.new_path(prefix)], params)[0].token_ids
     assert got["a"].token_ids == expected and got["child"].token_ids == expected
@@ -154,6 +186,47 @@ def test_a_branch_decided_mid_segment_joins_the_batch(agent, tokenizer):
     for path, seg in zip([a, child, b], again):
         fresh = gen.new_path(path.tokens[: len(path.tokens) - len(seg.token_ids)])
         assert gen.generate([fresh], params)[0].token_ids == seg.token_ids
+
+
+def test_continuous_batching_equals_reencoding(agent, tokenizer):
+    """Greedy, continuous batching: paths end at different steps, come back with an observation and take the rows
+    of ended ones, others fork mid-segment into free rows or new ones; every segment equals encoding its whole
+    prefix from scratch."""
+    gen = HFGenerator(agent, tokenizer, continuous=True, steps_per_poll=1)
+    question = tokenizer.encode(TASK["question"], add_special_tokens=False)
+    observation = tokenizer.encode("\n<result>\n42\n</result>\n", add_special_tokens=False)
+    lengths = {"a": 3, "b": 5, "c": 9, "d": 12}
+    params = {key: SamplingParams(max_new_tokens=n, temperature=0.0, entropy_k=2) for key, n in lengths.items()}
+    base = question * 3
+    paths = {key: gen.new_path(base[: len(base) - 24 + 8 * i]) for i, key in enumerate(lengths)}
+    turns = {key: 0 for key in paths}
+    checked, forks = 0, 0
+
+    def decide(parent):
+        def inner(entropies):
+            nonlocal forks
+            forks += 1
+            key = f"fork{forks}"
+            paths[key], turns[key], params[key] = gen.fork(paths[parent]), 9, params[parent]
+            return [(key, paths[key])]
+        return inner
+
+    for key in paths:
+        gen.submit(paths[key], params[key], key)
+    pending = set(paths)
+    while pending:
+        for key, seg in gen.poll():
+            pending.discard(key)
+            path = paths[key]
+            fresh = gen.new_path(path.tokens[: len(path.tokens) - len(seg.token_ids)])
+            assert gen.generate([fresh], params[key])[0].token_ids == seg.token_ids, key
+            checked += 1
+            turns[key] += 1
+            if turns[key] < 3:
+                gen.extend(path, observation)
+                gen.submit(path, params[key], key, decide(key) if turns[key] == 1 else None)
+                pending.add(key)
+    assert forks == 4 and checked == 4 * 3 + forks
 
 
 def test_entropy_is_exact_and_normalised(agent, tokenizer):
