@@ -1,7 +1,8 @@
 """ARPO vs GRPO at equal M on the same tasks and model: tokens generated and encoded, tool calls, wall time, peak
 memory and the share of wall time spent in the environments and tools.
 
-    python benchmarks/rollout_efficiency.py [--tasks 4] [-M 8] [-N 4] [--backend hf] [--repeats 1]
+    python benchmarks/rollout_efficiency.py [--tasks 8] [-M 8] [-N 4] [--backend hf] [--schedule continuous]
+                                            [--repeats 1]
     .venv-vllm/bin/python benchmarks/rollout_efficiency.py --backend vllm    # vLLM (CPU build or GPU)
 
 Each algorithm runs in its own child process (so that each has its own peak memory), one after the other; with
@@ -13,8 +14,8 @@ ARPO's env + tool share of its rollout wall time.
 Both algorithms run through the same engine and generator, with the same seed. ARPO's branches share their prefix
 with the path they split from: the prompt and everything up to the tool result are neither generated nor encoded
 again (the branch starts from its parent's key/value cache, or vLLM's prefix cache). GRPO samples M independent
-trajectories. On the transformers backend (``--backend hf``) all waiting paths generate in one batch per round; on
-vLLM (``--backend vllm``) every path is its own request, resubmitted the moment its tool result is back, and tool
+trajectories. On the transformers backend (``--backend hf``) paths join and leave one running batch (continuous
+batching; ``--schedule lockstep``: all waiting paths generate in one batch per round); on vLLM (``--backend vllm``) every path is its own request, resubmitted the moment its tool result is back, and tool
 calls overlap generation (`arpo_algo.rollout`). "env s" is the environments' time on the rollout's critical path
 (what generation waited for); "tool s" the env steps' own time, summed, overlapped or not. vLLM's engine start-up is
 not counted, and "peak MB" is the benchmark process's own (vLLM's engine core runs in a process of its own). The
@@ -38,13 +39,13 @@ import arpo_env  # noqa: F401
 from arpo_algo.rollout import ARPORollout, GRPORollout, RolloutConfig
 
 
-def make_generator(backend: str, block_size: int | None = None):
+def make_generator(backend: str, block_size: int | None = None, schedule: str = "continuous"):
     """The warmed-up model behind the chosen backend (vLLM loads the same weights from the warm-up's folder, so the
     transformers model is only loaded to make that folder the first time)."""
     if backend == "hf":
         from arpo_algo.hf_generator import HFGenerator
 
-        return HFGenerator(*warmed_model())
+        return HFGenerator(*warmed_model(), continuous=schedule == "continuous")
     if not (warmed_path() / "config.json").is_file():
         warmed_model()
     import os
@@ -87,12 +88,14 @@ def median_run(runs: list[dict]) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", type=int, default=4)
+    parser.add_argument("--tasks", type=int, default=8)
     parser.add_argument("-M", "--num-generations", type=int, default=8)
     parser.add_argument("-N", "--num-global", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--backend", choices=["hf", "vllm"], default="hf")
+    parser.add_argument("--schedule", choices=["continuous", "lockstep"], default="continuous",
+                        help="transformers backend: continuous batching (the default) or lock-step rounds")
     parser.add_argument("--block-size", type=int, default=None,
                         help="vLLM's KV-cache block (tokens); the prefix cache shares whole blocks only")
     parser.add_argument("--repeats", type=int, default=1,
@@ -105,7 +108,7 @@ def main() -> None:
     tasks = list(range(args.tasks))
 
     if args.only:
-        generator = make_generator(args.backend, args.block_size)
+        generator = make_generator(args.backend, args.block_size, args.schedule)
         result = run(ARPORollout if args.only == "arpo" else GRPORollout, generator, tasks, config)
         result["peak MB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print("RESULT " + json.dumps(result), flush=True)
@@ -123,7 +126,7 @@ def main() -> None:
         for algo in ("arpo", "grpo"):
             print(f"{algo} wall s per run: " + ", ".join(f"{r['wall s']:.1f}" for r in runs[algo]))
 
-    block = f" (block size {args.block_size})" if args.block_size else ""
+    block = f" (block size {args.block_size})" if args.block_size else f" ({args.schedule})" if args.backend == "hf" else ""
     print(f"\n{args.backend} backend{block}, {args.tasks} tasks, M={args.num_generations}, N={args.num_global}, "
           f"Z={config.branch_factor}, "
           f"alpha={config.alpha}, beta={config.beta}, seed={args.seed}\n")
