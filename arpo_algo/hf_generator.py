@@ -72,25 +72,32 @@ class HFGenerator(PathGenerator):
         """Encode each path's tokens but the last into its cache, in one batch: a prompt shared by many paths (forks
         of it) is then encoded once."""
         todo = [p for p in paths if len(p.tokens) - 1 > p.encoded]
-        if not todo:
-            return
-        pending = [p.tokens[p.encoded:-1] for p in todo]
-        cache_len, width = max(p.encoded for p in todo), max(len(t) for t in pending)
+        if todo:
+            out, mask = self._encode_pending(todo, [p.tokens[p.encoded:-1] for p in todo])
+            for i, path in enumerate(todo):
+                path.state = self._unstack_cache(out.past_key_values, mask, i)
+                path.encoded = len(path.tokens) - 1
+
+    def _encode_pending(self, paths: list[Path], pending: list[list[int]], reserve: int = 0
+                        ) -> tuple[Any, torch.Tensor]:
+        """One forward over the paths' caches (left-padded) and their `pending` tokens (right-aligned): returns its
+        output (the batch cache, with room for `reserve` more tokens, and the last position's logits) and the
+        attention mask."""
+        cache_len, width = max(p.encoded for p in paths), max(len(t) for t in pending)
         self.stats.prefill_tokens += sum(len(t) for t in pending)
-        mask = torch.zeros(len(todo), cache_len + width, dtype=torch.long)
-        input_ids = torch.full((len(todo), width), self.pad_id, dtype=torch.long)
-        positions = torch.zeros(len(todo), width, dtype=torch.long)
-        for i, (path, toks) in enumerate(zip(todo, pending)):
+        mask = torch.zeros(len(paths), cache_len + width, dtype=torch.long)
+        input_ids = torch.full((len(paths), width), self.pad_id, dtype=torch.long)
+        positions = torch.zeros(len(paths), width, dtype=torch.long)
+        for i, (path, toks) in enumerate(zip(paths, pending)):
             mask[i, cache_len - path.encoded: cache_len] = 1
             mask[i, cache_len + width - len(toks):] = 1
             input_ids[i, width - len(toks):] = torch.tensor(toks)
             positions[i, width - len(toks):] = torch.arange(path.encoded, path.encoded + len(toks))
-        cache = self._stack_caches(todo, cache_len)
-        self.model(input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
-                   position_ids=positions.to(self.device), past_key_values=cache, use_cache=True, logits_to_keep=1)
-        for i, path in enumerate(todo):
-            path.state = self._unstack_cache(cache, mask, i)
-            path.encoded = len(path.tokens) - 1
+        cache = self._stack_caches(paths, cache_len, reserve)
+        out = self.model(input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
+                         position_ids=positions.to(self.device), past_key_values=cache, use_cache=True,
+                         logits_to_keep=1)
+        return out, mask
 
     # Generation -----------------------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -255,21 +262,8 @@ class _Batch:
         pending = [p.tokens[p.encoded:] for p in paths]
         if any(not toks for toks in pending):
             raise ValueError("a path has no pending token: extend it or fork it before generating")
-        cache_len, width = max(p.encoded for p in paths), max(len(t) for t in pending)
-        gen.stats.prefill_tokens += sum(len(t) for t in pending)
-        mask = torch.zeros(len(paths), cache_len + width, dtype=torch.long)
-        input_ids = torch.full((len(paths), width), gen.pad_id, dtype=torch.long)
-        positions = torch.zeros(len(paths), width, dtype=torch.long)
-        for i, (path, toks) in enumerate(zip(paths, pending)):
-            mask[i, cache_len - path.encoded: cache_len] = 1
-            mask[i, cache_len + width - len(toks):] = 1
-            input_ids[i, width - len(toks):] = torch.tensor(toks)
-            positions[i, width - len(toks):] = torch.arange(path.encoded, path.encoded + len(toks))
         reserve = max(s.params.max_new_tokens for s in seqs) + max(s.params.entropy_k for s in seqs) + 1
-        cache = gen._stack_caches(paths, cache_len, reserve)
-        out = gen.model(input_ids=input_ids.to(gen.device), attention_mask=mask.to(gen.device),
-                        position_ids=positions.to(gen.device), past_key_values=cache, use_cache=True,
-                        logits_to_keep=1)
+        out, mask = gen._encode_pending(paths, pending, reserve)
         logits = out.logits[:, -1, :].float()
         layers = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
         if not any(r is not None for r in self.rows):
