@@ -115,38 +115,22 @@ class PathGenerator:
         raise NotImplementedError
 
     def submit(self, path: Path, params: SamplingParams, key: Any, decide: Decide | None = None) -> None:
-        if decide is not None and not self.decides_mid_segment:
-            raise ValueError(f"{type(self).__name__} takes no decision during generation")
+        self._check_decide(decide)
         self.__dict__.setdefault("_submitted", []).append((key, path, replace(params, seed=None), decide))
+
+    def _check_decide(self, decide: Decide | None) -> None:
+        if decide is not None and not self.decides_mid_segment:
+            raise ValueError(f"{type(self).__name__} takes its branch decisions once a segment is back, not during "
+                             "generation (decides_mid_segment is False)")
 
     def poll(self) -> list[tuple[Any, Segment]]:
         submitted = self.__dict__.pop("_submitted", [])
         done: dict[int, Segment] = {}
-        joined: list[tuple[Any, Segment]] = []
         for params in dict.fromkeys(p for _, _, p, _ in submitted):
             idx = [i for i, (_, _, p, _) in enumerate(submitted) if p == params]
-            paths = [submitted[i][1] for i in idx]
-            decides = [submitted[i][3] for i in idx]
-            if not any(decides):
-                segments = self.generate(paths, params)
-            else:
-                keys: list[Any] = []
-
-                def recording(decide: Decide | None) -> Decide | None:
-                    if decide is None:
-                        return None
-
-                    def inner(entropies: list[float]) -> list[tuple[Any, Path]]:
-                        pairs = decide(entropies)
-                        keys.extend(key for key, _ in pairs)
-                        return [path for _, path in pairs]  # type: ignore[misc]
-                    return inner
-
-                segments = self.generate(paths, params, [recording(d) for d in decides])  # type: ignore[call-arg]
-                joined += list(zip(keys, segments[len(idx):]))
-            for i, segment in zip(idx, segments):
+            for i, segment in zip(idx, self.generate([submitted[i][1] for i in idx], params)):
                 done[i] = segment
-        return [(key, done[i]) for i, (key, _, _, _) in enumerate(submitted)] + joined
+        return [(key, done[i]) for i, (key, _, _, _) in enumerate(submitted)]
 
 
 class Generator(Protocol):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from transformers.cache_utils import DynamicLayer
@@ -41,8 +41,6 @@ class HFGenerator(PathGenerator):
     def __init__(self, model: Any, tokenizer: Any, device: str | torch.device | None = None,
                  continuous: bool = True, steps_per_poll: int = 8) -> None:
         self.continuous = continuous
-        self.lockstep = not continuous
-        self.stepped = continuous
         self.steps_per_poll = steps_per_poll
         self.model = model.eval()
         self.tokenizer = tokenizer
@@ -54,6 +52,15 @@ class HFGenerator(PathGenerator):
         self._rng = torch.Generator(device="cpu")
         self._rng.manual_seed(0)
         self._batch = _Batch(self)
+
+    @property
+    def lockstep(self) -> bool:  # type: ignore[override]
+        return not self.continuous
+
+    @property
+    def stepped(self) -> bool:
+        """Continuous batching with deterministic polls: the rollout collects a poll's tool calls after the next."""
+        return self.continuous
 
     # Paths ----------------------------------------------------------------------------------------------------------
     def seed(self, seed: int) -> None:
@@ -100,24 +107,22 @@ class HFGenerator(PathGenerator):
         return out, mask
 
     # Generation -----------------------------------------------------------------------------------------------------
+    def generate(self, paths: list[Path], params: SamplingParams) -> list[Segment]:
+        """Continue every path in one batch, until each ends (see `arpo_algo.generator`)."""
+        return [self._segment(seq) for seq in self._to_the_end([_Seq(path, params) for path in paths])]
+
     @torch.no_grad()
-    def generate(self, paths: list[Path], params: SamplingParams,
-                 decide: list[Callable[[list[float]], list[Path]] | None] | None = None) -> list[Segment]:
-        """Continue every path in one batch, until each ends (see `arpo_algo.generator`). A path whose `decide` is set
-        hands it the entropies of its first ``entropy_k`` tokens (fewer if it ends sooner) as soon as they are
-        sampled; the paths it returns (forks of that path at its end, the start of this segment) join the batch at
-        once and generate this segment afresh. Returns one segment per path, then one per joined path in the order
-        they joined."""
-        if not paths:
+    def _to_the_end(self, seqs: list[_Seq]) -> list[_Seq]:
+        """Generate the sequences in a batch of their own until every one has ended; returns them, then the forks
+        their decisions made (which joined the batch at once), in the order they joined."""
+        if not seqs:
             return []
         self.stats.calls += 1
-        decide = decide or [None] * len(paths)
-        seqs = [_Seq(path, params, None, None if d is None else _keyless(d)) for path, d in zip(paths, decide)]
         batch = _Batch(self)
         batch.join(seqs)
         while batch.rows:
             batch.step()
-        return [self._segment(seq) for seq in seqs + batch.forks]
+        return seqs + batch.forks
 
     def poll(self) -> list[tuple[Any, Segment]]:
         """Continuous batching (``continuous=True``): the submitted paths join the running batch (their pending
@@ -125,14 +130,22 @@ class HFGenerator(PathGenerator):
         `steps_per_poll` steps have run; returns the paths that ended, in the order they did. Paths still generating
         stay in the batch for the next poll, so a path whose tool result is back does not wait for the others'
         segments. What a poll returns depends only on what was submitted before it, so a rollout that resubmits
-        paths at fixed polls (`arpo_algo.rollout`) is reproducible."""
+        paths at fixed polls (`arpo_algo.rollout`) is reproducible.
+
+        Lock-step (``continuous=False``): everything submitted, one batch per sampling setting, to the end of every
+        segment; returned in submission order, then the forks that decisions made."""
+        submitted = [_Seq(path, params, key, decide) for key, path, params, decide
+                     in self.__dict__.pop("_submitted", [])]
         if not self.continuous:
-            return super().poll()
-        submitted = self.__dict__.pop("_submitted", [])
+            forks: list[_Seq] = []
+            for params in dict.fromkeys(seq.params for seq in submitted):
+                group = [seq for seq in submitted if seq.params == params]
+                forks += self._to_the_end(group)[len(group):]
+            return [(seq.key, self._segment(seq)) for seq in submitted + forks]
         with torch.no_grad():
             if submitted:
                 self.stats.calls += 1
-                self._batch.join([_Seq(path, params, key, decide) for key, path, params, decide in submitted])
+                self._batch.join(submitted)
             ended: list[_Seq] = []
             steps = 0
             while self._batch.rows and not (ended and steps >= self.steps_per_poll):
@@ -141,7 +154,7 @@ class HFGenerator(PathGenerator):
             self._batch.forks.clear()  # they come back as they end, like every path
         return [(seq.key, self._segment(seq)) for seq in ended]
 
-    def _segment(self, seq: "_Seq") -> Segment:
+    def _segment(self, seq: _Seq) -> Segment:
         path = seq.path
         path.tokens.extend(seq.generated)
         path.encoded = len(path.tokens) - 1  # the last sampled token has not been fed yet
@@ -229,10 +242,6 @@ class _Seq:
     """The batch column of its last prefix token: where a fork of it stops sharing its row."""
     refeed: bool = False
     """A fork that has just joined: fed its last prefix token again, to get its own first distribution."""
-
-
-def _keyless(decide: Callable[[list[float]], list[Path]]) -> Decide:
-    return lambda entropies: [(None, path) for path in decide(entropies)]
 
 
 class _Batch:
@@ -397,12 +406,8 @@ class _Batch:
         if first < least:
             return
         for layer in self.cache.layers:
-            width = layer.keys.shape[-2]
-            if isinstance(layer, _GrowingLayer):
-                assert layer._k is not None and layer._v is not None
-                _assign(layer, layer._k[..., first:, :], layer._v[..., first:, :], width - first)
-            else:
-                layer.keys, layer.values = layer.keys[..., first:, :], layer.values[..., first:, :]
+            keys, values = (layer._k, layer._v) if isinstance(layer, _GrowingLayer) else (layer.keys, layer.values)
+            _assign(layer, keys[..., first:, :], values[..., first:, :], layer.keys.shape[-2] - first)
         self.mask = self.mask[:, first:]
         for s in self.rows:
             if s is not None:

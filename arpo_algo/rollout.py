@@ -229,13 +229,15 @@ class ARPORollout:
                 ready = []
                 if generating:
                     events = self.generator.poll()
-                    cohorts.append([])
+                    cohort = []
                     for key, seg in events:
                         x = generating.pop(key)
                         ready += self._on_segment(x, seg, states)  # its branches, which generate at once
                         future = pool.submit(self._step, x, seg.text)
                         tools[future] = x
-                        cohorts[-1].append(future)
+                        cohort.append(future)
+                    if stepped:
+                        cohorts.append(cohort)
                     if lockstep or events:
                         self.turns += 1  # a node's `turn`: the round (the poll that brought segments) it starts in
                 if tools:
@@ -246,7 +248,6 @@ class ARPORollout:
                         with self._env_time():
                             wait(due, return_when=ALL_COMPLETED)
                     else:
-                        cohorts = []
                         if lockstep or idle:
                             with self._env_time():
                                 wait(tools, return_when=ALL_COMPLETED if lockstep else FIRST_COMPLETED)

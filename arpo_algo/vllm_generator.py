@@ -24,7 +24,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Any
 
 from arpo_algo.entropy import top_logprob_entropy
-from arpo_algo.generator import GeneratorStats, Path, PathGenerator, SamplingParams, Segment
+from arpo_algo.generator import Decide, GeneratorStats, Path, PathGenerator, SamplingParams, Segment
 
 
 def vllm_available() -> bool:
@@ -90,7 +90,7 @@ class VLLMGenerator(_CacheServedPaths):
                   dtype=dtype, max_model_len=max_model_len, **kwargs)
         return cls(llm)
 
-    def submit(self, path: Path, params: SamplingParams, key: Any, decide: Any = None) -> None:
+    def submit(self, path: Path, params: SamplingParams, key: Any, decide: Decide | None = None) -> None:
         """Add the path's continuation to the engine as its own request (continuous batching: it joins the running
         batch at the engine's next step)."""
         from vllm import SamplingParams as VLLMParams
@@ -98,7 +98,7 @@ class VLLMGenerator(_CacheServedPaths):
         from vllm.sampling_params import RequestOutputKind
 
         _check_logprobs_mode(self.logprobs_mode, params)
-        _no_decide(decide)
+        self._check_decide(decide)
         self.stats.calls += 1
         self._counter += 1
         request_id = f"arpo-{self._counter}"
@@ -156,10 +156,10 @@ class VLLMServerGenerator(_CacheServedPaths):
         self._pool: ThreadPoolExecutor | None = None
         self._requests_in_flight: dict[Any, tuple[Any, Path, SamplingParams]] = {}
 
-    def submit(self, path: Path, params: SamplingParams, key: Any, decide: Any = None) -> None:
+    def submit(self, path: Path, params: SamplingParams, key: Any, decide: Decide | None = None) -> None:
         """Send the path's continuation as its own HTTP request (the server batches concurrent requests). Each has
         its own seed, so paths with the same tokens (a group's first turn, a fresh branch) draw different samples."""
-        _no_decide(decide)
+        self._check_decide(decide)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self.max_concurrent_requests)
         self.stats.calls += 1
@@ -199,11 +199,6 @@ class VLLMServerGenerator(_CacheServedPaths):
             max_tokens=params.max_new_tokens, logprobs=self.top_logprobs,
             generation_kwargs={"stop": list(params.stop), "include_stop_str_in_output": True, "seed": seed})
         return out["completion_ids"][0], out["logprobs"][0], out["logprob_token_ids"][0]
-
-
-def _no_decide(decide: Any) -> None:
-    if decide is not None:
-        raise ValueError("vLLM requests take their branch decisions after the segment (decides_mid_segment is False)")
 
 
 def _check_logprobs_mode(mode: str, params: SamplingParams) -> None:
