@@ -11,7 +11,8 @@ engine calls:
 * `extend(path, token_ids)` — append an observation's tokens (encoded lazily at the next `generate`);
 * `fork(path, at=None)` — a new path sharing the prefix ``tokens[:at]`` (and its cache: no re-encoding);
 * `submit(path, params, key)` and `poll()` — the same continuation, asked for one path at a time: `poll` returns
-  ``(key, Segment)`` for the requests that have finished since the last call. A *lock-step* backend
+  ``(key, Segment)`` for the requests that have finished since the last call; `cancel(key)` drops a request
+  (ARPO's spare samples that a task turns out not to need), counting the tokens it had generated. A *lock-step* backend
   (``lockstep = True``: transformers with ``continuous=False``) generates everything submitted in one batch per
   `poll`; a *stepped* one (``stepped = True``: transformers, continuous batching) keeps a running batch that
   submitted paths join and ended ones leave, each poll a deterministic number of steps; an asynchronous one (vLLM,
@@ -40,8 +41,8 @@ class SamplingParams:
     entropy_k: int = 20
     """Measure the entropy of this many first tokens of every segment."""
     seed: int | None = None
-    """A per-request sampling seed (vLLM backends: the same continuation whatever else is in the batch); None: the
-    generator's own sequence. The transformers backend samples a batch from one seeded stream and ignores it."""
+    """A per-request sampling seed: the same continuation whatever else is in the batch (on every backend, up to the
+    last bits of batched arithmetic); None: drawn from the generator's own seeded sequence."""
 
 
 @dataclass
@@ -82,15 +83,19 @@ class GeneratorStats:
     """Tokens encoded without being generated (prompts, observations, and prefixes that had to be re-encoded)."""
     generated_tokens: int = 0
     calls: int = 0
+    decode_steps: int = 0
+    """Decoding steps of the running batch, one after the other (the transformers backend; 0 where the backend does
+    not count them): its critical path, whatever the batch width."""
 
     def as_dict(self) -> dict[str, int]:
-        return {"prefill_tokens": self.prefill_tokens, "generated_tokens": self.generated_tokens, "calls": self.calls}
+        return {"prefill_tokens": self.prefill_tokens, "generated_tokens": self.generated_tokens, "calls": self.calls,
+                "decode_steps": self.decode_steps}
 
 
-Decide = Callable[[list[float]], list[tuple[Any, Path]]]
+Decide = Callable[[list[float]], list[tuple[Any, Path, SamplingParams]]]
 """A branch decision taken during generation (`PathGenerator.submit`): given the entropies of a path's first
-``entropy_k`` tokens of the segment (fewer if it ends sooner), the (key, path) pairs that join, each a fork of that
-path at the start of the segment."""
+``entropy_k`` tokens of the segment (fewer if it ends sooner), the (key, path, params) of the paths that join, each
+a fork of that path at the start of the segment with its own request (the same sampling, its own seed)."""
 
 
 class PathGenerator:
@@ -98,9 +103,9 @@ class PathGenerator:
     (a backend encodes them lazily, at its next `generate`). `submit`/`poll` here are lock-step: `poll` generates
     everything submitted, one `generate` batch per distinct sampling setting, and returns it in submission order.
 
-    A backend with ``decides_mid_segment = True`` (transformers) takes a request's `decide` during generation: the
-    paths it returns join the running batch at once and their segments come back from the same `poll`, after the
-    submitted ones (a branch then starts ``entropy_k`` tokens after its parent, not a whole segment later)."""
+    A backend with ``decides_mid_segment = True`` (transformers, the vLLM engine) takes a request's `decide` during
+    generation, as soon as the segment's first ``entropy_k`` tokens are sampled: the paths it returns join the running
+    batch at once (a branch then starts ``entropy_k`` tokens after its parent, not a whole segment later)."""
 
     lockstep = True
     decides_mid_segment = False
@@ -116,7 +121,14 @@ class PathGenerator:
 
     def submit(self, path: Path, params: SamplingParams, key: Any, decide: Decide | None = None) -> None:
         self._check_decide(decide)
-        self.__dict__.setdefault("_submitted", []).append((key, path, replace(params, seed=None), decide))
+        self.__dict__.setdefault("_submitted", []).append((key, path, params, decide))
+
+    def cancel(self, key: Any) -> int:
+        """Drop the request submitted under `key` if it has not finished; returns the tokens it had generated (they
+        count in `stats`). A lock-step backend generates nothing between polls, so it only forgets the request."""
+        submitted = self.__dict__.get("_submitted", [])
+        self.__dict__["_submitted"] = [s for s in submitted if s[0] != key]
+        return 0
 
     def _check_decide(self, decide: Decide | None) -> None:
         if decide is not None and not self.decides_mid_segment:
@@ -126,8 +138,9 @@ class PathGenerator:
     def poll(self) -> list[tuple[Any, Segment]]:
         submitted = self.__dict__.pop("_submitted", [])
         done: dict[int, Segment] = {}
-        for params in dict.fromkeys(p for _, _, p, _ in submitted):
-            idx = [i for i, (_, _, p, _) in enumerate(submitted) if p == params]
+        unseeded = [replace(p, seed=None) for _, _, p, _ in submitted]
+        for params in dict.fromkeys(unseeded):
+            idx = [i for i, p in enumerate(unseeded) if p == params]
             for i, segment in zip(idx, self.generate([submitted[i][1] for i in idx], params)):
                 done[i] = segment
         return [(key, done[i]) for i, (key, _, _, _) in enumerate(submitted)]
@@ -152,3 +165,5 @@ class Generator(Protocol):
     def submit(self, path: Path, params: SamplingParams, key: Any, decide: Decide | None = None) -> None: ...
 
     def poll(self) -> list[tuple[Any, Segment]]: ...
+
+    def cancel(self, key: Any) -> int: ...

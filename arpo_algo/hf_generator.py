@@ -9,15 +9,18 @@ in place (`_GrowingLayer`). A fork shares its parent's cache tensors (cropped to
 fork made during generation (ARPO's decision after the first k tokens, `decide`) copies its parent's row and joins
 the running batch. `submit`/`poll` batch continuously (`continuous=True`: paths join and leave the running batch
 between polls) or in lock-step rounds. Entropy is exact: computed from the full sampling distribution
-(`arpo_algo.entropy`).
+(`arpo_algo.entropy`). Every request samples from a stream of its own, seeded by its `SamplingParams.seed` (or, for
+a request without one, drawn from the generator's seeded stream): what a path generates does not depend on what
+else is in the batch, as on vLLM.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 import torch
 from transformers.cache_utils import DynamicLayer
 
@@ -32,8 +35,9 @@ class HFGenerator(PathGenerator):
         continuous: `poll` keeps one running batch that submitted paths join and ended ones leave (the rollout
             collects a poll's tool calls after the next poll: ``stepped``); False: `poll` generates what was
             submitted in one batch, to the end of every segment (lock-step rounds).
-        steps_per_poll: the fewest decoding steps a poll takes before it returns the paths that ended (continuous):
-            the overlap each tool call gets with generation.
+        steps_per_poll: the decoding steps a poll takes before it returns the paths that ended (continuous): the
+            overlap each tool call gets with generation, and the longest a path whose tool result is back waits to
+            rejoin.
     """
 
     decides_mid_segment = True
@@ -108,8 +112,12 @@ class HFGenerator(PathGenerator):
 
     # Generation -----------------------------------------------------------------------------------------------------
     def generate(self, paths: list[Path], params: SamplingParams) -> list[Segment]:
-        """Continue every path in one batch, until each ends (see `arpo_algo.generator`)."""
-        return [self._segment(seq) for seq in self._to_the_end([_Seq(path, params) for path in paths])]
+        """Continue every path in one batch, until each ends (see `arpo_algo.generator`). With a seed, path i
+        samples from the i-th stream spawned from it; without, each from the generator's sequence."""
+        seeds = ([int(s.generate_state(1)[0]) for s in np.random.SeedSequence(params.seed).spawn(len(paths))]
+                 if params.seed is not None else [None] * len(paths))
+        seqs = [_Seq(path, replace(params, seed=seed)) for path, seed in zip(paths, seeds)]
+        return [self._segment(seq) for seq in self._to_the_end(seqs)]
 
     @torch.no_grad()
     def _to_the_end(self, seqs: list[_Seq]) -> list[_Seq]:
@@ -126,11 +134,11 @@ class HFGenerator(PathGenerator):
 
     def poll(self) -> list[tuple[Any, Segment]]:
         """Continuous batching (``continuous=True``): the submitted paths join the running batch (their pending
-        tokens encoded in one forward), then the batch takes decoding steps until at least one path has ended and
-        `steps_per_poll` steps have run; returns the paths that ended, in the order they did. Paths still generating
-        stay in the batch for the next poll, so a path whose tool result is back does not wait for the others'
-        segments. What a poll returns depends only on what was submitted before it, so a rollout that resubmits
-        paths at fixed polls (`arpo_algo.rollout`) is reproducible.
+        tokens encoded in one forward), then the batch takes `steps_per_poll` decoding steps (fewer if it empties);
+        returns the paths that ended, in the order they did (often none). Paths still generating stay in the batch
+        for the next poll, so a path whose tool result is back waits neither for the others' segments nor for a
+        path to end: it rejoins at the next poll. What a poll returns depends only on what was submitted before it,
+        so a rollout that resubmits paths at fixed polls (`arpo_algo.rollout`) is reproducible.
 
         Lock-step (``continuous=False``): everything submitted, one batch per sampling setting, to the end of every
         segment; returned in submission order, then the forks that decisions made."""
@@ -138,8 +146,8 @@ class HFGenerator(PathGenerator):
                      in self.__dict__.pop("_submitted", [])]
         if not self.continuous:
             forks: list[_Seq] = []
-            for params in dict.fromkeys(seq.params for seq in submitted):
-                group = [seq for seq in submitted if seq.params == params]
+            for sampling in dict.fromkeys(_sampling(seq.params) for seq in submitted):
+                group = [seq for seq in submitted if _sampling(seq.params) == sampling]
                 forks += self._to_the_end(group)[len(group):]
             return [(seq.key, self._segment(seq)) for seq in submitted + forks]
         with torch.no_grad():
@@ -147,12 +155,24 @@ class HFGenerator(PathGenerator):
                 self.stats.calls += 1
                 self._batch.join(submitted)
             ended: list[_Seq] = []
-            steps = 0
-            while self._batch.rows and not (ended and steps >= self.steps_per_poll):
+            for _ in range(self.steps_per_poll):
+                if not self._batch.rows:
+                    break
                 ended += self._batch.step()
-                steps += 1
             self._batch.forks.clear()  # they come back as they end, like every path
         return [(seq.key, self._segment(seq)) for seq in ended]
+
+    def cancel(self, key: Any) -> int:
+        """Drop the path submitted under `key`: from the requests not yet joined, or its row of the running batch
+        (the row is hidden like an ended one, and taken by the next path to join). Returns the tokens it had
+        generated in this segment."""
+        super().cancel(key)
+        for r, seq in enumerate(self._batch.rows):
+            if seq is not None and seq.key == key:
+                self._batch.drop(r)
+                self.stats.generated_tokens += len(seq.generated)
+                return len(seq.generated)
+        return 0
 
     def _segment(self, seq: _Seq) -> Segment:
         path = seq.path
@@ -163,9 +183,16 @@ class HFGenerator(PathGenerator):
         return Segment(seq.generated, seq.logprobs, seq.entropies,
                        self.tokenizer.decode(text_ids, skip_special_tokens=False), seq.finish, seq.params.entropy_k)
 
-    def _sample(self, logits: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Sample one token per row; return it, its log-prob under the sampling distribution (temperature and top-p
-        applied, renormalised over the nucleus) and that distribution's normalised entropy (`arpo_algo.entropy`)."""
+    def _stream(self, params: SamplingParams) -> np.random.Generator:
+        """A request's own sampling stream: from its seed, or else from the generator's seeded sequence."""
+        seed = params.seed if params.seed is not None else int(torch.randint(2**62, (1,), generator=self._rng))
+        return np.random.default_rng(seed)
+
+    def _sample(self, logits: torch.Tensor, params: SamplingParams, draws: list[float]
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sample one token per row, row i by inverse CDF at the uniform ``draws[i]``; return it, its log-prob under
+        the sampling distribution (temperature and top-p applied, renormalised over the nucleus) and that
+        distribution's normalised entropy (`arpo_algo.entropy`)."""
         if params.temperature <= 0:
             raw = torch.log_softmax(logits.float(), dim=-1)
             tokens = logits.argmax(-1)
@@ -174,11 +201,11 @@ class HFGenerator(PathGenerator):
         if params.top_p < 1.0:
             logp = nucleus_log_probs(logp, params.top_p)
         probs = logp.exp()
-        # Inverse-CDF sampling: one uniform draw per row from the seeded stream (torch.multinomial draws one per
+        # Inverse-CDF sampling: one uniform draw per row, from the row's own stream (torch.multinomial draws one per
         # vocabulary entry, a fifth of a batched step's time on a CPU).
         cdf = probs.cumsum(-1)
-        draws = torch.rand(logits.shape[0], 1, generator=self._rng).to(cdf.device, cdf.dtype)
-        tokens = torch.searchsorted(cdf, draws * cdf[:, -1:], right=True)[:, 0].clamp_(max=logits.shape[-1] - 1)
+        u = torch.tensor(draws, dtype=cdf.dtype, device=cdf.device)[:, None]
+        tokens = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)[:, 0].clamp_(max=logits.shape[-1] - 1)
         entropy = torch.where(probs > 0, -probs * logp, torch.zeros_like(probs)).sum(-1) / self.log_vocab
         return tokens, logp.gather(1, tokens[:, None])[:, 0], entropy
 
@@ -242,6 +269,8 @@ class _Seq:
     """The batch column of its last prefix token: where a fork of it stops sharing its row."""
     refeed: bool = False
     """A fork that has just joined: fed its last prefix token again, to get its own first distribution."""
+    rng: np.random.Generator | None = None
+    """Its own sampling stream (`HFGenerator._stream`), set when it joins a batch."""
 
 
 class _Batch:
@@ -263,10 +292,11 @@ class _Batch:
         gen = self.gen
         if not seqs:
             return
-        sampling = {(s.params.temperature, s.params.top_p, s.params.stop, s.params.entropy_k) for s in seqs + [
-            r for r in self.rows if r is not None]}
+        sampling = {_sampling(s.params) for s in seqs + [r for r in self.rows if r is not None]}
         if len(sampling) > 1:
             raise ValueError("one batch samples one way: the paths differ in temperature, top-p, stop or entropy_k")
+        for seq in seqs:
+            seq.rng = gen._stream(seq.params)
         paths = [s.path for s in seqs]
         pending = [p.tokens[p.encoded:] for p in paths]
         if any(not toks for toks in pending):
@@ -328,7 +358,9 @@ class _Batch:
         gen = self.gen
         params = next(r for r in self.rows if r is not None).params
         assert self.logits is not None
-        tokens, token_logprobs, token_entropy = gen._sample(self.logits, params)
+        gen.stats.decode_steps += 1
+        draws = [seq.rng.random() if seq is not None and seq.rng is not None else 0.5 for seq in self.rows]
+        tokens, token_logprobs, token_entropy = gen._sample(self.logits, params, draws)
         sampled, token_logprobs, token_entropy = tokens.tolist(), token_logprobs.tolist(), token_entropy.tolist()
         ended: list[_Seq] = []
         forks: list[_Seq] = []
@@ -348,8 +380,9 @@ class _Batch:
             elif len(s.generated) >= s.params.max_new_tokens:
                 s.finish = "length"
             if s.decide is not None and (s.finish or len(s.generated) >= s.params.entropy_k):
-                for key, path in s.decide(list(s.entropies)):
-                    forks.append(_Seq(path, s.params, key, prefix_end=s.prefix_end, refeed=True))
+                for key, path, fork_params in s.decide(list(s.entropies)):
+                    forks.append(_Seq(path, fork_params, key, prefix_end=s.prefix_end, refeed=True,
+                                      rng=gen._stream(fork_params)))
                     parents.append(r)
                 s.decide = None
         for r, s in enumerate(self.rows):
@@ -399,6 +432,12 @@ class _Batch:
         self.logits = out.logits[:, -1, :].float()
         return ended
 
+    def drop(self, r: int) -> None:
+        """Let row `r` go without its cache (a cancelled path); an empty batch starts anew at the next join."""
+        self.rows[r] = None
+        if not any(seq is not None for seq in self.rows):
+            self.rows, self.cache, self.mask, self.logits = [], None, torch.zeros(0, 0, dtype=torch.long), None
+
     def _trim(self, least: int = 64) -> None:
         """Drop the leading columns every row hides (once there are at least `least`)."""
         seen = self.mask.any(0).nonzero()
@@ -412,6 +451,11 @@ class _Batch:
         for s in self.rows:
             if s is not None:
                 s.prefix_end -= first
+
+
+def _sampling(params: SamplingParams) -> tuple:
+    """What the rows of one batch must share: how they sample and stop (each has its own seed and token budget)."""
+    return params.temperature, params.top_p, params.stop, params.entropy_k
 
 
 def _assign(layer: Any, keys: torch.Tensor, values: torch.Tensor, length: int) -> None:
