@@ -2,16 +2,20 @@
 
 Each path's continuation is its own request, holding the path's full token sequence: `submit` adds it to the
 engine the moment the path is ready and `poll` steps the engine, returning the requests that finished (continuous
-batching: a path whose tool result is back joins the running batch at the next step). vLLM's automatic prefix caching
-recognises the shared prefixes (the prompt, everything before a branch point, everything before an observation),
-so only new tokens are computed. Entropy comes from the top-k log-probabilities vLLM returns (k = `top_logprobs`,
+batching: a path whose tool result is back joins the running batch at the next step). Requests stream their tokens
+(``RequestOutputKind.DELTA``), so ARPO's branch decision is taken as soon as a segment's first k tokens are out and
+the branches join the running batch then, k tokens behind their parent rather than a whole segment; `cancel` aborts
+a request. vLLM's automatic prefix caching recognises the shared prefixes (the prompt, everything before a branch
+point, everything before an observation), so only new tokens are computed: whole KV blocks are shared, so each
+request re-encodes the partial block at its end (`from_pretrained` uses 32-token blocks on the CPU, whose default
+is 128). Entropy comes from the top-k log-probabilities vLLM returns (k = `top_logprobs`,
 20 by default; the reference used 10), normalised by ln|V| as in the reference implementation: an approximation of
 the exact entropy the transformers backend computes. The engine must return *processed* log-probs (after temperature
 and top-p: ``logprobs_mode="processed_logprobs"``, as TRL's colocated engine and ``trl vllm-serve`` do, and as
 `VLLMGenerator.from_pretrained` sets), so that entropies and sampled log-probs are those of the sampling
 distribution on every backend (`arpo_algo.entropy`). An engine with raw log-probs is accepted only where the two
 coincide (temperature 1 or greedy, top-p 1). `prefill_tokens` counts the prompt tokens vLLM did not find in
-its prefix cache (``num_cached_tokens``).
+its prefix cache (``num_cached_tokens``), cancelled requests' included.
 
 It can own its engine (``VLLMGenerator.from_pretrained(model)``) or wrap one that exists, such as TRL's colocated
 ``trainer.llm``.
@@ -20,7 +24,8 @@ It can own its engine (``VLLMGenerator.from_pretrained(model)``) or wrap one tha
 from __future__ import annotations
 
 import math
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
 from typing import Any
 
 from arpo_algo.entropy import top_logprob_entropy
@@ -66,7 +71,25 @@ class _CacheServedPaths(PathGenerator):
         return [got[key] for key in keys]
 
 
+@dataclass(eq=False)
+class _Stream:
+    """A request under way on the engine: what it has streamed so far."""
+
+    key: Any
+    path: Path
+    params: SamplingParams
+    decide: Decide | None = None
+    ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    entropies: list[float] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+    cached: int | None = None
+    """Prompt tokens found in the prefix cache (known from its first output on)."""
+
+
 class VLLMGenerator(_CacheServedPaths):
+    decides_mid_segment = True
+
     def __init__(self, llm: Any, tokenizer: Any | None = None, top_logprobs: int = 20) -> None:
         self.llm = llm
         self.tokenizer = tokenizer if tokenizer is not None else llm.get_tokenizer()
@@ -76,23 +99,30 @@ class VLLMGenerator(_CacheServedPaths):
         self.log_vocab = math.log(model_config.get_vocab_size())
         self.logprobs_mode = str(getattr(model_config, "logprobs_mode", "processed_logprobs"))
         self._counter = 0
-        self._requests_in_flight: dict[str, tuple[Any, Path, SamplingParams]] = {}
+        self._requests_in_flight: dict[str, _Stream] = {}
 
     @classmethod
     def from_pretrained(cls, model: str, gpu_memory_utilization: float = 0.5, dtype: str = "auto",
                         max_model_len: int | None = None, **kwargs: Any) -> "VLLMGenerator":
+        """An engine of its own, with prefix caching and processed log-probs. On the CPU its KV blocks are 32 tokens
+        (vLLM's CPU default is 128): the prefix cache shares whole blocks, so every resubmitted path and every branch
+        re-encodes the partial block at its end, and small blocks keep that small (32 is the CPU kernels' unit)."""
         if not vllm_available():
             raise ImportError("the vLLM generator needs vLLM and a GPU: pip install 'arpo[vllm]'")
+        import torch
         from vllm import LLM
 
         kwargs.setdefault("logprobs_mode", "processed_logprobs")
+        if not torch.cuda.is_available():
+            kwargs.setdefault("block_size", 32)
         llm = LLM(model=model, enable_prefix_caching=True, gpu_memory_utilization=gpu_memory_utilization,
                   dtype=dtype, max_model_len=max_model_len, **kwargs)
         return cls(llm)
 
     def submit(self, path: Path, params: SamplingParams, key: Any, decide: Decide | None = None) -> None:
         """Add the path's continuation to the engine as its own request (continuous batching: it joins the running
-        batch at the engine's next step)."""
+        batch at the engine's next step). `decide` is called once its first ``entropy_k`` tokens are out (or it
+        ends sooner); the forks it returns are submitted at once."""
         from vllm import SamplingParams as VLLMParams
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
@@ -105,36 +135,65 @@ class VLLMGenerator(_CacheServedPaths):
         sampling = VLLMParams(max_tokens=params.max_new_tokens, temperature=params.temperature, top_p=params.top_p,
                               stop=list(params.stop), include_stop_str_in_output=True, logprobs=self.top_logprobs,
                               seed=params.seed if params.seed is not None else self._next_seed(),
-                              output_kind=RequestOutputKind.FINAL_ONLY)
+                              output_kind=RequestOutputKind.DELTA)
         self.llm.llm_engine.add_request(request_id, TokensPrompt(prompt_token_ids=list(path.tokens)), sampling)
-        self._requests_in_flight[request_id] = (key, path, params)
+        self._requests_in_flight[request_id] = _Stream(key, path, params, decide)
 
     def poll(self) -> list[tuple[Any, Segment]]:
-        """One engine step: the requests it finished (often none: the caller looks at its tool calls meanwhile)."""
+        """One engine step: the requests it finished (often none: the caller looks at its tool calls meanwhile),
+        after taking the decisions that came due in it."""
         done = []
         if not self._requests_in_flight:
             return done
         for out in self.llm.llm_engine.step():
-            if out.finished and out.request_id in self._requests_in_flight:
-                key, path, params = self._requests_in_flight.pop(out.request_id)
-                done.append((key, self._segment(path, out, params)))
+            stream = self._requests_in_flight.get(out.request_id)
+            if stream is None:
+                continue
+            self._take(stream, out)
+            if stream.decide is not None and (out.finished or len(stream.ids) >= stream.params.entropy_k):
+                decide, stream.decide = stream.decide, None
+                for key, path, params in decide(list(stream.entropies)):
+                    self.submit(path, params, key)
+            if out.finished:
+                del self._requests_in_flight[out.request_id]
+                done.append((stream.key, self._segment(stream, out.outputs[0])))
         return done
 
-    def _segment(self, path: Path, out: Any, params: SamplingParams) -> Segment:
+    def cancel(self, key: Any) -> int:
+        """Abort the request submitted under `key`; returns the tokens it had generated."""
+        for request_id, stream in self._requests_in_flight.items():
+            if stream.key == key:
+                self.llm.llm_engine.abort_request([request_id])
+                del self._requests_in_flight[request_id]
+                self._count(stream)
+                return len(stream.ids)
+        return 0
+
+    def _take(self, stream: _Stream, out: Any) -> None:
+        """Add a streamed output's new tokens (their log-probs, and the entropies of the first ``entropy_k``)."""
         completion = out.outputs[0]
-        ids = list(completion.token_ids)
-        logprobs, entropies = [], []
-        for j, (token, top) in enumerate(zip(ids, completion.logprobs or [])):
-            logprobs.append(float(top[token].logprob))
-            if j < params.entropy_k:
-                entropies.append(top_logprob_entropy([lp.logprob for lp in top.values()], self.log_vocab,
-                                                     self.top_logprobs))
-        self.stats.prefill_tokens += len(path.tokens) - int(getattr(out, "num_cached_tokens", 0) or 0)
-        self.stats.generated_tokens += len(ids)
-        path.tokens.extend(ids)
+        if stream.cached is None and getattr(out, "num_cached_tokens", None) is not None:
+            stream.cached = int(out.num_cached_tokens or 0)
+        for token, top in zip(completion.token_ids, completion.logprobs or []):
+            stream.logprobs.append(float(top[token].logprob))
+            if len(stream.ids) < stream.params.entropy_k:
+                stream.entropies.append(top_logprob_entropy([lp.logprob for lp in top.values()], self.log_vocab,
+                                                            self.top_logprobs))
+            stream.ids.append(token)
+        stream.text.append(completion.text)
+
+    def _count(self, stream: _Stream) -> None:
+        if stream.cached is not None:  # its prefill ran (a request aborted before its first output: unknown)
+            self.stats.prefill_tokens += len(stream.path.tokens) - stream.cached
+        self.stats.generated_tokens += len(stream.ids)
+
+    def _segment(self, stream: _Stream, completion: Any) -> Segment:
+        self._count(stream)
+        stream.path.tokens.extend(stream.ids)
         finish = "length" if completion.finish_reason == "length" else (
             "stop" if isinstance(completion.stop_reason, str) else "eos")
-        return Segment(ids, logprobs, entropies, completion.text, finish, params.entropy_k)
+        return Segment(stream.ids, stream.logprobs, stream.entropies, "".join(stream.text), finish,
+                       stream.params.entropy_k)
 
 
 class VLLMServerGenerator(_CacheServedPaths):
@@ -155,6 +214,7 @@ class VLLMServerGenerator(_CacheServedPaths):
         self.max_concurrent_requests = 64
         self._pool: ThreadPoolExecutor | None = None
         self._requests_in_flight: dict[Any, tuple[Any, Path, SamplingParams]] = {}
+        self._cancelled: list[tuple[Future, Path]] = []
 
     def submit(self, path: Path, params: SamplingParams, key: Any, decide: Decide | None = None) -> None:
         """Send the path's continuation as its own HTTP request (the server batches concurrent requests). Each has
@@ -168,6 +228,7 @@ class VLLMServerGenerator(_CacheServedPaths):
 
     def poll(self, timeout: float = 0.02) -> list[tuple[Any, Segment]]:
         """The requests that have come back within `timeout` seconds (at least one, if any is under way)."""
+        self._count_cancelled()
         if not self._requests_in_flight:
             return []
         finished, _ = wait(self._requests_in_flight, timeout=timeout, return_when=FIRST_COMPLETED)
@@ -176,6 +237,22 @@ class VLLMServerGenerator(_CacheServedPaths):
             key, path, params = self._requests_in_flight.pop(future)
             done.append((key, self._segment(path, future.result(), params)))
         return done
+
+    def cancel(self, key: Any) -> int:
+        """Forget the request submitted under `key` (an HTTP request cannot be withdrawn: its tokens are counted when
+        it comes back, and its result is dropped). Returns 0: what it generates is not known yet."""
+        for future, (k, path, _) in list(self._requests_in_flight.items()):
+            if k == key:
+                del self._requests_in_flight[future]
+                self._cancelled.append((future, path))
+        return 0
+
+    def _count_cancelled(self) -> None:
+        for future, path in [c for c in self._cancelled if c[0].done()]:
+            self._cancelled.remove((future, path))
+            if future.exception() is None:
+                self.stats.prefill_tokens += len(path.tokens)
+                self.stats.generated_tokens += len(future.result()[0])
 
     def _segment(self, path: Path, out: tuple[list[int], list, list], params: SamplingParams) -> Segment:
         ids, top, top_ids = out
