@@ -86,6 +86,10 @@ class ARPOConfig(GRPOConfig):
         default=20, metadata={"help": "k: tokens whose normalised entropies (of the sampling distribution, divided "
                                       "by ln|V|) are summed into H at the start of the response (H₀) and after every "
                                       "tool result; ΔH = H − H₀, on the reference code's scale (arpo_algo.entropy)."})
+    spare_samples: int = field(
+        default=1, metadata={"help": "Fresh samples each task keeps under way ahead of its top-ups (ARPO): a top-up "
+                                     "takes them before starting a new sample; those a task turns out not to need are "
+                                     "stopped and discarded. 0: top-ups start only once they are certain."})
     max_new_tokens_per_turn: int = field(
         default=512, metadata={"help": "Tokens generated per turn (between two tool results)."})
     eval_temperature: float | None = field(
@@ -179,6 +183,8 @@ class ARPOConfig(GRPOConfig):
         if not 1 <= self.num_global <= self.num_generations:
             raise ConfigError(f"num_global (N={self.num_global}) must be between 1 and num_generations "
                              f"(M={self.num_generations})")
+        if self.spare_samples < 0:
+            raise ConfigError(f"spare_samples must be at least 0, not {self.spare_samples}")
         if self.vllm_weight_sync not in ("auto", "nccl", "disk"):
             raise ConfigError(f"vllm_weight_sync must be auto, nccl or disk, not {self.vllm_weight_sync!r}")
         problems = unsupported_settings(self)

@@ -29,6 +29,8 @@ def _rollout_parser(sub: Any) -> None:
     p.add_argument("--alpha", type=float, default=0.5)
     p.add_argument("--beta", type=float, default=0.2)
     p.add_argument("--entropy-k", type=int, default=20)
+    p.add_argument("--spare-samples", type=int, default=1,
+                   help="fresh samples per task kept under way ahead of its top-ups (0: top-ups start when certain)")
     p.add_argument("--max-new-tokens", type=int, default=None,
                    help=f"tokens per turn (default {GPU_BUDGET[0]}; {CPU_BUDGET[0]} with the hf backend on a CPU)")
     p.add_argument("--max-completion-tokens", type=int, default=None,
@@ -92,7 +94,7 @@ def rollout_main(args: argparse.Namespace) -> int:
                            branch_factor=args.branch_factor, alpha=args.alpha, beta=args.beta,
                            entropy_k=args.entropy_k, max_new_tokens=max_new,
                            max_completion_tokens=max_completion, temperature=args.temperature,
-                           top_p=args.top_p, seed=args.seed)
+                           top_p=args.top_p, seed=args.seed, spare_samples=args.spare_samples)
     print(f"loading {args.model} ({args.backend}) …; {max_new} tokens per turn, {max_completion} per trajectory "
           f"({why}; --max-new-tokens / --max-completion-tokens change it)", file=sys.stderr)
     generator = make_generator(args.model, args.backend)

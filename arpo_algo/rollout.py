@@ -13,7 +13,21 @@ ARPO, per task:
    trajectories;
 4. as soon as a task is certain to end with fewer than M (even if every live path branched at each tool step it has
    left, Z^r paths each, they could not make up the shortfall), top up with fresh samples, in the same batch as
-   everything else; exactly M per task.
+   everything else; exactly M per task. Top-ups are trajectory-level samples, as in the paper's termination step:
+   they do not branch.
+
+Spare samples take the top-ups' wait off the critical path. A task starts fresh samples ahead of its top-ups, at
+most ``spare_samples`` (1 by default) under way at once, while it is expected to fall short of M: its finished
+trajectories, plus what each live path is expected to grow into, (1 + (Z−1)·p̄)^q with p̄ the mean branching
+probability of the rollout's decisions so far and q the path's expected tool steps left (from the mean over
+finished paths, with one more at the full budget as a prior), plus one per top-up, fall short of M by at least
+one half. Spares are not part of the tree and take no branch budget. When the task needs a top-up it takes its
+spares first, in the order they started (a spare is then already under way, or already finished), and starts a new
+sample only when none is left. As soon as a task cannot need a spare any more (its finished and live paths would
+make M even without another branch), the spare is stopped and its work discarded. Which spares run, and when,
+depends only on the tree's own events, never on what a spare generated or how fast, and a taken spare is exactly the
+fresh sample a top-up would have drawn: so spares change when top-ups run, not what trees the rollout draws. Their
+cost is the discarded spares' tokens and tool calls, reported in `spares`.
 
 H₀ belongs to each trajectory and is measured anew for every task and batch (the reference implementation kept a
 table across batches). GRPO is the same machinery with N = M and no branching.
@@ -43,6 +57,7 @@ last bits, so trees can differ between runs of the same seed; M per task holds a
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -81,6 +96,10 @@ class RolloutConfig:
     branching: bool = True
     seed: int = 0
     max_tool_workers: int = 16
+    spare_samples: int = 1
+    """Fresh samples each task may keep under way ahead of its top-ups, while it is expected to need them (none
+    without branching): a top-up takes them in order before it starts a new sample, and they are stopped (their work
+    discarded) once the task cannot need them. 0: top-ups start only once they are certain."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.num_global <= self.num_generations:
@@ -88,20 +107,37 @@ class RolloutConfig:
                              f"{self.num_generations})")
         if self.branch_factor < 1:
             raise ValueError("branch_factor (Z) must be at least 1")
+        if self.spare_samples < 0:
+            raise ValueError("spare_samples must be at least 0")
 
 
-@dataclass
+@dataclass(eq=False)
 class _Live:
     """A path under way: the generator's path, its environment, and what it has produced so far.
 
     A branch's environment is forked in the tool pool, off the critical path: until the fork is done `env` is None
-    and `env_job` holds (the fork job, this branch's index in it); the branch generates meanwhile, and `tool_steps_left`
-    is its parent's at the branch point."""
+    and `env_job` holds (the fork job, this branch's index in it); the branch generates meanwhile.
+
+    `stream` names the path in its request seeds and branch draws: its tree node for a global sample or a branch,
+    M + j for the task's top-up j (tree nodes are below M), so a top-up draws alike whether it started as a spare
+    or late. A spare has no tree node (``node == -1``) until the task takes it as a top-up."""
 
     task: int
     node: int
     path: Path
     env: Any
+    stream: int = -1
+    topup: int | None = None
+    """Its index among the task's top-ups (spares included); None for a global sample or a branch."""
+    spare: bool = False
+    """Started ahead of need: not in the tree (nor in the task's counts) until the task takes it."""
+    turn: int = 0
+    """The round it started in (its node's `turn`)."""
+    ended: Trajectory | None = None
+    """A spare that finished before the task took it: its trajectory, waiting."""
+    cancelled: bool = False
+    stepping: bool = False
+    """Its env step is under way in the tool pool."""
     completion: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -118,6 +154,8 @@ class _Live:
     forking: Future | None = None
     """The job forking this path's branches: its next env step waits for it (the copies are of the state before)."""
     tool_steps_left: int = 0
+    """Tool calls its env's budget still allows, as of its last env step (kept by the rollout's own thread: an env
+    step under way in the tool pool must not change what the scheduler sees, or the trees would depend on timing)."""
 
     def environment(self) -> Any:
         """The path's environment, once its fork (if any) is done."""
@@ -133,6 +171,12 @@ class _TaskState:
         self.nodes: list[Node] = []
         self.done: list[Trajectory] = []
         self.live = 0
+        self.spares: list[_Live] = []
+        """Spare samples not taken yet, in the order they started (the order the task takes them in)."""
+        self.topups = 0
+        """Top-up indices given out (spares included): the next top-up is number `topups`."""
+        self.tool_budget = max(0, root_env.max_tool_calls - root_env.state.budget_used)
+        """The tool calls a path of this task may make."""
 
     def new_node(self, parent: int | None, start: int, kind: str, turn: int, **kw: Any) -> int:
         self.nodes.append(Node(len(self.nodes), parent, start, kind, turn=turn, **kw))
@@ -166,6 +210,13 @@ class ARPORollout:
         self.step_seconds = 0.0
         """The env work done in the tool pool, summed whether it overlapped generation or not: steps (tool calls
         included) and the forks made for branches."""
+        self.spares = {"started": 0, "taken": 0, "discarded": 0, "discarded_tokens": 0, "discarded_tool_calls": 0}
+        """Spare samples: started, taken as top-ups, and discarded because their task did not need them, with the
+        tokens the discarded ones had generated and the tool calls they had made (counted in `tool_calls` and in
+        the generator's stats too: they were spent)."""
+        self._seen = {"p": 0.0, "decisions": 0, "tool_steps": 0, "ended": 0}
+        """What this rollout has seen so far (its expected-shortfall estimate reads it): the sum of the branching
+        probabilities of its decisions, and the tool steps of its finished paths."""
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None  # the tool pool of the rollout under way
 
@@ -213,6 +264,7 @@ class ARPORollout:
             self.generator.encode([state.root_path for state in states])
         for t, state in enumerate(states):
             ready += [self._fresh(t, state, "global") for _ in range(self._initial(cfg))]
+        ready += self._spare_up(states, ready, ready, {})
         params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(_stop_strings()),
                                 cfg.entropy_k)
         lockstep = getattr(self.generator, "lockstep", True)
@@ -233,6 +285,7 @@ class ARPORollout:
                     for key, seg in events:
                         x = generating.pop(key)
                         ready += self._on_segment(x, seg, states)  # its branches, which generate at once
+                        x.stepping = True
                         future = pool.submit(self._step, x, seg.text)
                         tools[future] = x
                         cohort.append(future)
@@ -254,10 +307,12 @@ class ARPORollout:
                         due = [f for f in tools if f.done()]  # in submission order
                     for future in due:
                         x = tools.pop(future)
+                        x.stepping = False
                         if self._on_step(x, future.result(), states):
                             ready.append(x)
                 live = ready + list(generating.values()) + list(tools.values())
                 ready += self._top_up(states, live)
+                ready += self._spare_up(states, live, ready, generating)
                 for t, state in enumerate(states):
                     if trees[t] is None and state.live == 0 and len(state.done) >= cfg.num_generations:
                         trees[t] = self._tree(state)
@@ -274,6 +329,10 @@ class ARPORollout:
 
     def _initial(self, cfg: RolloutConfig) -> int:
         return cfg.num_global
+
+    def _spares(self, cfg: RolloutConfig) -> int:
+        """The reserve of spares per task: only a task that can fall short of M (with branching) can need one."""
+        return cfg.spare_samples if self._branching() and cfg.num_global < cfg.num_generations else 0
 
     def _branching(self) -> bool:
         return self.config.branching
@@ -300,25 +359,31 @@ class ARPORollout:
             return
         key = id(x)
         generating[key] = x
-        seed = int(np.random.SeedSequence([cfg.seed, x.task, x.node, len(x.segments)]).generate_state(1)[0])
-        request = replace(params, max_new_tokens=room, seed=seed)
+        request = replace(params, max_new_tokens=room, seed=self._seed(x))
         if self._decides(x) and getattr(self.generator, "decides_mid_segment", False):
             x.skip_check = True  # decided here, during generation: not again when the segment is back
 
-            def decide(entropies: list[float]) -> list[tuple[int, Path]]:
+            def decide(entropies: list[float]) -> list[tuple[int, Path, SamplingParams]]:
                 children = self._maybe_branch(x, window_entropy(entropies, cfg.entropy_k), len(x.completion),
                                               len(x.path.tokens), states[x.task], self.turns)
                 for child in children:
                     generating[id(child)] = child
-                return [(id(child), child.path) for child in children]
+                # A child's request is the one it would have made itself: the same room, its own seed.
+                return [(id(child), child.path, replace(request, seed=self._seed(child))) for child in children]
 
             self.generator.submit(x.path, request, key, decide)
         else:
             self.generator.submit(x.path, request, key)
 
+    def _seed(self, x: _Live) -> int:
+        """The request seed of the path's next segment: from (seed, task, stream, segment), whatever the order."""
+        entropy = [self.config.seed, x.task, x.stream, len(x.segments)]
+        return int(np.random.SeedSequence(entropy).generate_state(1)[0])
+
     def _decides(self, x: _Live) -> bool:
-        """Whether the path's next segment is one ARPO takes a branch decision on (the first after a tool result)."""
-        return x.measured and x.after_tool and not x.skip_check and self._branching()
+        """Whether the path's next segment is one ARPO takes a branch decision on (the first after a tool result;
+        never on a top-up, a trajectory-level sample)."""
+        return x.measured and x.after_tool and not x.skip_check and x.topup is None and self._branching()
 
     def _on_segment(self, x: _Live, seg: Segment, states: list[_TaskState]) -> list[_Live]:
         """Record a generated segment; returns the branches made from it (ARPO's decision after a tool result)."""
@@ -339,6 +404,12 @@ class ARPORollout:
         if info.get("tool"):
             self.tool_calls += 1
             x.steps += 1
+        if x.cancelled:  # a spare stopped while its tool ran
+            self.spares["discarded_tool_calls"] += bool(info.get("tool"))
+            with self._env_time():
+                x.environment().close()
+            return False
+        x.tool_steps_left = self._tool_steps_left(x.environment())
         if terminated or truncated:
             self._finish(x, states[x.task], truncated=truncated, observation=obs, parts=info.get("reward_parts"))
             return False
@@ -388,24 +459,25 @@ class ARPORollout:
         delta = h - x.h0
         p = branch_probability(cfg.alpha, cfg.beta, delta)
         budget = cfg.num_generations - (len(state.done) + state.live)
-        draw = np.random.default_rng([cfg.seed, x.task, x.node, x.steps]).random()  # the same in any event order
+        draw = np.random.default_rng([cfg.seed, x.task, x.stream, x.steps]).random()  # the same in any event order
         branched = budget > 0 and cfg.branch_factor > 1 and draw < p
         x.decisions.append({"step": x.steps, "token": start, "delta_h": delta, "p": p, "branched": bool(branched)})
+        self._seen["p"] += p
+        self._seen["decisions"] += 1
         if not branched:
             return []
         children = []
         count = min(cfg.branch_factor - 1, budget)
-        parent_env = x.environment()
-        x.forking = self._pool.submit(self._forks, parent_env, count)
-        left = self._tool_steps_left(parent_env)
+        x.forking = self._pool.submit(self._forks, x.environment(), count)
         for i in range(count):
             node = state.new_node(x.node, start, "branch", turn, step=x.steps, delta_h=delta, p=p)
             # The child re-generates this segment itself: it is after a tool result, but takes no decision on it.
-            child = _Live(x.task, node, self.generator.fork(x.path, at=at), None,
-                          x.completion[:start], x.mask[:start], x.logprobs[:start], x.entropies[:start],
-                          [dict(s) for s in x.segments if s["kind"] != "model" or s["start"] < start],
-                          h0=x.h0, measured=True, after_tool=True,
-                          skip_check=True, steps=x.steps, env_job=(x.forking, i), tool_steps_left=left)
+            child = _Live(x.task, node, self.generator.fork(x.path, at=at), None, stream=node, turn=turn,
+                          completion=x.completion[:start], mask=x.mask[:start], logprobs=x.logprobs[:start],
+                          entropies=x.entropies[:start],
+                          segments=[dict(s) for s in x.segments if s["kind"] != "model" or s["start"] < start],
+                          h0=x.h0, measured=True, after_tool=True, skip_check=True, steps=x.steps,
+                          env_job=(x.forking, i), tool_steps_left=x.tool_steps_left)
             state.live += 1
             children.append(child)
         return children
@@ -419,31 +491,123 @@ class ARPORollout:
     def _fresh(self, t: int, state: _TaskState, kind: str) -> _Live:
         node = state.new_node(None, 0, kind, self.turns)
         state.live += 1
+        return self._start(t, state, node=node, stream=node)
+
+    def _start(self, t: int, state: _TaskState, **kw: Any) -> _Live:
+        """A path at the start of the response: a fork of the task's prompt and of its env."""
         with self._env_time():
             env = state.root_env.fork()
-        return _Live(t, node, self.generator.fork(state.root_path), env)
+        return _Live(t, path=self.generator.fork(state.root_path), env=env, turn=self.turns,
+                     tool_steps_left=self._tool_steps_left(env), **kw)
+
+    def _topup(self, t: int, state: _TaskState, spare: bool) -> _Live:
+        """The task's next top-up: started ahead of need as a spare (no node, not counted), or needed now."""
+        j, state.topups = state.topups, state.topups + 1
+        stream = self.config.num_generations + j
+        if spare:
+            self.spares["started"] += 1
+            return self._start(t, state, node=-1, stream=stream, topup=j, spare=True)
+        node = state.new_node(None, 0, "topup", self.turns)
+        state.live += 1
+        return self._start(t, state, node=node, stream=stream, topup=j)
 
     def _top_up(self, states: list[_TaskState], live: list[_Live]) -> list[_Live]:
-        """Fresh samples for every task that is certain to end with fewer than M trajectories: even if each of its
-        live paths branched at every tool step it has left (`_capacity`), they could not make up the shortfall.
-        Started at once, in the same batch as everything else, rather than after the task's last path ends."""
+        """Top-ups for every task that is certain to end with fewer than M trajectories: even if each of its live
+        paths branched at every tool step it has left (`_capacity`), they could not make up the shortfall. The task
+        takes its spares first (in the order they started: already under way, or finished), then starts new
+        samples at once, in the same batch as everything else. Returns the new samples."""
         capacity = [0] * len(states)
         for x in live:
-            capacity[x.task] += self._capacity(x)
+            if not x.spare:
+                capacity[x.task] += self._capacity(x)
         fresh = []
         for t, state in enumerate(states):
             short = self.config.num_generations - len(state.done) - capacity[t]
-            fresh += [self._fresh(t, state, "topup") for _ in range(max(0, short))]
+            while short > 0 and state.spares:
+                self._take(state.spares.pop(0), state)
+                short -= 1
+            fresh += [self._topup(t, state, spare=False) for _ in range(max(0, short))]
         return fresh
+
+    def _take(self, x: _Live, state: _TaskState) -> None:
+        """A spare becomes the task's next top-up: a node of the tree, and counted (live, or done if it ended)."""
+        x.node, x.spare = state.new_node(None, 0, "topup", x.turn), False
+        self.spares["taken"] += 1
+        if x.ended is None:
+            state.live += 1
+            return
+        x.ended.node = x.node
+        self._seen["tool_steps"] += x.steps
+        self._seen["ended"] += 1
+        state.done.append(x.ended)
+        if self.progress:
+            self.progress(1)
+
+    def _spare_up(self, states: list[_TaskState], live: list[_Live], ready: list[_Live],
+                  generating: dict[int, _Live]) -> list[_Live]:
+        """Start spares where a task is expected to fall short, stop those it can no longer need; returns the new
+        ones. A task needs at most M − (done + live) more top-ups (its finished and live paths end as at least one
+        trajectory each): the spares beyond that many, or beyond `spare_samples`, go (the last started first). It
+        is expected to need M minus the trajectories it is expected to end with (`_expected`), rounded: spares are
+        started up to that many."""
+        cfg = self.config
+        by_task: list[list[_Live]] = [[] for _ in states]
+        for x in live:
+            if not x.spare:
+                by_task[x.task].append(x)
+        fresh = []
+        for t, state in enumerate(states):
+            keep = min(self._spares(cfg), max(0, cfg.num_generations - len(state.done) - state.live))
+            for x in state.spares[keep:]:
+                self._cancel(x, ready, generating)
+            del state.spares[keep:]
+            want = min(keep, math.floor(cfg.num_generations - self._expected(state, by_task[t]) + 0.5))
+            while len(state.spares) < want:
+                state.spares.append(self._topup(t, state, spare=True))
+                fresh.append(state.spares[-1])
+        return fresh
+
+    def _expected(self, state: _TaskState, live: list[_Live]) -> float:
+        """The trajectories a task is expected to end with: each finished one, and for each live path the
+        (1 + (Z−1)·p)^q it grows into on average if it branches with probability p at each of q more tool steps —
+        p the mean branching probability of this rollout's decisions so far (α before any), q the mean tool steps of
+        its finished paths less the path's own, at most its tool budget left. The mean counts one more path that used
+        the whole budget (a prior: before any path has ended, paths are expected to use it all, and the first to end
+        are the short ones). A top-up counts one."""
+        cfg, seen = self.config, self._seen
+        p = seen["p"] / seen["decisions"] if seen["decisions"] else cfg.alpha
+        growth = 1 + (cfg.branch_factor - 1) * p
+        mean_steps = (seen["tool_steps"] + state.tool_budget) / (seen["ended"] + 1)
+        expected = float(len(state.done))
+        for x in live:
+            if x.topup is not None:
+                expected += 1
+                continue
+            expected += growth ** min(x.tool_steps_left, max(0.0, mean_steps - x.steps))
+        return expected
+
+    def _cancel(self, x: _Live, ready: list[_Live], generating: dict[int, _Live]) -> None:
+        """Stop a spare and discard its work. One whose env step is under way is closed when the step returns."""
+        x.cancelled = True
+        dropped = 0
+        if generating.pop(id(x), None) is not None:
+            dropped = self.generator.cancel(id(x))
+        ready[:] = [y for y in ready if y is not x]
+        self.spares["discarded"] += 1
+        self.spares["discarded_tokens"] += sum(x.mask) + dropped
+        self.spares["discarded_tool_calls"] += x.steps
+        if x.ended is None and not x.stepping:
+            with self._env_time():
+                x.environment().close()
 
     def _capacity(self, x: _Live) -> int:
         """The most trajectories a live path can still end as: Z^r with r its tool steps left (each branch point
-        makes Z paths, and every one of them may branch again at each later step); 1 without branching."""
+        makes Z paths, and every one of them may branch again at each later step); 1 for a top-up or without
+        branching."""
         z = self.config.branch_factor
-        if not self._branching() or z < 2:
+        if not self._branching() or z < 2 or x.topup is not None:
             return 1
-        left = x.tool_steps_left if x.env is None else self._tool_steps_left(x.env)
-        return z ** min(left, 20)
+        return z ** min(x.tool_steps_left, 20)
 
     @staticmethod
     def _tool_steps_left(env: Any) -> int:
@@ -451,6 +615,7 @@ class ARPORollout:
 
     def _finish(self, x: _Live, state: _TaskState, truncated: bool, observation: str = "",
                 parts: dict[str, Any] | None = None) -> None:
+        """Score the path's trajectory and count it done; a spare's waits until the task takes it (`_take`)."""
         env = x.environment()
         env_state = env.state
         if observation:  # the env's last word (why it truncated) is part of the record, not of the tokens
@@ -459,12 +624,17 @@ class ARPORollout:
         if not parts:  # the env scored it when the episode ended; else score now
             with self._env_time():
                 parts = env.score().as_dict()
-        state.done.append(Trajectory(x.node, state.prompt_ids, x.completion, x.mask, x.logprobs, x.entropies,
-                                     x.segments, float(parts["total"]), parts, env_state.total_tool_calls,
-                                     x.decisions, truncated))
-        state.live -= 1
+        trajectory = Trajectory(x.node, state.prompt_ids, x.completion, x.mask, x.logprobs, x.entropies, x.segments,
+                                float(parts["total"]), parts, env_state.total_tool_calls, x.decisions, truncated)
         with self._env_time():
             env.close()
+        if x.spare:  # not seen until taken: what spares do must not steer which spares run
+            x.ended = trajectory
+            return
+        self._seen["tool_steps"] += x.steps
+        self._seen["ended"] += 1
+        state.done.append(trajectory)
+        state.live -= 1
         if self.progress:
             self.progress(1)
 

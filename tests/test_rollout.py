@@ -163,7 +163,7 @@ def test_a_branch_decided_mid_segment_joins_the_batch(agent, tokenizer, continuo
     def decide(entropies):
         seen.append(list(entropies))
         children.append(gen.fork(a))
-        return [("child", children[-1])]
+        return [("child", children[-1], params)]
 
     gen.submit(a, params, "a", decide)
     gen.submit(b, params, "b")
@@ -208,7 +208,7 @@ def test_continuous_batching_equals_reencoding(agent, tokenizer):
             forks += 1
             key = f"fork{forks}"
             paths[key], turns[key], params[key] = gen.fork(paths[parent]), 9, params[parent]
-            return [(key, paths[key])]
+            return [(key, paths[key], params[key])]
         return inner
 
     for key in paths:
@@ -252,13 +252,16 @@ def test_entropy_windows_name_the_start_and_after_tool_segments():
     assert list(entropy_windows(segments, entropies, own_from=5)) == [("after_tool", [0.3])]  # a branch's own part
 
 
+def one_call_env():
+    return gym.make("ARPO-Math-v0", sandbox_options={"timeout_s": 5}, max_tool_calls=1).unwrapped
+
+
 def test_top_ups_start_as_soon_as_they_are_certain(agent, tokenizer):
-    """One tool call each and no branching: after the first round two paths can end as at most two trajectories,
-    so the two top-ups start in the next round, while the first two are still writing their answers."""
-    engine = ARPORollout(HFGenerator(agent, tokenizer),
-                         lambda: gym.make("ARPO-Math-v0", sandbox_options={"timeout_s": 5}, max_tool_calls=1).unwrapped,
+    """Without spares, one tool call each and no branching: after the first round two paths can end as at most two
+    trajectories, so the two top-ups start in the next round, while the first two are still writing their answers."""
+    engine = ARPORollout(HFGenerator(agent, tokenizer), one_call_env,
                          RolloutConfig(num_generations=4, num_global=2, alpha=0.0, beta=0.0, max_new_tokens=24,
-                                       max_completion_tokens=400, temperature=0.3, seed=1))
+                                       max_completion_tokens=400, temperature=0.3, seed=1, spare_samples=0))
     (tree,) = engine.run([TASK])
     assert len(tree.trajectories) == 4
     assert [(n.kind, n.turn) for n in tree.nodes] == [("global", 0), ("global", 0), ("topup", 1), ("topup", 1)]
@@ -272,9 +275,56 @@ def test_capacity_bounds_what_a_path_can_still_become(agent, tokenizer):
     env.reset(options=TASK)
     from arpo_algo.rollout import _Live
 
-    x = _Live(0, 0, None, env)
+    x = _Live(0, 0, engine.generator.new_path([1]), env, tool_steps_left=engine._tool_steps_left(env))
     assert engine._capacity(x) == 2 ** 4  # four tool steps left, Z = 2: a full binary tree of branches
-    env.step("<python>x = 1</python>")
-    assert engine._capacity(x) == 2 ** 3
+    engine._on_step(x, env.step("<python>x = 1</python>"), [])
+    assert x.tool_steps_left == 3 and engine._capacity(x) == 2 ** 3  # updated by the rollout, once the step is back
     assert GRPORollout(HFGenerator(agent, tokenizer), make_env, RolloutConfig(4, 4))._capacity(x) == 1
+    x.topup = 0
+    assert engine._capacity(x) == 1  # a top-up is a trajectory-level sample: it never branches
+    env.close()
+
+
+def test_spares_change_when_top_ups_run_not_the_trees(undecided, tokenizer):
+    """Every request samples from its own seeded stream, so a run with spares draws the very trees a run without
+    them draws (the same nodes, the same tokens on each): which spares are kept depends on the tree alone. Here
+    spares are started, some taken as top-ups (they started earlier than the top-ups of the run without), and
+    exactly M per task either way."""
+    tasks = [TASK, {"question": "Something else entirely?", "answer": "7"}, {"question": "And a third?", "answer": "3"}]
+
+    def run(spares):
+        config = RolloutConfig(num_generations=6, num_global=2, alpha=0.3, beta=0.0, max_new_tokens=24,
+                               max_completion_tokens=400, temperature=1.0, seed=3, spare_samples=spares)
+        engine = ARPORollout(HFGenerator(undecided, tokenizer, steps_per_poll=2), make_env, config)
+        return engine, engine.run(tasks)
+
+    plain, without = run(0)
+    spared, with_spares = run(4)
+    assert plain.spares["started"] == 0 and spared.spares["started"] > 0 and spared.spares["taken"] > 0
+    assert spared.spares["started"] == spared.spares["taken"] + spared.spares["discarded"]
+    for a, b in zip(without, with_spares):
+        assert len(a.trajectories) == len(b.trajectories) == 6
+        assert [(n.parent, n.start, n.kind) for n in a.nodes] == [(n.parent, n.start, n.kind) for n in b.nodes]
+        tokens = lambda tree: {t.node: t.completion_ids for t in tree.trajectories}  # noqa: E731
+        assert tokens(a) == tokens(b)
+    turns = lambda trees: sorted(n.turn for tree in trees for n in tree.nodes if n.kind == "topup")  # noqa: E731
+    assert turns(with_spares) < turns(without)  # the taken spares had started before their top-ups were certain
+
+
+def test_a_spare_that_ended_waits_and_joins_the_tree_when_taken(agent, tokenizer):
+    """A spare that finishes before its task needs it is scored and kept aside (not in the task's counts); when the
+    task takes it, it becomes a top-up node and its trajectory is done at once."""
+    from arpo_algo.rollout import _TaskState
+
+    engine = ARPORollout(HFGenerator(agent, tokenizer), make_env, RolloutConfig(num_generations=4, num_global=2))
+    env = make_env()
+    env.reset(options=TASK)
+    state = _TaskState(TASK, env, [1, 2, 3], engine.generator.new_path([1, 2, 3]))
+    spare = engine._topup(0, state, spare=True)
+    assert spare.spare and spare.node == -1 and spare.topup == 0 and state.live == 0 and not state.nodes
+    engine._finish(spare, state, truncated=True)
+    assert spare.ended is not None and state.done == [] and state.live == 0
+    engine._take(spare, state)
+    assert [(n.kind, n.id) for n in state.nodes] == [("topup", 0)] and state.done == [spare.ended]
+    assert spare.ended.node == 0 and state.live == 0 and engine.spares["taken"] == 1
     env.close()

@@ -166,22 +166,29 @@ def test_rollouts_through_vllm(algorithm, generator):
             assert all(n.kind == "global" for n in tree.nodes)
 
 
+def record_events(generator, monkeypatch) -> list[tuple[str, object]]:
+    """("submit", key) for every request the generator is given (forks from decisions included) and ("done", key)
+    for every segment it returns, in order."""
+    events = []
+    submit, poll = generator.submit, generator.poll
+    monkeypatch.setattr(generator, "submit", lambda path, params, key, *rest: (events.append(("submit", key)),
+                                                                               submit(path, params, key, *rest))[1])
+    monkeypatch.setattr(generator, "poll", lambda: [events.append(("done", k)) or (k, s) for k, s in poll()])
+    return events
+
+
 def test_early_top_ups_through_vllm(generator, monkeypatch):
-    """One tool call each, no branching: the top-ups are submitted while the first two paths are still generating
-    (each path is its own request), and the task ends with exactly M."""
+    """Without spares, one tool call each, no branching: the top-ups are submitted while the first two paths are
+    still generating (each path is its own request), and the task ends with exactly M."""
     import gymnasium as gym
     from tiny_agent import TASK
 
     import arpo_env  # noqa: F401
     from arpo_algo.rollout import ARPORollout, RolloutConfig
 
-    events = []
-    submit, poll = generator.submit, generator.poll
-    monkeypatch.setattr(generator, "submit", lambda path, params, key: (events.append(("submit", key)),
-                                                                        submit(path, params, key))[1])
-    monkeypatch.setattr(generator, "poll", lambda: [events.append(("done", k)) or (k, s) for k, s in poll()])
+    events = record_events(generator, monkeypatch)
     config = RolloutConfig(num_generations=4, num_global=2, alpha=0.0, beta=0.0, max_new_tokens=32,
-                           max_completion_tokens=400, temperature=0.3, seed=0)
+                           max_completion_tokens=400, temperature=0.3, seed=0, spare_samples=0)
     make = lambda: gym.make("ARPO-Math-v0", max_tool_calls=1).unwrapped  # noqa: E731
     (tree,) = ARPORollout(generator, make, config).run([TASK])
     assert len(tree.trajectories) == 4
@@ -191,6 +198,45 @@ def test_early_top_ups_through_vllm(generator, monkeypatch):
     first_top_up = events.index(("submit", paths[2]))
     last_global = max(i for i, (e, k) in enumerate(events) if e == "done" and k in paths[:2])
     assert first_top_up < last_global  # started beside the global paths, not after them
+
+
+def test_branches_are_decided_after_k_tokens_and_spares_are_taken_or_aborted(generator, monkeypatch):
+    """α = 1: the branch decision is taken on the first k tokens after a tool result, so a branch's request is
+    submitted while its parent's segment is still streaming; any spare started is aborted once branches make M
+    (nothing of it in the tree, no request left). With α = 0 nothing will branch: the two spares start beside the
+    global samples and become the two top-ups."""
+    import gymnasium as gym
+    from tiny_agent import TASK
+
+    import arpo_env  # noqa: F401
+    from arpo_algo.rollout import ARPORollout, RolloutConfig
+
+    forks = []  # (the parent's stream, its tokens when the fork was submitted)
+    submit = generator.submit
+
+    def recording_submit(path, params, key, *rest):
+        if len(path.tokens) > path.prompt_len:  # not a fresh sample (a spare's path is a copy of the prompt)
+            forks.extend((st, len(st.ids)) for st in generator._requests_in_flight.values()
+                         if st.ids and st.path.tokens == path.tokens)
+        return submit(path, params, key, *rest)
+
+    monkeypatch.setattr(generator, "submit", recording_submit)
+    config = RolloutConfig(num_generations=4, num_global=2, alpha=1.0, beta=0.0, max_new_tokens=32,
+                           max_completion_tokens=400, temperature=0.5, seed=0, entropy_k=4)
+    engine = ARPORollout(generator, lambda: gym.make("ARPO-Math-v0").unwrapped, config)
+    (tree,) = engine.run([TASK])
+    assert len(tree.trajectories) == 4 and {n.kind for n in tree.nodes} == {"global", "branch"}
+    assert engine.spares["taken"] == 0 and engine.spares["started"] == engine.spares["discarded"]
+    assert not generator._requests_in_flight
+    assert len(forks) == tree.branches
+    assert all(at == 4 and len(parent.ids) > at for parent, at in forks)  # the parent went on generating
+
+    config = RolloutConfig(num_generations=4, num_global=2, alpha=0.0, beta=0.0, max_new_tokens=32,
+                           max_completion_tokens=400, temperature=0.3, seed=0, spare_samples=2)
+    engine = ARPORollout(generator, lambda: gym.make("ARPO-Math-v0", max_tool_calls=1).unwrapped, config)
+    (tree,) = engine.run([TASK])
+    assert [(n.kind, n.turn) for n in tree.nodes] == [("global", 0), ("global", 0), ("topup", 0), ("topup", 0)]
+    assert engine.spares["discarded"] == 0 and len(tree.trajectories) == 4
 
 
 def test_each_path_is_its_own_request(generator, tokenizer):
