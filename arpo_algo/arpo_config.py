@@ -87,7 +87,7 @@ class ARPOConfig(GRPOConfig):
                                       "by ln|V|) are summed into H at the start of the response (H₀) and after every "
                                       "tool result; ΔH = H − H₀, on the reference code's scale (arpo_algo.entropy)."})
     spare_samples: int = field(
-        default=1, metadata={"help": "Fresh samples each task keeps under way ahead of its top-ups (ARPO): a top-up "
+        default=2, metadata={"help": "Fresh samples each task keeps under way ahead of its top-ups (ARPO): a top-up "
                                      "takes them before starting a new sample; those a task turns out not to need are "
                                      "stopped and discarded. 0: top-ups start only once they are certain."})
     max_new_tokens_per_turn: int = field(

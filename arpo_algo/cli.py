@@ -29,7 +29,7 @@ def _rollout_parser(sub: Any) -> None:
     p.add_argument("--alpha", type=float, default=0.5)
     p.add_argument("--beta", type=float, default=0.2)
     p.add_argument("--entropy-k", type=int, default=20)
-    p.add_argument("--spare-samples", type=int, default=1,
+    p.add_argument("--spare-samples", type=int, default=2,
                    help="fresh samples per task kept under way ahead of its top-ups (0: top-ups start when certain)")
     p.add_argument("--max-new-tokens", type=int, default=None,
                    help=f"tokens per turn (default {GPU_BUDGET[0]}; {CPU_BUDGET[0]} with the hf backend on a CPU)")

@@ -17,7 +17,7 @@ ARPO, per task:
    they do not branch.
 
 Spare samples take the top-ups' wait off the critical path. A task starts fresh samples ahead of its top-ups, at
-most ``spare_samples`` (1 by default) under way at once, while it is expected to fall short of M: its finished
+most ``spare_samples`` (2 by default) under way at once, while it is expected to fall short of M: its finished
 trajectories, plus what each live path is expected to grow into, (1 + (Z−1)·p̄)^q with p̄ the mean branching
 probability of the rollout's decisions so far and q the path's expected tool steps left (from the mean over
 finished paths, with one more at the full budget as a prior), plus one per top-up, fall short of M by at least
@@ -96,7 +96,7 @@ class RolloutConfig:
     branching: bool = True
     seed: int = 0
     max_tool_workers: int = 16
-    spare_samples: int = 1
+    spare_samples: int = 2
     """Fresh samples each task may keep under way ahead of its top-ups, while it is expected to need them (none
     without branching): a top-up takes them in order before it starts a new sample, and they are stopped (their work
     discarded) once the task cannot need them. 0: top-ups start only once they are certain."""

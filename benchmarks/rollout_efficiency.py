@@ -17,7 +17,10 @@ again (the branch starts from its parent's key/value cache, or vLLM's prefix cac
 trajectories. On the transformers backend (``--backend hf``) paths join and leave one running batch (continuous
 batching; ``--schedule lockstep``: all waiting paths generate in one batch per round); on vLLM (``--backend vllm``) every path is its own request, resubmitted the moment its tool result is back, and tool
 calls overlap generation (`arpo_algo.rollout`). "env s" is the environments' time on the rollout's critical path
-(what generation waited for); "tool s" the env steps' own time, summed, overlapped or not. vLLM's engine start-up is
+(what generation waited for); "tool s" the env steps' own time, summed, overlapped or not. "decode steps" counts
+the transformers backend's decoding steps one after the other, the rollout's critical path whatever the batch width
+(its wall time follows it on a CPU); the spare rows are ARPO's spare samples (`RolloutConfig.spare_samples`): started,
+taken as top-ups, and the tokens and tool calls of those it discarded (counted in "generated" and "tool calls" too). vLLM's engine start-up is
 not counted, and "peak MB" is the benchmark process's own (vLLM's engine core runs in a process of its own). The
 model is SmolLM2-135M-Instruct after a short imitation warm-up on scripted arithmetic episodes
 (`benchmarks/_warmup.py`), so that it calls tools at all; the tasks are held-out arithmetic problems.
@@ -75,7 +78,13 @@ def run(cls, generator, tasks, config):
         "env s": engine.env_seconds,
         "env share": engine.env_seconds / wall,
         "tool s": engine.step_seconds,
+        "decode steps": generator.stats.decode_steps,
         "branches": sum(tree.branches for tree in trees),
+        "top-ups": sum(n.kind == "topup" for tree in trees for n in tree.nodes),
+        "spares started": engine.spares["started"],
+        "spares taken": engine.spares["taken"],
+        "spare tokens discarded": engine.spares["discarded_tokens"],
+        "spare tool calls discarded": engine.spares["discarded_tool_calls"],
         "trajectories": len(trajectories),
         "mean reward": sum(t.reward for t in trajectories) / len(trajectories),
     }
@@ -98,13 +107,16 @@ def main() -> None:
                         help="transformers backend: continuous batching (the default) or lock-step rounds")
     parser.add_argument("--block-size", type=int, default=None,
                         help="vLLM's KV-cache block (tokens); the prefix cache shares whole blocks only")
+    parser.add_argument("--spare-samples", type=int, default=RolloutConfig.spare_samples,
+                        help="ARPO's spare samples per task (fresh samples started ahead of its top-ups)")
     parser.add_argument("--repeats", type=int, default=1,
                         help="run each algorithm this many times, alternating, and report the median wall time "
                              "(the trees are the same each time on the transformers backend; the wall times vary)")
     parser.add_argument("--only", choices=["arpo", "grpo"], help=argparse.SUPPRESS)  # the child process
     args = parser.parse_args()
     config = RolloutConfig(num_generations=args.num_generations, num_global=args.num_global,
-                           max_new_tokens=args.max_new_tokens, max_completion_tokens=512, seed=args.seed)
+                           max_new_tokens=args.max_new_tokens, max_completion_tokens=512, seed=args.seed,
+                           spare_samples=args.spare_samples)
     tasks = list(range(args.tasks))
 
     if args.only:
@@ -129,11 +141,12 @@ def main() -> None:
     block = f" (block size {args.block_size})" if args.block_size else f" ({args.schedule})" if args.backend == "hf" else ""
     print(f"\n{args.backend} backend{block}, {args.tasks} tasks, M={args.num_generations}, N={args.num_global}, "
           f"Z={config.branch_factor}, "
-          f"alpha={config.alpha}, beta={config.beta}, seed={args.seed}\n")
+          f"alpha={config.alpha}, beta={config.beta}, spare samples={config.spare_samples}, seed={args.seed}\n")
     print("| metric | ARPO | GRPO | ARPO / GRPO |")
     print("|---|---:|---:|---:|")
-    for key in ("generated", "encoded", "tool calls", "wall s", "env s", "env share", "tool s", "peak MB", "branches",
-                "trajectories", "mean reward"):
+    for key in ("generated", "encoded", "tool calls", "wall s", "decode steps", "env s", "env share", "tool s",
+                "peak MB", "branches", "top-ups", "spares started", "spares taken", "spare tokens discarded",
+                "spare tool calls discarded", "trajectories", "mean reward"):
         a, g = arpo[key], grpo[key]
         ratio = f"{a / g:.2f}" if g and key not in ("branches", "mean reward", "env share") else "—"
         fmt = "{:.2f}" if isinstance(a, float) else "{}"
