@@ -119,12 +119,15 @@ def rollout_main(args: argparse.Namespace) -> int:
         for first in range(args.start, args.start + n_tasks, args.batch_tasks):
             engine.run(list(range(first, min(first + args.batch_tasks, args.start + n_tasks))), on_tree=finished)
     n = max(1, len(rewards))
-    stats = generator.stats
+    stats, spares = generator.stats, engine.spares
     tasks = f"{n_tasks} task{'' if n_tasks == 1 else 's'}"
     print(f"\n{tasks}, {len(rewards)} trajectories in {time.perf_counter() - start:.1f} s → {args.out}\n"
           f"mean reward {sum(rewards) / n:+.3f} | accuracy {correct / n:.1%} | tool calls {tools} "
           f"({tools / n:.2f}/traj) | branches {branches}\n"
-          f"generated tokens {stats.generated_tokens} | encoded (prefill) tokens {stats.prefill_tokens}",
+          f"generated tokens {stats.generated_tokens} | encoded (prefill) tokens {stats.prefill_tokens}"
+          + (f"\nspare samples {spares['started']} started, {spares['taken']} taken as top-ups, "
+             f"{spares['discarded']} discarded ({spares['discarded_tokens']} tokens, "
+             f"{spares['discarded_tool_calls']} tool calls)" if spares["started"] else ""),
           file=sys.stderr if args.out == "-" else sys.stdout)
     return 0
 
