@@ -288,6 +288,10 @@ class _Batch:
         self.forks: list[_Seq] = []
         """The forks that decisions made, in the order they joined."""
 
+    def _empty(self) -> None:
+        """No rows left: the next paths to join start a new batch."""
+        self.rows, self.cache, self.mask, self.logits = [], None, torch.zeros(0, 0, dtype=torch.long), None
+
     def join(self, seqs: list[_Seq]) -> None:
         gen = self.gen
         if not seqs:
@@ -404,8 +408,8 @@ class _Batch:
             self.rows[r] = fork
         left = list(zip(forks, parents))[placed:]
         live = [r for r, s in enumerate(self.rows) if s is not None]
-        if not live and not left:  # empty: the next paths start a new batch
-            self.rows, self.cache, self.mask, self.logits = [], None, torch.zeros(0, 0, dtype=torch.long), None
+        if not live and not left:
+            self._empty()
             return ended
         if left or 4 * (len(self.rows) - len(live)) >= len(self.rows):  # ended rows go, the other forks come
             index = torch.tensor(live + [p for _, p in left], dtype=torch.long)
@@ -436,7 +440,7 @@ class _Batch:
         """Let row `r` go without its cache (a cancelled path); an empty batch starts anew at the next join."""
         self.rows[r] = None
         if not any(seq is not None for seq in self.rows):
-            self.rows, self.cache, self.mask, self.logits = [], None, torch.zeros(0, 0, dtype=torch.long), None
+            self._empty()
 
     def _trim(self, least: int = 64) -> None:
         """Drop the leading columns every row hides (once there are at least `least`)."""

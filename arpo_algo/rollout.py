@@ -263,7 +263,7 @@ class ARPORollout:
         if hasattr(self.generator, "encode"):  # every sample of a task forks its prompt, encoded once
             self.generator.encode([state.root_path for state in states])
         for t, state in enumerate(states):
-            ready += [self._fresh(t, state, "global") for _ in range(self._initial(cfg))]
+            ready += [self._global(t, state) for _ in range(self._initial(cfg))]
         ready += self._spare_up(states, ready, ready, {})
         params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(_stop_strings()),
                                 cfg.entropy_k)
@@ -488,8 +488,9 @@ class ARPORollout:
             return [env.fork() for _ in range(count)]
 
     # Starting and ending paths --------------------------------------------------------------------------------------
-    def _fresh(self, t: int, state: _TaskState, kind: str) -> _Live:
-        node = state.new_node(None, 0, kind, self.turns)
+    def _global(self, t: int, state: _TaskState) -> _Live:
+        """One of the task's N global samples."""
+        node = state.new_node(None, 0, "global", self.turns)
         state.live += 1
         return self._start(t, state, node=node, stream=node)
 
@@ -537,11 +538,7 @@ class ARPORollout:
             state.live += 1
             return
         x.ended.node = x.node
-        self._seen["tool_steps"] += x.steps
-        self._seen["ended"] += 1
-        state.done.append(x.ended)
-        if self.progress:
-            self.progress(1)
+        self._done(x, state, x.ended)
 
     def _spare_up(self, states: list[_TaskState], live: list[_Live], ready: list[_Live],
                   generating: dict[int, _Live]) -> list[_Live]:
@@ -631,10 +628,14 @@ class ARPORollout:
         if x.spare:  # not seen until taken: what spares do must not steer which spares run
             x.ended = trajectory
             return
+        state.live -= 1
+        self._done(x, state, trajectory)
+
+    def _done(self, x: _Live, state: _TaskState, trajectory: Trajectory) -> None:
+        """Count a trajectory of the task (the scheduler's statistics see its path's tool steps)."""
         self._seen["tool_steps"] += x.steps
         self._seen["ended"] += 1
         state.done.append(trajectory)
-        state.live -= 1
         if self.progress:
             self.progress(1)
 
