@@ -328,3 +328,32 @@ def test_a_spare_that_ended_waits_and_joins_the_tree_when_taken(agent, tokenizer
     assert [(n.kind, n.id) for n in state.nodes] == [("topup", 0)] and state.done == [spare.ended]
     assert spare.ended.node == 0 and state.live == 0 and engine.spares["taken"] == 1
     env.close()
+
+
+def test_a_cancelled_request_leaves_the_batch_and_the_other_draws_as_alone(agent, tokenizer):
+    """`cancel` takes a request out of the running batch mid-segment (or out of the queue before it joins): it never
+    comes back, the tokens it had generated count in the stats, and the request beside it draws exactly what it
+    draws alone (every request samples from its own stream)."""
+    ids = tokenizer.encode("Question: what is 6 times 7?", add_special_tokens=False)
+    kept = SamplingParams(max_new_tokens=12, temperature=1.0, seed=5)
+    gone = SamplingParams(max_new_tokens=60, temperature=1.0, seed=6)
+
+    def drain(gen, back):
+        while gen._batch.rows:
+            back += [(key, seg.token_ids) for key, seg in gen.poll()]
+        return back
+
+    alone = HFGenerator(agent, tokenizer, steps_per_poll=2)
+    alone.submit(alone.new_path(list(ids)), kept, "kept")
+    ((_, expected),) = drain(alone, [(key, seg.token_ids) for key, seg in alone.poll()])
+
+    gen = HFGenerator(agent, tokenizer, steps_per_poll=2)
+    gen.submit(gen.new_path(list(ids)), kept, "kept")
+    gen.submit(gen.new_path(list(ids)), gone, "gone")
+    gen.submit(gen.new_path(list(ids)), gone, "queued")
+    assert gen.cancel("queued") == 0  # not joined yet: only forgotten
+    back = [(key, seg.token_ids) for key, seg in gen.poll()]
+    assert back == []  # two steps: neither has ended
+    assert gen.cancel("gone") == 2
+    assert drain(gen, back) == [("kept", expected)]
+    assert gen.stats.generated_tokens == len(expected) + 2 and gen.cancel("gone") == 0

@@ -259,6 +259,29 @@ def test_each_path_is_its_own_request(generator, tokenizer):
     assert order == ["short", "late", "long"]
 
 
+def test_a_cancelled_request_is_aborted_in_the_engine(generator, tokenizer):
+    """`cancel` aborts a request that is streaming: it never comes back, the engine holds nothing of it, the tokens
+    it had generated count in the stats, and the request beside it finishes as usual."""
+    from arpo_algo.generator import SamplingParams
+
+    ids = prompt(tokenizer)
+    before = generator.stats.generated_tokens
+    generator.submit(generator.new_path(ids), SamplingParams(max_new_tokens=30, temperature=1.0, seed=3), "kept")
+    generator.submit(generator.new_path(ids), SamplingParams(max_new_tokens=400, temperature=1.0, seed=4,
+                                                             stop=()), "gone")
+    back = []
+    while generator._requests_in_flight and sum(
+            len(st.ids) for st in generator._requests_in_flight.values() if st.key == "gone") < 5:
+        back += generator.poll()
+    dropped = generator.cancel("gone")
+    assert dropped >= 5 and generator.cancel("gone") == 0
+    while not any(key == "kept" for key, _ in back):
+        back += generator.poll()
+    assert [key for key, _ in back] == ["kept"]
+    assert not generator._requests_in_flight and not generator.llm.llm_engine.has_unfinished_requests()
+    assert generator.stats.generated_tokens - before == len(back[0][1].token_ids) + dropped
+
+
 def vllm_prompt_logprobs(llm, ids: list[int]) -> list[float]:
     """vLLM's log-prob of each token of `ids` after its prefix (teacher-forced: no sampling involved)."""
     from vllm import SamplingParams
