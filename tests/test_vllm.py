@@ -211,14 +211,21 @@ def test_branches_are_decided_after_k_tokens_and_spares_are_taken_or_aborted(gen
     import arpo_env  # noqa: F401
     from arpo_algo.rollout import ARPORollout, RolloutConfig
 
-    forks = []  # (the parent's stream, its tokens when the fork was submitted)
+    forks = []  # (the parent's stream, its tokens when the fork was submitted), one per fork submitted
     submit = generator.submit
 
-    def recording_submit(path, params, key, *rest):
-        if len(path.tokens) > path.prompt_len:  # not a fresh sample (a spare's path is a copy of the prompt)
-            forks.extend((st, len(st.ids)) for st in generator._requests_in_flight.values()
-                         if st.ids and st.path.tokens == path.tokens)
-        return submit(path, params, key, *rest)
+    def recording_submit(path, params, key, decide=None):
+        if decide is None:
+            return submit(path, params, key)
+        parent = []
+
+        def recording_decide(entropies):
+            children = decide(entropies)
+            forks.extend((parent[0], len(parent[0].ids)) for _ in children)
+            return children
+
+        submit(path, params, key, recording_decide)
+        parent.append(next(st for st in generator._requests_in_flight.values() if st.key == key))
 
     monkeypatch.setattr(generator, "submit", recording_submit)
     config = RolloutConfig(num_generations=4, num_global=2, alpha=1.0, beta=0.0, max_new_tokens=32,
