@@ -8,8 +8,10 @@ side by side in one run:
 * fork:    ``env.unwrapped.fork()`` plus the branch's first cell (the forked interpreter answers);
 * fork():  the ``fork()`` call alone: what the caller waits for (the copy finishes starting on its own, and its first
            cell waits for that; a rollout makes its forks in the tool pool, off the critical path, anyway);
-* started: ``fork()`` and then the sandbox's ``start()``, which waits until the copy is up: what ``fork()`` itself
-           cost when it waited for that (before the copy's start-up was left to its first cell);
+* answered: ``fork()`` and then the wait for the parent's worker to answer that it has forked: what ``fork()``
+           cost when it waited for that answer (before the answer was left to the parent's next request);
+* started: ``fork()`` and then the sandbox's ``start()``, which waits until the copy is up and has greeted: what
+           ``fork()`` cost when it waited for that (before the copy's start-up was left to its first cell);
 * replay:  ``restore(snapshot)`` into a new env plus the same first cell (the E2B path, and the cross-process one);
 * fresh:   a new env's first cell (a clean interpreter, no state: the floor for any approach).
 
@@ -89,6 +91,11 @@ def main() -> None:
         def fork_call():
             return answered_then_closed(env.unwrapped.fork())
 
+        def fork_answered():
+            child = env.unwrapped.fork()
+            env.unwrapped.tools["python"]._slot.process.answered()
+            return answered_then_closed(child)
+
         def fork_started():
             child = env.unwrapped.fork()
             child.tools["python"].start()
@@ -107,20 +114,22 @@ def main() -> None:
             return other.close
 
         replay_repeats = max(3, args.repeats // (4 if history >= 64 else 2))
-        f, c, st = timed(fork, args.repeats), timed(fork_call, args.repeats), timed(fork_started, args.repeats)
+        f, c = timed(fork, args.repeats), timed(fork_call, args.repeats)
+        a, st = timed(fork_answered, args.repeats), timed(fork_started, args.repeats)
         r, n = timed(replay, replay_repeats), timed(fresh, args.repeats)
-        rows.append((history, f, c, st, r, n))
+        rows.append((history, f, c, a, st, r, n))
         env.close()
         print(f"history {history:>3}: fork p50 {pct(f, .5):7.1f} ms | fork() p50 {pct(c, .5):6.1f} ms | "
-              f"started p50 {pct(st, .5):6.1f} ms | "
+              f"answered p50 {pct(a, .5):6.1f} ms | started p50 {pct(st, .5):6.1f} ms | "
               f"replay p50 {pct(r, .5):8.1f} ms | fresh p50 {pct(n, .5):6.1f} ms", flush=True)
 
-    print("\n| cells | fork p50 | fork p95 | fork() p50 | started p50 | fork() / started | replay p50 | replay p95 | "
-          "fresh p50 | fresh p95 | replay / fork |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for history, f, c, st, r, n in rows:
-        print(f"| {history} | {pct(f, .5):.1f} | {pct(f, .95):.1f} | {pct(c, .5):.1f} | {pct(st, .5):.1f} | "
-              f"{pct(c, .5) / pct(st, .5):.2f} | {pct(r, .5):.1f} | {pct(r, .95):.1f} | {pct(n, .5):.1f} | "
+    print("\n| cells | fork p50 | fork p95 | fork() p50 | answered p50 | started p50 | fork() / answered | "
+          "replay p50 | replay p95 | fresh p50 | fresh p95 | replay / fork |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for history, f, c, a, st, r, n in rows:
+        print(f"| {history} | {pct(f, .5):.1f} | {pct(f, .95):.1f} | {pct(c, .5):.1f} | {pct(a, .5):.1f} | "
+              f"{pct(st, .5):.1f} | {pct(c, .5) / pct(a, .5):.2f} | {pct(r, .5):.1f} | {pct(r, .95):.1f} | "
+              f"{pct(n, .5):.1f} | "
               f"{pct(n, .95):.1f} | {pct(r, .5) / pct(f, .5):.1f}x |")
     first, last = rows[0][1], rows[-1][1]
     print(f"\nfork p50 at {rows[-1][0]} cells / at {rows[0][0]} cell: {pct(last, .5) / pct(first, .5):.2f}x "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import select
 import signal
 import socket
 import subprocess
@@ -54,21 +55,54 @@ def test_fork_copies_live_state_and_is_independent(box):
 
 
 def test_a_fork_that_never_starts_is_rebuilt_by_replay(box):
-    # fork() returns before the copy has greeted its channel; its first call waits for that word. A copy that died
-    # first (here: killed, and its channel cut) is replaced by a replay of the history, so nothing is lost.
+    # fork() returns before the copy has greeted its channel; its first call waits for that word. A copy that never
+    # greets (here: its channel cut, so it exits at its greeting) is replaced by a replay of the history, so nothing
+    # is lost.
     box.call("x = 41")
     child = box.fork()
     process = child._slot.process
-    os.kill(process.pid, signal.SIGKILL)
+    assert process.pid is None and process.greeting  # not known until the copy says it
     cut, peer = socket.socketpair()
     peer.close()
     process.sock.close()
     process.sock = cut
     try:
         assert child.call("x + 1").text == "42"
-        assert child.pid not in (None, process.pid, box.pid)
+        assert child.pid not in (None, box.pid) and child._slot.process is not process
     finally:
         child.close()
+
+
+def _workers() -> set[int]:
+    """The live processes of the sandbox templates' process groups (the templates and their workers)."""
+    return {pid for t in template_pids() for pid, state in group_members(os.getpgid(t)) if state != "Z"}
+
+
+def test_fork_does_not_wait_for_the_worker_and_every_copy_is_accounted_for(box):
+    # fork() only asks the worker to fork: its answers wait on the channel and are read before its next request's,
+    # so forks in a row and the parent's next cell all work. A copy closed before it ever greeted exits by itself.
+    box.call("x = 41")
+    before = _workers()
+    kids = [box.fork() for _ in range(3)]
+    assert box._slot.process.unanswered == 3
+    assert box.call("x + 1").text == "42" and box._slot.process.unanswered == 0
+    for i, kid in enumerate(kids[:2]):
+        kid.call(f"x = {i}")
+    assert [k.call("x").text for k in kids] == ["0", "1", "41"]
+    assert len(_workers() - before) == 3
+    for kid in kids:
+        kid.close()
+    never = [box.fork() for _ in range(2)]  # closed without a call: their pids are never read
+    assert box.call("x").text == "41"  # its answers to the two forks are read first: both copies were made
+    greeted = lambda: all(select.select([k._slot.process.sock], [], [], 0)[0] for k in never)  # noqa: E731
+    assert wait_until(greeted, 30) and len(_workers() - before) == 2  # both are up (their greetings unread)
+    for kid in never:
+        kid.close()
+    assert wait_until(lambda: not _workers() - before, 30), _workers() - before
+    for _ in range(40):  # a parent forked again and again, never asked anything: its answers are read in time
+        box.fork().close()
+        assert box._slot.process.unanswered <= box._slot.process.max_unanswered
+    assert box.call("x").text == "41"
 
 
 def test_fork_copies_the_working_directory(box):

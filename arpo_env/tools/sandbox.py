@@ -76,36 +76,74 @@ class WorkerLost(RuntimeError):
 class _Process:
     """The host's handle on one worker: its pid (and pidfd, so a reused pid is never signalled), channel and dir.
 
-    A forked worker greets its new channel once it is up; `greet` reads that word, at the first request rather than
-    in `fork` (so the copy starts while the caller goes on)."""
+    A forked worker greets its new channel once it is up, with its pid; `greet` reads that word, at the first request
+    rather than in `fork` (so the copy starts while the caller goes on). Until then its pid is None. A worker's answers
+    to the forks asked of it (`post`) are read before its next request's (they say nothing its copies do not)."""
 
-    def __init__(self, pid: int, sock: socket.socket, workdir: str, greeting: bool = False) -> None:
-        self.pid, self.sock, self.workdir = pid, sock, workdir
+    max_unanswered = 32
+
+    def __init__(self, pid: int | None, sock: socket.socket, workdir: str, greeting: bool = False) -> None:
+        self.sock, self.workdir = sock, workdir
         self.greeting = greeting
+        self.unanswered = 0
+        self.pid: int | None = None
+        self.pidfd: int | None = None
+        self.closed = False
+        if pid is not None:
+            self._adopt(pid)
+
+    def _adopt(self, pid: int) -> None:
+        self.pid = pid
         try:
-            self.pidfd: int | None = os.pidfd_open(pid)
+            self.pidfd = os.pidfd_open(pid)
         except (OSError, AttributeError):
             self.pidfd = None
-        self.closed = False
 
     def greet(self, timeout: float = 30) -> None:
-        """Wait for a forked worker's first word (it is up and owns its channel); WorkerLost if it never came."""
+        """Wait for a forked worker's first word (it is up, owns its channel, and says its pid); WorkerLost if it
+        never came."""
         if not self.greeting:
             return
         self.sock.settimeout(timeout)
         try:
-            recv_message(self.sock)
+            hello = recv_message(self.sock)[0]
         except socket.timeout as exc:
             raise WorkerLost(f"the forked interpreter did not start within {timeout:.0f} s", timed_out=True) from exc
         except (EOFError, OSError, ValueError) as exc:
             raise WorkerLost(f"the forked interpreter died at start ({exc or type(exc).__name__})",
                              timed_out=False) from exc
         self.greeting = False
+        self._adopt(int(hello["pid"]))
 
-    def request(self, message: dict, timeout: float, fds: list[int] | None = None) -> dict:
+    def post(self, message: dict, fds: list[int] | None = None, timeout: float = 30) -> None:
+        """Send a message whose answer is read before the next request's (a fork: the caller does not wait for the
+        worker to have forked). At most `max_unanswered` wait: beyond, their answers are read first (a worker whose
+        answers nobody reads would block on them once its channel is full)."""
+        if self.unanswered >= self.max_unanswered:
+            self.answered(timeout)
         self.greet()
         self.sock.settimeout(timeout)
         try:
+            send_message(self.sock, message, fds)
+        except socket.timeout as exc:
+            raise WorkerLost(f"the interpreter took no message for {timeout:.0f} s", timed_out=True) from exc
+        except OSError as exc:
+            raise WorkerLost(f"the interpreter process died ({exc or type(exc).__name__})", timed_out=False) from exc
+        self.unanswered += 1
+
+    def answered(self, timeout: float = 30) -> None:
+        """Wait for the answers to what was posted (the worker has forked)."""
+        self.request(None, timeout)
+
+    def request(self, message: dict | None, timeout: float, fds: list[int] | None = None) -> dict:
+        self.greet()
+        self.sock.settimeout(timeout)
+        try:
+            while self.unanswered:
+                recv_message(self.sock)
+                self.unanswered -= 1
+            if message is None:
+                return {}
             send_message(self.sock, message, fds)
             return recv_message(self.sock)[0]
         except socket.timeout as exc:
@@ -118,7 +156,9 @@ class _Process:
             return
         self.closed = True
         try:
-            if self.pidfd is not None:
+            if self.pid is None:  # a copy that has not greeted yet: its channel closes below, and it exits on that
+                pass
+            elif self.pidfd is not None:
                 signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
             else:
                 os.kill(self.pid, signal.SIGKILL)
@@ -240,6 +280,9 @@ class LocalSandbox:
     # Lifecycle --------------------------------------------------------------------------------------------------------
     @property
     def pid(self) -> int | None:
+        """The worker's pid (None before it starts); a fresh fork's once it is up."""
+        if self._slot.process is not None and self._slot.process.greeting:
+            self._worker()
         return self._slot.process.pid if self._slot.process else None
 
     @property
@@ -299,8 +342,9 @@ class LocalSandbox:
     def fork(self) -> "LocalSandbox":
         """An independent sandbox whose interpreter is a live copy of this one's (same variables and files).
 
-        Returns once this worker has forked; the copy finishes starting on its own, and its first call waits for it
-        (a copy that never starts is rebuilt by replay then)."""
+        Returns once the fork is asked of this worker, without waiting for it: the worker forks and the copy starts
+        on their own, and the copy's first call (or `pid`) waits for its greeting (a copy that never starts is
+        rebuilt by replay then)."""
         child = LocalSandbox(self.limits, self.preload)
         child.history = list(self.history)
         if self._slot.process is None:
@@ -310,7 +354,7 @@ class LocalSandbox:
         shutil.copytree(parent.workdir, workdir, symlinks=True, dirs_exist_ok=True)
         ours, theirs = socket.socketpair()
         try:
-            reply = parent.request({"op": "fork", "workdir": workdir}, timeout=30, fds=[theirs.fileno()])
+            parent.post({"op": "fork", "workdir": workdir}, fds=[theirs.fileno()])
         except WorkerLost:
             ours.close()
             shutil.rmtree(workdir, ignore_errors=True)
@@ -318,7 +362,7 @@ class LocalSandbox:
             return child
         finally:
             theirs.close()
-        child._slot.process = _Process(reply["pid"], ours, workdir, greeting=True)
+        child._slot.process = _Process(None, ours, workdir, greeting=True)  # its pid comes with its greeting
         return child
 
     def snapshot(self) -> dict:
