@@ -54,6 +54,18 @@ def test_fork_copies_live_state_and_is_independent(box):
         child.close()
 
 
+def test_fork_copies_the_random_state(box):
+    # A copy of the interpreter draws what the original would have drawn next (Python's `random` reseeds itself in
+    # every forked process unless the fork puts its state back), with `random` and numpy's global generator alike.
+    box.call("import random\nimport numpy as np\nrandom.seed(7)\nnp.random.seed(7)\nrandom.random()")
+    child = box.fork()
+    try:
+        draws = "(random.random(), random.getrandbits(64), float(np.random.random()))"
+        assert child.call(draws).text == box.call(draws).text
+    finally:
+        child.close()
+
+
 def test_a_fork_that_never_starts_is_rebuilt_by_replay(box):
     # fork() returns before the copy has greeted its channel; its first call waits for that word. A copy that never
     # greets (here: its channel cut, so it exits at its greeting) is replaced by a replay of the history, so nothing

@@ -301,9 +301,15 @@ class Worker:
                 send_message(self.sock, {"ok": False, "error": f"unknown op {op!r}"})
 
     def fork(self, workdir: str, fd: int) -> None:
+        # `random` reseeds its global generator in every forked child: the copy gets the parent's state back, so its
+        # draws go on from where the parent's would (a copy of the interpreter is a copy of its random state too).
+        rng = sys.modules.get("random")
+        state = rng.getstate() if rng is not None else None
         with self.guard.trusted():
             pid = os.fork()
         if pid == 0:  # the child: same variables, its own channel and working directory
+            if rng is not None:
+                rng.setstate(state)
             self.sock.close()
             with self.guard.trusted():
                 self.sock = socket.socket(fileno=fd)
