@@ -20,8 +20,11 @@ calls overlap generation (`arpo_algo.rollout`). "env s" is the environments' tim
 (what generation waited for); "tool s" the env steps' own time, summed, overlapped or not. "decode steps" counts
 the transformers backend's decoding steps one after the other, the rollout's critical path whatever the batch width
 (its wall time follows it on a CPU); the spare rows are ARPO's spare samples (`RolloutConfig.spare_samples`): started,
-taken as top-ups, and the tokens and tool calls of those it discarded (counted in "generated" and "tool calls" too). vLLM's engine start-up is
-not counted, and "peak MB" is the benchmark process's own (vLLM's engine core runs in a process of its own). The
+taken as top-ups, and the tokens and tool calls of those it discarded (counted in "generated" and "tool calls"
+too). "longest trajectory" and "mean trajectory" are the model tokens of one trajectory, its shared prefix included:
+a trajectory's tokens are sampled one after another, so the longest is a floor under "decode steps" that no schedule
+can go below (ARPO's branches are made after tool calls, so its trees hold more of the long, tool-using paths than
+GRPO's independent samples). vLLM's engine start-up is not counted, and "peak MB" is the benchmark process's own (vLLM's engine core runs in a process of its own). The
 model is SmolLM2-135M-Instruct after a short imitation warm-up on scripted arithmetic episodes
 (`benchmarks/_warmup.py`), so that it calls tools at all; the tasks are held-out arithmetic problems.
 """
@@ -86,6 +89,8 @@ def run(cls, generator, tasks, config):
         "spare tokens discarded": engine.spares["discarded_tokens"],
         "spare tool calls discarded": engine.spares["discarded_tool_calls"],
         "trajectories": len(trajectories),
+        "longest trajectory": max(sum(t.mask) for t in trajectories),
+        "mean trajectory": sum(sum(t.mask) for t in trajectories) / len(trajectories),
         "mean reward": sum(t.reward for t in trajectories) / len(trajectories),
     }
 
@@ -146,7 +151,7 @@ def main() -> None:
     print("|---|---:|---:|---:|")
     for key in ("generated", "encoded", "tool calls", "wall s", "decode steps", "env s", "env share", "tool s",
                 "peak MB", "branches", "top-ups", "spares started", "spares taken", "spare tokens discarded",
-                "spare tool calls discarded", "trajectories", "mean reward"):
+                "spare tool calls discarded", "trajectories", "longest trajectory", "mean trajectory", "mean reward"):
         a, g = arpo[key], grpo[key]
         ratio = f"{a / g:.2f}" if g and key not in ("branches", "mean reward", "env share") else "—"
         fmt = "{:.2f}" if isinstance(a, float) else "{}"
