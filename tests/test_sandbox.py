@@ -58,6 +58,9 @@ def test_fork_copies_the_random_state(box):
     # A copy of the interpreter draws what the original would have drawn next (Python's `random` reseeds itself in
     # every forked process unless the fork puts its state back), with `random` and numpy's global generator alike.
     box.call("import random\nimport numpy as np\nrandom.seed(7)\nnp.random.seed(7)\nrandom.random()")
+    # What a cell redefines does not run when the worker forks (nor stops it from copying the state).
+    box.call("import sys, time\nrandom.Random.getstate = random.Random.setstate = lambda *a: time.sleep(60)\n"
+             "random.getstate = random.setstate = None")
     child = box.fork()
     try:
         draws = "(random.random(), random.getrandbits(64), float(np.random.random()))"

@@ -26,11 +26,13 @@ Containment, in layers (see ``arpo_env.tools.sandbox`` for what it does *not* pr
 
 from __future__ import annotations
 
+import _random
 import ast
 import io
 import json
 import linecache
 import os
+import random
 import resource
 import signal
 import socket
@@ -41,6 +43,7 @@ import time
 import traceback
 
 MAX_MESSAGE = 64 * 1024 * 1024
+_RANDOM = random._inst  # `random`'s global generator (what random.random() draws from), as the template imported it
 _HEADER = struct.Struct("!I")
 
 
@@ -303,13 +306,12 @@ class Worker:
     def fork(self, workdir: str, fd: int) -> None:
         # `random` reseeds its global generator in every forked child: the copy gets the parent's state back, so its
         # draws go on from where the parent's would (a copy of the interpreter is a copy of its random state too).
-        rng = sys.modules.get("random")
-        state = rng.getstate() if rng is not None else None
+        # Through the C type's own methods on the generator taken at start: nothing a cell redefined runs here.
+        state = _random.Random.getstate(_RANDOM)
         with self.guard.trusted():
             pid = os.fork()
         if pid == 0:  # the child: same variables, its own channel and working directory
-            if rng is not None:
-                rng.setstate(state)
+            _random.Random.setstate(_RANDOM, state)
             self.sock.close()
             with self.guard.trusted():
                 self.sock = socket.socket(fileno=fd)
