@@ -52,8 +52,9 @@ each request is sampled with its own seed on the vLLM backends, so neither depen
 transformers backend the whole rollout is reproducible, whatever the tools' timing (polls and rounds are
 deterministic and the batch draws from one seeded stream; continuous batching and lock-step rounds draw different
 trees), as long as the tools answer alike (a cell that prints an object's address, the clock or fresh entropy does
-not, and the path that reads it goes on differently). On vLLM, when a top-up becomes certain depends on timing, and batch composition can change logits in the
-last bits, so trees can differ between runs of the same seed; M per task holds always.
+not, and the path that reads it goes on differently). On vLLM, when a top-up becomes certain depends on timing, and
+batch composition can change logits in the last bits, so trees can differ between runs of the same seed; M per task
+holds always.
 """
 
 from __future__ import annotations

@@ -129,8 +129,7 @@ def main() -> None:
     for history, f, c, a, st, r, n in rows:
         print(f"| {history} | {pct(f, .5):.1f} | {pct(f, .95):.1f} | {pct(c, .5):.1f} | {pct(a, .5):.1f} | "
               f"{pct(st, .5):.1f} | {pct(c, .5) / pct(a, .5):.2f} | {pct(r, .5):.1f} | {pct(r, .95):.1f} | "
-              f"{pct(n, .5):.1f} | "
-              f"{pct(n, .95):.1f} | {pct(r, .5) / pct(f, .5):.1f}x |")
+              f"{pct(n, .5):.1f} | {pct(n, .95):.1f} | {pct(r, .5) / pct(f, .5):.1f}x |")
     first, last = rows[0][1], rows[-1][1]
     print(f"\nfork p50 at {rows[-1][0]} cells / at {rows[0][0]} cell: {pct(last, .5) / pct(first, .5):.2f}x "
           f"(flat means close to 1); mean fork {statistics.mean(last):.1f} ms")

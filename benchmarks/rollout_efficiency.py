@@ -15,18 +15,20 @@ Both algorithms run through the same engine and generator, with the same seed. A
 with the path they split from: the prompt and everything up to the tool result are neither generated nor encoded
 again (the branch starts from its parent's key/value cache, or vLLM's prefix cache). GRPO samples M independent
 trajectories. On the transformers backend (``--backend hf``) paths join and leave one running batch (continuous
-batching; ``--schedule lockstep``: all waiting paths generate in one batch per round); on vLLM (``--backend vllm``) every path is its own request, resubmitted the moment its tool result is back, and tool
-calls overlap generation (`arpo_algo.rollout`). "env s" is the environments' time on the rollout's critical path
-(what generation waited for); "tool s" the env steps' own time, summed, overlapped or not. "decode steps" counts
-the transformers backend's decoding steps one after the other, the rollout's critical path whatever the batch width
-(its wall time follows it on a CPU); the spare rows are ARPO's spare samples (`RolloutConfig.spare_samples`): started,
-taken as top-ups, and the tokens and tool calls of those it discarded (counted in "generated" and "tool calls"
-too). "longest trajectory" and "mean trajectory" are the model tokens of one trajectory, its shared prefix included:
-a trajectory's tokens are sampled one after another, so the longest is a floor under "decode steps" that no schedule
-can go below (ARPO's branches are made after tool calls, so its trees hold more of the long, tool-using paths than
-GRPO's independent samples). vLLM's engine start-up is not counted, and "peak MB" is the benchmark process's own (vLLM's engine core runs in a process of its own). The
-model is SmolLM2-135M-Instruct after a short imitation warm-up on scripted arithmetic episodes
-(`benchmarks/_warmup.py`), so that it calls tools at all; the tasks are held-out arithmetic problems.
+batching; ``--schedule lockstep``: all waiting paths generate in one batch per round); on vLLM (``--backend vllm``)
+every path is its own request, resubmitted the moment its tool result is back, and tool calls overlap generation
+(`arpo_algo.rollout`). "env s" is the environments' time on the rollout's critical path (what generation waited
+for); "tool s" the env steps' own time, summed, overlapped or not. "decode steps" counts the transformers backend's
+decoding steps one after the other, the rollout's critical path whatever the batch width (its wall time follows it
+on a CPU); the spare rows are ARPO's spare samples (`RolloutConfig.spare_samples`): started, taken as top-ups, and
+the tokens and tool calls of those it discarded (counted in "generated" and "tool calls" too). "longest trajectory"
+and "mean trajectory" are the model tokens of one trajectory, its shared prefix included: a trajectory's tokens are
+sampled one after another, so the longest is a floor under "decode steps" that no schedule can go below (ARPO's
+branches are made after tool calls, so its trees hold more of the long, tool-using paths than GRPO's independent
+samples). vLLM's engine start-up is not counted, and "peak MB" is the benchmark process's own (vLLM's engine core
+runs in a process of its own). The model is SmolLM2-135M-Instruct after a short imitation warm-up on scripted
+arithmetic episodes (`benchmarks/_warmup.py`), so that it calls tools at all; the tasks are held-out arithmetic
+problems.
 """
 
 from __future__ import annotations
