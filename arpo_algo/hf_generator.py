@@ -397,8 +397,9 @@ class _Batch:
         self.forks += forks
         gen.stats.prefill_tokens += len(forks)
         # A fork copies its parent's row without its columns from the last prefix token on (it is fed that token
-        # again), into the row of an ended path if there is one.
-        free = [r for r, s in enumerate(self.rows) if s is None]
+        # again), into the row of an ended path if there is one: not the row of a parent that ended in this step,
+        # which another fork may still have to copy.
+        free = [r for r, s in enumerate(self.rows) if s is None and r not in parents]
         placed = min(len(free), len(forks))
         for fork, parent, r in zip(forks, parents, free):
             for layer in self.cache.layers:

@@ -357,3 +357,33 @@ def test_a_cancelled_request_leaves_the_batch_and_the_other_draws_as_alone(agent
     assert gen.cancel("gone") == 2
     assert drain(gen, back) == [("kept", expected)]
     assert gen.stats.generated_tokens == len(expected) + 2 and gen.cancel("gone") == 0
+
+
+def test_forks_decided_as_their_parent_ends_copy_their_own_parent(agent, tokenizer):
+    """Greedy, continuous batching: one path reaches its k-th token in the step another ends, and both fork. The fork
+    placed in the ended path's row must not overwrite the row the other fork copies: each fork generates exactly
+    what re-encoding its own parent's prefix gives."""
+    gen = HFGenerator(agent, tokenizer, continuous=True, steps_per_poll=1)
+    question = tokenizer.encode(TASK["question"], add_special_tokens=False)
+    paths = {"a": gen.new_path(question), "b": gen.new_path(question[:-5])}
+    params = {"a": SamplingParams(max_new_tokens=10, temperature=0.0, entropy_k=3),
+              "b": SamplingParams(max_new_tokens=2, temperature=0.0, entropy_k=3)}
+    prefixes = {key: list(path.tokens) for key, path in paths.items()}
+    decided = []
+
+    def decide(key):
+        def inner(entropies):
+            decided.append((key, len(entropies)))
+            return [(key + "'", gen.fork(paths[key]), params[key])]
+        return inner
+
+    gen.submit(paths["a"], params["a"], "a", decide("a"))
+    got = dict(gen.poll())  # a: 1 token
+    gen.submit(paths["b"], params["b"], "b", decide("b"))
+    for _ in range(30):
+        got.update(gen.poll())
+    assert sorted(decided) == [("a", 3), ("b", 2)]  # in the same step: a at its k-th token, b as it ended
+    assert sorted(got) == ["a", "a'", "b", "b'"]
+    for key in got:
+        expected = gen.generate([gen.new_path(prefixes[key[0]])], params[key[0]])[0].token_ids
+        assert got[key].token_ids == expected, key
