@@ -90,6 +90,11 @@ class ARPOConfig(GRPOConfig):
         default=2, metadata={"help": "Fresh samples each task keeps under way ahead of its top-ups (ARPO): a top-up "
                                      "takes them before starting a new sample; those a task turns out not to need are "
                                      "stopped and discarded. 0: top-ups start only once they are certain."})
+    speculative_branches: bool = field(
+        default=False, metadata={"help": "Start the branches a decision can make with the segment it is taken on "
+                                         "(transformers backend), keeping them if it branches and discarding them if "
+                                         "not: branches start k tokens sooner, the trees are the same, and the "
+                                         "discarded tokens are spent."})
     max_new_tokens_per_turn: int = field(
         default=512, metadata={"help": "Tokens generated per turn (between two tool results)."})
     eval_temperature: float | None = field(

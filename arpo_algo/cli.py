@@ -31,6 +31,9 @@ def _rollout_parser(sub: Any) -> None:
     p.add_argument("--entropy-k", type=int, default=20)
     p.add_argument("--spare-samples", type=int, default=2,
                    help="fresh samples per task kept under way ahead of its top-ups (0: top-ups start when certain)")
+    p.add_argument("--speculative-branches", action="store_true",
+                   help="start the branches a decision can make with its segment, not k tokens later (transformers; "
+                        "the ones it does not make are discarded)")
     p.add_argument("--max-new-tokens", type=int, default=None,
                    help=f"tokens per turn (default {GPU_BUDGET[0]}; {CPU_BUDGET[0]} with the hf backend on a CPU)")
     p.add_argument("--max-completion-tokens", type=int, default=None,
@@ -94,7 +97,8 @@ def rollout_main(args: argparse.Namespace) -> int:
                            branch_factor=args.branch_factor, alpha=args.alpha, beta=args.beta,
                            entropy_k=args.entropy_k, max_new_tokens=max_new,
                            max_completion_tokens=max_completion, temperature=args.temperature,
-                           top_p=args.top_p, seed=args.seed, spare_samples=args.spare_samples)
+                           top_p=args.top_p, seed=args.seed, spare_samples=args.spare_samples,
+                           speculative_branches=args.speculative_branches)
     print(f"loading {args.model} ({args.backend}) …; {max_new} tokens per turn, {max_completion} per trajectory "
           f"({why}; --max-new-tokens / --max-completion-tokens change it)", file=sys.stderr)
     generator = make_generator(args.model, args.backend)
@@ -127,7 +131,9 @@ def rollout_main(args: argparse.Namespace) -> int:
           f"generated tokens {stats.generated_tokens} | encoded (prefill) tokens {stats.prefill_tokens}"
           + (f"\nspare samples {spares['started']} started, {spares['taken']} taken as top-ups, "
              f"{spares['discarded']} discarded ({spares['discarded_tokens']} tokens, "
-             f"{spares['discarded_tool_calls']} tool calls)" if spares["started"] else ""),
+             f"{spares['discarded_tool_calls']} tool calls)" if spares["started"] else "")
+          + (f"\nspeculative branches {engine.speculative['started']} started, {engine.speculative['kept']} kept "
+             f"({stats.speculative_tokens} tokens discarded)" if engine.speculative["started"] else ""),
           file=sys.stderr if args.out == "-" else sys.stdout)
     return 0
 

@@ -7,7 +7,8 @@ tokens encoded (the last sampled token plus any observation: an observation cost
 prefix); a path that ends leaves with its cache, and its row is taken by the next path to join. The cache layers grow
 in place (`_GrowingLayer`). A fork shares its parent's cache tensors (cropped to the branch point: a view, no copy); a
 fork made during generation (ARPO's decision after the first k tokens, `decide`) copies its parent's row and joins
-the running batch. `submit`/`poll` batch continuously (`continuous=True`: paths join and leave the running batch
+the running batch; a speculative fork (`PathGenerator`) copies its parent's row as the parent joins (the same
+prefix, so the same cache and first distribution), and its parent's decision keeps it or drops its row. `submit`/`poll` batch continuously (`continuous=True`: paths join and leave the running batch
 between polls) or in lock-step rounds. Entropy is exact: computed from the full sampling distribution
 (`arpo_algo.entropy`). Every request samples from a stream of its own, seeded by its `SamplingParams.seed` (or, for
 a request without one, drawn from the generator's seeded stream): what a path generates does not depend on what
@@ -41,6 +42,7 @@ class HFGenerator(PathGenerator):
     """
 
     decides_mid_segment = True
+    speculates = True
 
     def __init__(self, model: Any, tokenizer: Any, device: str | torch.device | None = None,
                  continuous: bool = True, steps_per_poll: int = 8) -> None:
@@ -142,8 +144,8 @@ class HFGenerator(PathGenerator):
 
         Lock-step (``continuous=False``): everything submitted, one batch per sampling setting, to the end of every
         segment; returned in submission order, then the forks that decisions made."""
-        submitted = [_Seq(path, params, key, decide) for key, path, params, decide
-                     in self.__dict__.pop("_submitted", [])]
+        submitted = [_Seq(path, params, key, decide, speculative=speculative)
+                     for key, path, params, decide, speculative in self.__dict__.pop("_submitted", [])]
         if not self.continuous:
             forks: list[_Seq] = []
             for sampling in dict.fromkeys(_sampling(seq.params) for seq in submitted):
@@ -271,6 +273,14 @@ class _Seq:
     """A fork that has just joined: fed its last prefix token again, to get its own first distribution."""
     rng: np.random.Generator | None = None
     """Its own sampling stream (`HFGenerator._stream`), set when it joins a batch."""
+    speculative: list[tuple[Any, Path, SamplingParams]] = field(default_factory=list)
+    """The speculative forks submitted with it (key, path, params): they take rows before its first step."""
+    undecided: dict[Any, _Seq] = field(default_factory=dict)
+    """Its speculative forks under way, by key, until its decision keeps or drops them."""
+    parent: _Seq | None = None
+    """A speculative fork's parent, until the parent's decision."""
+    held: bool = False
+    """A speculative fork that ended before its parent's decision: it comes back only if the decision keeps it."""
 
 
 class _Batch:
@@ -286,11 +296,14 @@ class _Batch:
         self.mask = torch.zeros(0, 0, dtype=torch.long)
         self.logits: torch.Tensor | None = None
         self.forks: list[_Seq] = []
-        """The forks that decisions made, in the order they joined."""
+        """The forks that decisions made or kept, in the order they did."""
+        self.pending: list[_Seq] = []
+        """Speculative forks of paths that have just joined: they take rows before the next step."""
 
     def _empty(self) -> None:
         """No rows left: the next paths to join start a new batch."""
         self.rows, self.cache, self.mask, self.logits = [], None, torch.zeros(0, 0, dtype=torch.long), None
+        self.pending = []
 
     def join(self, seqs: list[_Seq]) -> None:
         gen = self.gen
@@ -331,6 +344,11 @@ class _Batch:
                 self._append([(k[n:], v[n:]) for k, v in layers], mask[n:], logits[n:], seqs[n:], reserve)
         for s in seqs:
             s.prefix_end = self.mask.shape[1] - 1
+            for key, path, params in s.speculative:
+                fork = _Seq(path, params, key, rng=gen._stream(params), parent=s)
+                s.undecided[key] = fork
+                self.pending.append(fork)
+            s.speculative = []
 
     def _append(self, layers: list[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor, logits: torch.Tensor,
                 seqs: list[_Seq], reserve: int) -> None:
@@ -360,6 +378,8 @@ class _Batch:
         """Sample a token for every row, take the decisions that are due (their forks join), let ended paths go
         (their caches kept), then feed the sampled tokens. Returns the paths that ended."""
         gen = self.gen
+        if self.pending:
+            self._place_speculative()
         params = next(r for r in self.rows if r is not None).params
         assert self.logits is not None
         gen.stats.decode_steps += 1
@@ -385,16 +405,28 @@ class _Batch:
                 s.finish = "length"
             if s.decide is not None and (s.finish or len(s.generated) >= s.params.entropy_k):
                 for key, path, fork_params in s.decide(list(s.entropies)):
+                    kept = s.undecided.pop(key, None)
+                    if kept is not None:  # a speculative fork, already under way (or ended, and waiting)
+                        kept.parent = None
+                        self.forks.append(kept)
+                        if kept.held:
+                            ended.append(kept)
+                        continue
                     forks.append(_Seq(path, fork_params, key, prefix_end=s.prefix_end, refeed=True,
                                       rng=gen._stream(fork_params)))
                     parents.append(r)
-                s.decide = None
+                    self.forks.append(forks[-1])
+                for fork in s.undecided.values():
+                    self._discard(fork)
+                s.undecided, s.decide = {}, None
         for r, s in enumerate(self.rows):
             if s is not None and s.finish:
                 s.path.state = gen._unstack_cache(self.cache, self.mask, r)
-                ended.append(s)
                 self.rows[r] = None
-        self.forks += forks
+                if s.parent is not None:  # a speculative fork: back only if its parent's decision keeps it
+                    s.held = True
+                else:
+                    ended.append(s)
         gen.stats.prefill_tokens += len(forks)
         # A fork copies its parent's row without its columns from the last prefix token on (it is fed that token
         # again), into the row of an ended path if there is one: not the row of a parent that ended in this step,
@@ -437,11 +469,49 @@ class _Batch:
         self.logits = out.logits[:, -1, :].float()
         return ended
 
+    def _place_speculative(self) -> None:
+        """The speculative forks of the paths that have just joined take rows: each a copy of its parent's row (its
+        cache, mask and next-token logits, since they share the whole prefix), into the row of an ended path if
+        there is one, so that they sample their first token in the same step as their parent."""
+        forks, self.pending = self.pending, []
+        parents = [self.rows.index(fork.parent) for fork in forks]
+        assert self.logits is not None
+        free = [r for r, s in enumerate(self.rows) if s is None]
+        for fork, parent, r in zip(forks, parents, free):
+            for layer in self.cache.layers:
+                layer.keys[r], layer.values[r] = layer.keys[parent], layer.values[parent]
+            self.mask[r], self.logits[r] = self.mask[parent], self.logits[parent]
+            self.rows[r] = fork
+        placed = min(len(free), len(forks))
+        if placed < len(forks):  # the others are appended: a copy of the whole cache
+            index = torch.tensor(list(range(len(self.rows))) + parents[placed:], dtype=torch.long)
+            self.gen._select_rows(self.cache, index.to(self.gen.device))
+            self.mask, self.logits = self.mask[index], self.logits[index.to(self.logits.device)]
+            self.rows += forks[placed:]
+        for fork in forks:
+            fork.prefix_end = fork.parent.prefix_end
+
     def drop(self, r: int) -> None:
-        """Let row `r` go without its cache (a cancelled path); an empty batch starts anew at the next join."""
-        self.rows[r] = None
-        if not any(seq is not None for seq in self.rows):
+        """Let row `r` go without its cache (a cancelled path, and its speculative forks); an empty batch starts
+        anew at the next join."""
+        seq, self.rows[r] = self.rows[r], None
+        if seq is not None:
+            for fork in seq.undecided.values():
+                if fork in self.pending:
+                    self.pending.remove(fork)
+                self._discard(fork)
+            seq.undecided = {}
+        if not any(s is not None for s in self.rows):
             self._empty()
+
+    def _discard(self, fork: _Seq) -> None:
+        """Let a speculative fork go (its decision did not keep it): its row, and its tokens counted."""
+        for r, s in enumerate(self.rows):
+            if s is fork:
+                self.rows[r] = None
+        fork.parent = None
+        self.gen.stats.generated_tokens += len(fork.generated)
+        self.gen.stats.speculative_tokens += len(fork.generated)
 
     def _trim(self, least: int = 64) -> None:
         """Drop the leading columns every row hides (once there are at least `least`)."""

@@ -44,10 +44,12 @@ pool, generate again). Three kinds of backend:
 * asynchronous (vLLM: each path its own request, continuously batched): a path goes on the moment its tool result
   is back, and tool calls overlap generation.
 
-On the transformers backend ARPO's decision is taken as soon as the segment's first k tokens are sampled, and the
-branches join the running batch at once.
+On the transformers backend ARPO's decision is taken as soon as the segment's first k tokens are sampled; the
+branches it can make have been generating since the segment started (speculative branches, kept if the decision
+branches and dropped if not: `RolloutConfig.speculative_branches`), or, without speculation, join the running batch
+then.
 
-What a seed fixes: each branch decision draws from its own generator, seeded by (seed, task, node, tool step), and
+What a seed fixes: each branch decision draws from its own generator, seeded by (seed, task, path, tool step), and
 each request is sampled with its own seed on the vLLM backends, so neither depends on the order of events. On the
 transformers backend the whole rollout is reproducible, whatever the tools' timing (polls and rounds are
 deterministic and the batch draws from one seeded stream; continuous batching and lock-step rounds draw different
@@ -102,6 +104,13 @@ class RolloutConfig:
     """Fresh samples each task may keep under way ahead of its top-ups, while it is expected to need them (none
     without branching): a top-up takes them in order before it starts a new sample, and they are stopped (their work
     discarded) once the task cannot need them. 0: top-ups start only once they are certain."""
+    speculative_branches: bool = False
+    """On a backend that can (``speculates``: transformers), a path's possible branches start with the segment
+    their decision is taken on, right after the tool result, instead of k tokens later: the decision keeps them if
+    it branches and drops them (their tokens discarded, counted) if not. The decision and what each branch draws are
+    the same either way; branches end k tokens sooner. Off by default: on a CPU, where a decoding step costs more
+    the more rows it has, the discarded tokens cost what the shorter critical path saves
+    (`benchmarks/rollout_efficiency.py --speculative`)."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.num_global <= self.num_generations:
@@ -120,9 +129,11 @@ class _Live:
     A branch's environment is forked in the tool pool, off the critical path: until the fork is done `env` is None
     and `env_job` holds (the fork job, this branch's index in it); the branch generates meanwhile.
 
-    `stream` names the path in its request seeds and branch draws: its tree node for a global sample or a branch,
-    M + j for the task's top-up j (tree nodes are below M), so a top-up draws alike whether it started as a spare
-    or late. A spare has no tree node (``node == -1``) until the task takes it as a top-up."""
+    `stream` names the path in its request seeds and branch draws: its tree node for a global sample, M + j for
+    the task's top-up j (tree nodes are below M), so a top-up draws alike whether it started as a spare or late, and
+    for a branch a 64-bit hash of (its parent's stream, the tool step, its index), so it draws alike whether it
+    started speculatively or after its decision. A spare or a speculative branch has no tree node (``node == -1``)
+    until the task takes it."""
 
     task: int
     node: int
@@ -212,6 +223,9 @@ class ARPORollout:
         self.step_seconds = 0.0
         """The env work done in the tool pool, summed whether it overlapped generation or not: steps (tool calls
         included) and the forks made for branches."""
+        self.speculative = {"started": 0, "kept": 0}
+        """Speculative branches (`RolloutConfig.speculative_branches`): started, and kept by their decision (the
+        tokens of the others are the generator's ``stats.speculative_tokens``)."""
         self.spares = {"started": 0, "taken": 0, "discarded": 0, "discarded_tokens": 0, "discarded_tool_calls": 0}
         """Spare samples: started, taken as top-ups, and discarded because their task did not need them, with the
         tokens the discarded ones had generated and the tool calls they had made (counted in `tool_calls` and in
@@ -364,16 +378,21 @@ class ARPORollout:
         request = replace(params, max_new_tokens=room, seed=self._seed(x))
         if self._decides(x) and getattr(self.generator, "decides_mid_segment", False):
             x.skip_check = True  # decided here, during generation: not again when the segment is back
+            speculative = self._speculate(x, states[x.task])
 
             def decide(entropies: list[float]) -> list[tuple[int, Path, SamplingParams]]:
                 children = self._maybe_branch(x, window_entropy(entropies, cfg.entropy_k), len(x.completion),
-                                              len(x.path.tokens), states[x.task], self.turns)
+                                              len(x.path.tokens), states[x.task], self.turns, speculative)
                 for child in children:
                     generating[id(child)] = child
                 # A child's request is the one it would have made itself: the same room, its own seed.
                 return [(id(child), child.path, replace(request, seed=self._seed(child))) for child in children]
 
-            self.generator.submit(x.path, request, key, decide)
+            if speculative:
+                self.generator.submit(x.path, request, key, decide,
+                                      [(id(c), c.path, replace(request, seed=self._seed(c))) for c in speculative])
+            else:
+                self.generator.submit(x.path, request, key, decide)
         else:
             self.generator.submit(x.path, request, key)
 
@@ -450,11 +469,37 @@ class ARPORollout:
         return pieces
 
     # Branching ------------------------------------------------------------------------------------------------------
-    def _maybe_branch(self, x: _Live, h: float | None, start: int, at: int, state: _TaskState, turn: int
-                      ) -> list[_Live]:
+    def _speculate(self, x: _Live, state: _TaskState) -> list[_Live]:
+        """The branches the decision on the path's next segment can make, to start with that segment
+        (`RolloutConfig.speculative_branches`): Z − 1, fewer if the task's budget is smaller (it never grows), none
+        where the backend cannot or the task has its M. Not in the tree, nor counted, until the decision keeps
+        them."""
+        cfg = self.config
+        if not (cfg.speculative_branches and getattr(self.generator, "speculates", False)):
+            return []
+        count = min(cfg.branch_factor - 1, cfg.num_generations - (len(state.done) + state.live))
+        children = [self._child(x, i, len(x.completion), len(x.path.tokens)) for i in range(max(0, count))]
+        self.speculative["started"] += len(children)
+        return children
+
+    def _child(self, x: _Live, i: int, start: int, at: int) -> _Live:
+        """The path's i-th branch at token `at` (completion offset `start`), before it is a node of the tree. Its
+        stream is named by its parent's stream, tool step and i, so it draws alike whenever it starts."""
+        stream = int(np.random.SeedSequence([x.stream, x.steps, i]).generate_state(1, np.uint64)[0])
+        # The child re-generates this segment itself: it is after a tool result, but takes no decision on it.
+        return _Live(x.task, -1, self.generator.fork(x.path, at=at), None, stream=stream,
+                     completion=x.completion[:start], mask=x.mask[:start], logprobs=x.logprobs[:start],
+                     entropies=x.entropies[:start],
+                     segments=[dict(s) for s in x.segments if s["kind"] != "model" or s["start"] < start],
+                     h0=x.h0, measured=True, after_tool=True, skip_check=True, steps=x.steps,
+                     tool_steps_left=x.tool_steps_left)
+
+    def _maybe_branch(self, x: _Live, h: float | None, start: int, at: int, state: _TaskState, turn: int,
+                      speculative: Sequence[_Live] = ()) -> list[_Live]:
         """ARPO's decision on the segment after a tool result, whose window entropy is `h`: the branches (forks of
-        the path at token `at`, completion offset `start`) starting in round `turn`; none if the draw says so or
-        the task has its M. Taken while the segment generates (transformers) or once it is back (vLLM)."""
+        the path at token `at`, completion offset `start`, or the `speculative` ones started with the segment)
+        starting in round `turn`; none if the draw says so or the task has its M. Taken while the segment generates
+        (transformers, vLLM's engine) or once it is back."""
         cfg = self.config
         if h is None or x.h0 is None:  # an empty segment has no entropy: no decision on it
             return []
@@ -472,16 +517,12 @@ class ARPORollout:
         count = min(cfg.branch_factor - 1, budget)
         x.forking = self._pool.submit(self._forks, x.environment(), count)
         for i in range(count):
-            node = state.new_node(x.node, start, "branch", turn, step=x.steps, delta_h=delta, p=p)
-            # The child re-generates this segment itself: it is after a tool result, but takes no decision on it.
-            child = _Live(x.task, node, self.generator.fork(x.path, at=at), None, stream=node, turn=turn,
-                          completion=x.completion[:start], mask=x.mask[:start], logprobs=x.logprobs[:start],
-                          entropies=x.entropies[:start],
-                          segments=[dict(s) for s in x.segments if s["kind"] != "model" or s["start"] < start],
-                          h0=x.h0, measured=True, after_tool=True, skip_check=True, steps=x.steps,
-                          env_job=(x.forking, i), tool_steps_left=x.tool_steps_left)
+            child = speculative[i] if i < len(speculative) else self._child(x, i, start, at)
+            child.node = state.new_node(x.node, start, "branch", turn, step=x.steps, delta_h=delta, p=p)
+            child.turn, child.env_job = turn, (x.forking, i)
             state.live += 1
             children.append(child)
+        self.speculative["kept"] += min(count, len(speculative))
         return children
 
     def _forks(self, env: Any, count: int) -> list[Any]:

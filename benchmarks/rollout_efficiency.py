@@ -90,6 +90,9 @@ def run(cls, generator, tasks, config):
         "spares taken": engine.spares["taken"],
         "spare tokens discarded": engine.spares["discarded_tokens"],
         "spare tool calls discarded": engine.spares["discarded_tool_calls"],
+        "speculative started": engine.speculative["started"],
+        "speculative kept": engine.speculative["kept"],
+        "speculative tokens discarded": generator.stats.speculative_tokens,
         "trajectories": len(trajectories),
         "longest trajectory": max(sum(t.mask) for t in trajectories),
         "mean trajectory": sum(sum(t.mask) for t in trajectories) / len(trajectories),
@@ -116,6 +119,8 @@ def main() -> None:
                         help="vLLM's KV-cache block (tokens); the prefix cache shares whole blocks only")
     parser.add_argument("--spare-samples", type=int, default=RolloutConfig.spare_samples,
                         help="ARPO's spare samples per task (fresh samples started ahead of its top-ups)")
+    parser.add_argument("--speculative", action="store_true",
+                        help="ARPO's speculative branches: started with the segment their decision is taken on")
     parser.add_argument("--repeats", type=int, default=1,
                         help="run each algorithm this many times, alternating, and report the median wall time "
                              "(the trees are the same each time on the transformers backend; the wall times vary)")
@@ -123,7 +128,7 @@ def main() -> None:
     args = parser.parse_args()
     config = RolloutConfig(num_generations=args.num_generations, num_global=args.num_global,
                            max_new_tokens=args.max_new_tokens, max_completion_tokens=512, seed=args.seed,
-                           spare_samples=args.spare_samples)
+                           spare_samples=args.spare_samples, speculative_branches=args.speculative)
     tasks = list(range(args.tasks))
 
     if args.only:
@@ -148,12 +153,14 @@ def main() -> None:
     block = f" (block size {args.block_size})" if args.block_size else f" ({args.schedule})" if args.backend == "hf" else ""
     print(f"\n{args.backend} backend{block}, {args.tasks} tasks, M={args.num_generations}, N={args.num_global}, "
           f"Z={config.branch_factor}, "
-          f"alpha={config.alpha}, beta={config.beta}, spare samples={config.spare_samples}, seed={args.seed}\n")
+          f"alpha={config.alpha}, beta={config.beta}, spare samples={config.spare_samples}, "
+          f"speculative branches={'on' if config.speculative_branches else 'off'}, seed={args.seed}\n")
     print("| metric | ARPO | GRPO | ARPO / GRPO |")
     print("|---|---:|---:|---:|")
     for key in ("generated", "encoded", "tool calls", "wall s", "decode steps", "env s", "env share", "tool s",
                 "peak MB", "branches", "top-ups", "spares started", "spares taken", "spare tokens discarded",
-                "spare tool calls discarded", "trajectories", "longest trajectory", "mean trajectory", "mean reward"):
+                "spare tool calls discarded", "speculative started", "speculative kept",
+                "speculative tokens discarded", "trajectories", "longest trajectory", "mean trajectory", "mean reward"):
         a, g = arpo[key], grpo[key]
         ratio = f"{a / g:.2f}" if g and key not in ("branches", "mean reward", "env share") else "—"
         fmt = "{:.2f}" if isinstance(a, float) else "{}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 import time
 
 import gymnasium as gym
@@ -387,3 +388,108 @@ def test_forks_decided_as_their_parent_ends_copy_their_own_parent(agent, tokeniz
     for key in got:
         expected = gen.generate([gen.new_path(prefixes[key[0]])], params[key[0]])[0].token_ids
         assert got[key].token_ids == expected, key
+
+
+def speculating_batch(agent, tokenizer, continuous=True):
+    gen = HFGenerator(agent, tokenizer, continuous=continuous, steps_per_poll=1)
+    question = tokenizer.encode(TASK["question"], add_special_tokens=False)
+    path = gen.new_path(question)
+    gen.generate([path], SamplingParams(max_new_tokens=4, temperature=0.0))
+    gen.extend(path, tokenizer.encode("\n<result>\n42\n</result>\n", add_special_tokens=False))
+    return gen, path
+
+
+@pytest.mark.parametrize("continuous", [True, False])
+def test_speculative_forks_start_with_their_parent_and_the_decision_keeps_or_drops_them(agent, tokenizer,
+                                                                                       continuous):
+    """Greedy: two speculative forks take copies of their parent's row as it joins (nothing encoded again) and
+    sample with it from its first step; the decision after k tokens keeps one, which generates exactly what
+    re-encoding the prefix gives and comes back with its parent; the other's row goes and its k − 1 tokens (it was
+    dropped before this step's) are counted as discarded."""
+    gen, path = speculating_batch(agent, tokenizer, continuous)
+    params = SamplingParams(max_new_tokens=12, temperature=0.0, entropy_k=4)
+    prefix, pending, encoded = list(path.tokens), len(path.tokens) - path.encoded, gen.stats.prefill_tokens
+    forks = {key: gen.fork(path) for key in ("s1", "s2")}
+    decided = []
+
+    def decide(entropies):
+        decided.append(len(entropies))
+        return [("s1", forks["s1"], params)]
+
+    gen.submit(path, params, "a", decide, [(key, fork, params) for key, fork in forks.items()])
+    polls = []
+    while len(polls) < 40 and (not polls or gen._batch.rows):
+        polls.append(dict(gen.poll()))
+    assert gen.stats.prefill_tokens - encoded == pending  # the parent's observation, once
+    assert gen.stats.speculative_tokens == 3
+    got = {key: seg for poll in polls for key, seg in poll.items()}
+    assert decided == [4] and sorted(got) == ["a", "s1"]
+    expected = gen.generate([gen.new_path(prefix)], params)[0].token_ids
+    assert got["a"].token_ids == got["s1"].token_ids == expected
+    assert [list(poll) for poll in polls if poll] == [["a", "s1"]]
+    assert forks["s1"].tokens == prefix + expected and forks["s1"].encoded == len(forks["s1"].tokens) - 1
+    fresh = gen.new_path(list(forks["s1"].tokens))
+    again = gen.generate([forks["s1"]], params)[0].token_ids  # its cache holds exactly its own tokens
+    assert again == gen.generate([fresh], params)[0].token_ids
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_a_speculative_fork_that_ends_first_waits_for_the_decision(agent, tokenizer, keep):
+    """A speculative fork whose segment ends before its parent's k-th token comes back only with the decision, and
+    only if the decision keeps it; if not, its tokens are discarded."""
+    gen, path = speculating_batch(agent, tokenizer)
+    params = SamplingParams(max_new_tokens=12, temperature=0.0, entropy_k=8)
+    short = replace(params, max_new_tokens=2)
+    fork = gen.fork(path)
+    decided_at = []
+
+    def decide(entropies):
+        decided_at.append(len(polls))
+        return [("s", fork, short)] if keep else []
+
+    gen.submit(path, params, "a", decide, [("s", fork, short)])
+    polls = []
+    while len(polls) < 40 and (not polls or gen._batch.rows):
+        polls.append(dict(gen.poll()))
+    where = {key: i for i, poll in enumerate(polls) for key in poll}
+    assert decided_at == [7]  # the 8th poll, while the fork ended at the 2nd
+    if keep:
+        assert where == {"a": where["a"], "s": 7} and len(polls[7]["s"].token_ids) == 2
+        assert gen.stats.speculative_tokens == 0
+    else:
+        assert list(where) == ["a"] and gen.stats.speculative_tokens == 2
+
+
+def test_speculative_branches_draw_the_same_trees_sooner(agent, tokenizer):
+    """Each branch's stream is named by its parent and tool step, so a branch started speculatively draws what it
+    draws when started after its decision: the same trees, token for token (the entropies agree up to the last bits
+    of batched arithmetic), in fewer decoding steps. Where the decision does not branch, the speculative branches
+    are dropped, their tokens counted."""
+
+    def same(a, b):
+        assert [(n.parent, n.start, n.kind, n.step) for n in a.nodes] == [(n.parent, n.start, n.kind, n.step)
+                                                                          for n in b.nodes]
+        assert {t.node: t.completion_ids for t in a.trajectories} == {t.node: t.completion_ids
+                                                                     for t in b.trajectories}
+
+    def run(speculate, **overrides):
+        cfg = dict(num_generations=4, num_global=2, alpha=1.0, beta=0.0, max_new_tokens=24,
+                   max_completion_tokens=400, temperature=0.3, seed=1, speculative_branches=speculate)
+        cfg.update(overrides)
+        engine = ARPORollout(HFGenerator(agent, tokenizer), make_env, RolloutConfig(**cfg))
+        return engine, engine.run([TASK])
+
+    (plain, (a,)), (spec, (b,)) = run(False), run(True)
+    same(a, b)
+    assert b.branches == 2
+    assert plain.speculative == {"started": 0, "kept": 0} and spec.speculative == {"started": 2, "kept": 2}
+    assert spec.generator.stats.decode_steps < plain.generator.stats.decode_steps
+    assert spec.generator.stats.speculative_tokens == 0
+    assert spec.generator.stats.generated_tokens == plain.generator.stats.generated_tokens
+
+    (plain, (a,)), (spec, (b,)) = run(False, alpha=0.0), run(True, alpha=0.0)
+    same(a, b)
+    assert b.branches == 0 and len(b.trajectories) == 4
+    assert spec.speculative["started"] > 0 and spec.speculative["kept"] == 0
+    spent = spec.generator.stats.speculative_tokens
+    assert spent > 0 and spec.generator.stats.generated_tokens == plain.generator.stats.generated_tokens + spent
