@@ -2,7 +2,7 @@
 memory and the share of wall time spent in the environments and tools.
 
     python benchmarks/rollout_efficiency.py [--tasks 8] [-M 8] [-N 4] [--backend hf] [--schedule continuous]
-                                            [--repeats 1]
+                                            [--repeats 1] [--seed 0] [--spare-samples 2] [--speculative]
     .venv-vllm/bin/python benchmarks/rollout_efficiency.py --backend vllm    # vLLM (CPU build or GPU)
 
 Each algorithm runs in its own child process (so that each has its own peak memory), one after the other; with
@@ -19,9 +19,11 @@ batching; ``--schedule lockstep``: all waiting paths generate in one batch per r
 every path is its own request, resubmitted the moment its tool result is back, and tool calls overlap generation
 (`arpo_algo.rollout`). "env s" is the environments' time on the rollout's critical path (what generation waited
 for); "tool s" the env steps' own time, summed, overlapped or not. "decode steps" counts the transformers backend's
-decoding steps one after the other, the rollout's critical path whatever the batch width (its wall time follows it
-on a CPU); the spare rows are ARPO's spare samples (`RolloutConfig.spare_samples`): started, taken as top-ups, and
-the tokens and tool calls of those it discarded (counted in "generated" and "tool calls" too). "longest trajectory"
+decoding steps one after the other, the rollout's critical path whatever the batch width (on a CPU a step costs
+more the more rows it has, so wall time follows both); the spare rows are ARPO's spare samples (`RolloutConfig.spare_samples`): started, taken as top-ups, and
+the tokens and tool calls of those it discarded (counted in "generated" and "tool calls" too); the speculative rows
+are ARPO's speculative branches (``--speculative``: started with the segment their decision is taken on, kept if it
+branches), with the tokens of those dropped (counted in "generated" too). "longest trajectory"
 and "mean trajectory" are the model tokens of one trajectory, its shared prefix included: a trajectory's tokens are
 sampled one after another, so the longest is a floor under "decode steps" that no schedule can go below (ARPO's
 branches are made after tool calls, so its trees hold more of the long, tool-using paths than GRPO's independent
