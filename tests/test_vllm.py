@@ -167,13 +167,24 @@ def test_rollouts_through_vllm(algorithm, generator):
 
 
 def record_events(generator, monkeypatch) -> list[tuple[str, object]]:
-    """("submit", key) for every request the generator is given (forks from decisions included) and ("done", key)
-    for every segment it returns, in order."""
-    events = []
+    """("submit", path) for every request the generator is given (forks from decisions included) and ("done", path)
+    for every segment it returns, in order. A path is named by its `Path` object, kept alive here: the rollout's
+    request keys are ids of its path records, and an id can come back for another path once one has ended."""
+    events, flying = [], {}
     submit, poll = generator.submit, generator.poll
-    monkeypatch.setattr(generator, "submit", lambda path, params, key, *rest: (events.append(("submit", key)),
-                                                                               submit(path, params, key, *rest))[1])
-    monkeypatch.setattr(generator, "poll", lambda: [events.append(("done", k)) or (k, s) for k, s in poll()])
+
+    def recording_submit(path, params, key, *rest):
+        flying[key] = path
+        events.append(("submit", path))
+        return submit(path, params, key, *rest)
+
+    def recording_poll():
+        done = poll()
+        events.extend(("done", flying.pop(key)) for key, _ in done)
+        return done
+
+    monkeypatch.setattr(generator, "submit", recording_submit)
+    monkeypatch.setattr(generator, "poll", recording_poll)
     return events
 
 
@@ -193,10 +204,10 @@ def test_early_top_ups_through_vllm(generator, monkeypatch):
     (tree,) = ARPORollout(generator, make, config).run([TASK])
     assert len(tree.trajectories) == 4
     assert [n.kind for n in tree.nodes] == ["global", "global", "topup", "topup"]
-    paths = list(dict.fromkeys(k for e, k in events if e == "submit"))
+    paths = list({id(p): p for e, p in events if e == "submit"}.values())
     assert len(paths) == 4
-    first_top_up = events.index(("submit", paths[2]))
-    last_global = max(i for i, (e, k) in enumerate(events) if e == "done" and k in paths[:2])
+    first_top_up = next(i for i, (e, p) in enumerate(events) if e == "submit" and p is paths[2])
+    last_global = max(i for i, (e, p) in enumerate(events) if e == "done" and any(p is q for q in paths[:2]))
     assert first_top_up < last_global  # started beside the global paths, not after them
 
 
