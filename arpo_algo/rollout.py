@@ -215,6 +215,13 @@ class ARPORollout:
         self.generator.seed(self.config.seed)
         self.tool_calls = 0
         self.turns = 0
+        self.prompt_tokens = 0
+        """The tasks' prompts, one each (every sample of a task forks its prompt: encoded once on the transformers
+        backend, by the prefix cache on vLLM)."""
+        self.observation_tokens = {"tool results": 0, "notices": 0}
+        """Tokens the environments appended to paths: tool results (branches share those before their branch point),
+        and notices (a malformed turn's error, a budget's end) that answer a turn without a tool call."""
+        self.notices = 0
         self.env_seconds = 0.0
         """Wall time the rollout spent in the environments instead of generating: resets, the forks of fresh paths,
         scoring and closes, and the waits for tool calls while nothing else could run (a round's concurrent calls count once;
@@ -274,6 +281,7 @@ class ARPORollout:
                 options = {"index": task} if isinstance(task, int) else dict(task)
                 _, info = env.reset(seed=cfg.seed + t, options=options)
             prompt = prompt_ids(self.generator.tokenizer, info["messages"])
+            self.prompt_tokens += len(prompt)
             states.append(_TaskState(info["task"], env, prompt, self.generator.new_path(prompt)))
         if hasattr(self.generator, "encode"):  # every sample of a task forks its prompt, encoded once
             self.generator.encode([state.root_path for state in states])
@@ -435,6 +443,8 @@ class ARPORollout:
             return False
         ids = self.generator.tokenizer.encode(obs, add_special_tokens=False)
         self.generator.extend(x.path, ids)
+        self.observation_tokens["tool results" if info.get("tool") else "notices"] += len(ids)
+        self.notices += not info.get("tool")
         x.segments.append({"kind": "tool", "text": obs, "start": len(x.completion),
                            "end": len(x.completion) + len(ids)})
         x.completion += ids

@@ -11,27 +11,30 @@ wall times moved by ±15% between runs of identical trees). The last
 line reads ``ARPO/GRPO wall <r1> tokens generated <r2> tokens encoded <r3> env share <s>``: the three ratios, and
 ARPO's env + tool share of its rollout wall time.
 
-Both algorithms run through the same engine and generator, with the same seed. ARPO's branches share their prefix
-with the path they split from: the prompt and everything up to the tool result are neither generated nor encoded
-again (the branch starts from its parent's key/value cache, or vLLM's prefix cache). GRPO samples M independent
-trajectories. On the transformers backend (``--backend hf``) paths join and leave one running batch (continuous
-batching; ``--schedule lockstep``: all waiting paths generate in one batch per round); on vLLM (``--backend vllm``)
-every path is its own request, resubmitted the moment its tool result is back, and tool calls overlap generation
-(`arpo_algo.rollout`). "env s" is the environments' time on the rollout's critical path (what generation waited
-for); "tool s" the env steps' own time, summed, overlapped or not. "decode steps" counts the transformers backend's
-decoding steps one after the other, the rollout's critical path whatever the batch width (its wall time follows it
-on a CPU, where a step's cost hardly depends on its rows); the spare rows are ARPO's spare samples (`RolloutConfig.spare_samples`): started, taken as top-ups, and
-the tokens and tool calls of those it discarded (counted in "generated" and "tool calls" too); the speculative rows
-are ARPO's speculative branches (``--speculative``: started with the segment their decision is taken on, kept if it
-branches), with the tokens of those dropped (counted in "generated" too). "longest trajectory"
-and "mean trajectory" are the model tokens of one trajectory, its shared prefix included: a trajectory's tokens are
-sampled one after another, so the longest is a floor under "decode steps" that no schedule can go below (ARPO's
-branches are made after tool calls, so its trees hold more of the long, tool-using paths than GRPO's independent
-samples). vLLM's engine start-up is not counted, and "peak MB" is the benchmark process's own (vLLM's engine core
-runs in a process of its own). The model is SmolLM2-135M-Instruct after a short imitation warm-up on scripted
-arithmetic episodes (`benchmarks/_warmup.py`), so that it calls tools at all; the tasks are held-out arithmetic
-problems.
-"""
+Both algorithms run through the same engine and generator, with the same seed. ARPO's branches share their prefix with
+the path they split from: the prompt and everything up to the tool result are neither generated nor encoded again (the
+branch starts from its parent's key/value cache, or vLLM's prefix cache). GRPO samples M independent trajectories; they
+share only their task's prompt, which both algorithms encode once per task. What is encoded is broken down in rows of
+its own: the prompts, the tool results appended to paths, and the notices (the env's answer to a turn without a tool
+call: a tag left open when a turn ran out of tokens, a spent budget), which cost tokens like a tool result; "encoded" is
+those, plus one token each time a path resumes, less what was appended to paths stopped before they resumed. On the
+transformers backend (``--backend hf``) paths join and leave one running batch (continuous batching; ``--schedule
+lockstep``: all waiting paths generate in one batch per round); on vLLM (``--backend vllm``) every path is its own
+request, resubmitted the moment its tool result is back, and tool calls overlap generation (`arpo_algo.rollout`).
+"env s" is the environments' time on the rollout's critical path (what generation waited for); "tool s"
+the env steps' own time, summed, overlapped or not. "decode steps" counts the transformers backend's decoding steps
+one after the other,
+the rollout's critical path whatever the batch width (its wall time follows it on a CPU, where a step's cost hardly
+depends on its rows); the spare rows are ARPO's spare samples (`RolloutConfig.spare_samples`): started, taken as
+top-ups, and the tokens and tool calls of those it discarded (counted in "generated" and "tool calls" too); the
+speculative rows are ARPO's speculative branches (``--speculative``: started with the segment their decision is taken
+on, kept if it branches), with the tokens of those dropped (counted in "generated" too). "longest trajectory" and "mean
+trajectory" are the model tokens of one trajectory, its shared prefix included: a trajectory's tokens are sampled one
+after another, so the longest is a floor under "decode steps" that no schedule can go below (ARPO's branches are made
+after tool calls, so its trees hold more of the long, tool-using paths than GRPO's independent samples). vLLM's engine
+start-up is not counted, and "peak MB" is the benchmark process's own (vLLM's engine core runs in a process of its own).
+The model is SmolLM2-135M-Instruct after a short imitation warm-up on scripted arithmetic episodes
+(`benchmarks/_warmup.py`), so that it calls tools at all; the tasks are held-out arithmetic problems."""
 
 from __future__ import annotations
 
@@ -80,6 +83,10 @@ def run(cls, generator, tasks, config):
     return {
         "generated": generator.stats.generated_tokens,
         "encoded": generator.stats.prefill_tokens,
+        "prompt tokens": engine.prompt_tokens,
+        "tool result tokens": engine.observation_tokens["tool results"],
+        "notices": engine.notices,
+        "notice tokens": engine.observation_tokens["notices"],
         "tool calls": engine.tool_calls,
         "wall s": wall,
         "env s": engine.env_seconds,
@@ -152,14 +159,16 @@ def main() -> None:
         for algo in ("arpo", "grpo"):
             print(f"{algo} wall s per run: " + ", ".join(f"{r['wall s']:.1f}" for r in runs[algo]))
 
-    block = f" (block size {args.block_size})" if args.block_size else f" ({args.schedule})" if args.backend == "hf" else ""
+    block = (f" (block size {args.block_size})" if args.block_size
+             else f" ({args.schedule})" if args.backend == "hf" else "")
     print(f"\n{args.backend} backend{block}, {args.tasks} tasks, M={args.num_generations}, N={args.num_global}, "
           f"Z={config.branch_factor}, "
           f"alpha={config.alpha}, beta={config.beta}, spare samples={config.spare_samples}, "
           f"speculative branches={'on' if config.speculative_branches else 'off'}, seed={args.seed}\n")
     print("| metric | ARPO | GRPO | ARPO / GRPO |")
     print("|---|---:|---:|---:|")
-    for key in ("generated", "encoded", "tool calls", "wall s", "decode steps", "env s", "env share", "tool s",
+    for key in ("generated", "encoded", "prompt tokens", "tool result tokens", "notices", "notice tokens",
+                "tool calls", "wall s", "decode steps", "env s", "env share", "tool s",
                 "peak MB", "branches", "top-ups", "spares started", "spares taken", "spare tokens discarded",
                 "spare tool calls discarded", "speculative started", "speculative kept",
                 "speculative tokens discarded", "trajectories", "longest trajectory", "mean trajectory", "mean reward"):

@@ -87,6 +87,31 @@ def test_exactly_m_per_task_with_several_tasks(agent, tokenizer):
     assert all(len({tr.node for tr in t.trajectories}) == 5 for t in trees)
 
 
+
+def test_what_is_encoded_is_accounted_for(agent, tokenizer):
+    """The rollout's counts of prompt and observation tokens add up to what the generator encoded: GRPO's samples
+    share only their task's prompt (encoded once, then the last prompt token for each sample as it starts, and the
+    last sampled token plus the observation each time a path resumes); ARPO's branches hold observations they did not
+    encode again."""
+    cfg = RolloutConfig(num_generations=4, num_global=2, alpha=1.0, beta=0.0, max_new_tokens=24,
+                        max_completion_tokens=400, temperature=0.3, seed=1)
+    held = {}
+    for cls in (GRPORollout, ARPORollout):
+        generator = HFGenerator(agent, tokenizer)
+        engine = cls(generator, make_env, cfg)
+        (tree,) = engine.run([TASK])
+        assert engine.prompt_tokens == len(tree.trajectories[0].prompt_ids)
+        observed = sum(engine.observation_tokens.values())
+        held[cls.algo] = sum(m == 0 for t in tree.trajectories for m in t.mask)
+        resumes = sum(s["kind"] == "tool" and s["end"] > s["start"] for t in tree.trajectories for s in t.segments)
+        unshared = engine.prompt_tokens - 1 + cfg.num_generations + resumes  # plus the observations
+        if cls is GRPORollout:
+            assert observed == held["grpo"] > 0
+            assert generator.stats.prefill_tokens == unshared + observed
+        else:
+            assert tree.branches == 2 and observed < held["arpo"]
+            assert generator.stats.prefill_tokens < unshared + held["arpo"]
+
 @pytest.mark.parametrize("continuous", [True, False])
 def test_same_seed_same_trees_whatever_the_tools_timing(agent, tokenizer, continuous, monkeypatch):
     """Continuous batching or lock-step rounds: a seed fixes the trees, even when the tool calls take random times
