@@ -23,9 +23,9 @@ lockstep``: all waiting paths generate in one batch per round); on vLLM (``--bac
 request, resubmitted the moment its tool result is back, and tool calls overlap generation (`arpo_algo.rollout`).
 "env s" is the environments' time on the rollout's critical path (what generation waited for); "tool s"
 the env steps' own time, summed, overlapped or not. "decode steps" counts the transformers backend's decoding steps
-one after the other,
-the rollout's critical path whatever the batch width (its wall time follows it on a CPU, where a step's cost hardly
-depends on its rows); the spare rows are ARPO's spare samples (`RolloutConfig.spare_samples`): started, taken as
+one after the other, the rollout's critical path whatever the batch width (its wall time follows the steps and, less,
+their width: on a 2-core CPU a step with 16 rows costs about twice one with a single row, `benchmarks/step_cost.py`);
+the spare rows are ARPO's spare samples (`RolloutConfig.spare_samples`): started, taken as
 top-ups, and the tokens and tool calls of those it discarded (counted in "generated" and "tool calls" too); the
 speculative rows are ARPO's speculative branches (``--speculative``: started with the segment their decision is taken
 on, kept if it branches), with the tokens of those dropped (counted in "generated" too). "longest trajectory" and "mean

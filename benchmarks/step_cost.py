@@ -1,0 +1,81 @@
+"""What one decoding step of the transformers backend costs, by the number of rows (paths) in the running batch.
+
+    python benchmarks/step_cost.py [--model smollm2-135m] [--rows 1,2,4,8,12,16,20,24,32] [--steps 24]
+
+The rollout's wall time on this backend is its decoding steps times what each costs. Where a step's cost hardly
+depends on its rows (reading the weights dominates it, as on a GPU at small batches), wider batches are free and
+what counts is the number of steps: spare samples and speculative branches, which take rows to save steps, pay.
+Where the cost grows with the rows (a CPU past a few rows), every extra row costs too: they pay less or not at all.
+This benchmark measures which case a machine is in, with the generator the rollout uses
+(`arpo_algo.hf_generator.HFGenerator`: its batch, cache, sampling and entropy window), on a math task's real prompt,
+every row a fork of it at the same length. For each width it times the steps after the first few (end of sequence is
+ignored, so no row leaves) and prints the median milliseconds a step and a row. The last line reads
+``step ms <t> at 1 row <t> at 2 rows …``, one figure for each width asked for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import gymnasium as gym
+import torch
+from tqdm import tqdm
+
+import arpo_env  # noqa: F401
+from arpo_algo.generator import SamplingParams
+from arpo_algo.hf_generator import HFGenerator, _Batch, _Seq
+from arpo_algo.models import load_model, prompt_ids
+
+
+def step_times(gen: HFGenerator, prompt: list[int], rows: int, steps: int, warm: int = 3) -> list[float]:
+    """Seconds of each decoding step of one batch of `rows` forks of the prompt, after `warm` untimed steps."""
+    root = gen.new_path(prompt)
+    gen.encode([root])
+    params = SamplingParams(max_new_tokens=steps + warm + 1, temperature=1.0, top_p=1.0, stop=(), entropy_k=20)
+    batch = _Batch(gen)
+    batch.join([_Seq(gen.fork(root), params) for _ in range(rows)])
+    times = []
+    with torch.no_grad():
+        for i in range(steps + warm):
+            began = time.perf_counter()
+            batch.step()
+            if i >= warm:
+                times.append(time.perf_counter() - began)
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--rows", default="1,2,4,8,12,16,20,24,32", help="batch widths, comma-separated")
+    parser.add_argument("--steps", type=int, default=24, help="timed steps per width")
+    args = parser.parse_args()
+    widths = [int(w) for w in args.rows.split(",")]
+
+    model, tokenizer = load_model(args.model, dtype="float32")
+    gen = HFGenerator(model, tokenizer)
+    gen.eos_ids = []  # no row leaves: every step is as wide as asked
+    env = gym.make("ARPO-Math-v0")
+    _, info = env.reset(seed=0)
+    prompt = prompt_ids(tokenizer, info["messages"])
+    env.close()
+
+    medians = {}
+    for rows in tqdm(widths, desc="widths"):
+        medians[rows] = statistics.median(step_times(gen, prompt, rows, args.steps))
+    print(f"\n{args.model}, float32, {torch.get_num_threads()} threads, prompt of {len(prompt)} tokens, "
+          f"{args.steps} timed steps per width\n")
+    print("| rows | ms a step | ms a row | vs 1 row |")
+    print("|---:|---:|---:|---:|")
+    first = medians[widths[0]]
+    for rows in widths:
+        ms = medians[rows] * 1000
+        print(f"| {rows} | {ms:.1f} | {ms / rows:.1f} | {medians[rows] / first:.2f} |")
+    print()
+    print("step ms " + " ".join(f"{medians[r] * 1000:.1f} at {r} row{'s' if r > 1 else ''}" for r in widths))
+
+
+if __name__ == "__main__":
+    main()
