@@ -52,13 +52,13 @@ import arpo_env  # noqa: F401
 from arpo_algo.rollout import ARPORollout, GRPORollout, RolloutConfig
 
 
-def make_generator(backend: str, block_size: int | None = None, schedule: str = "continuous"):
+def make_generator(backend: str, block_size: int | None = None, schedule: str = "continuous", steps_per_poll: int = 8):
     """The warmed-up model behind the chosen backend (vLLM loads the same weights from the warm-up's folder, so the
     transformers model is only loaded to make that folder the first time)."""
     if backend == "hf":
         from arpo_algo.hf_generator import HFGenerator
 
-        return HFGenerator(*warmed_model(), continuous=schedule == "continuous")
+        return HFGenerator(*warmed_model(), continuous=schedule == "continuous", steps_per_poll=steps_per_poll)
     if not (warmed_path() / "config.json").is_file():
         warmed_model()
     import os
@@ -124,6 +124,9 @@ def main() -> None:
     parser.add_argument("--backend", choices=["hf", "vllm"], default="hf")
     parser.add_argument("--schedule", choices=["continuous", "lockstep"], default="continuous",
                         help="transformers backend: continuous batching (the default) or lock-step rounds")
+    parser.add_argument("--steps-per-poll", type=int, default=8,
+                        help="transformers backend, continuous: decoding steps between two looks at the paths "
+                             "(a path that ended waits for the poll's end, its tool call overlaps the next poll)")
     parser.add_argument("--block-size", type=int, default=None,
                         help="vLLM's KV-cache block (tokens); the prefix cache shares whole blocks only")
     parser.add_argument("--spare-samples", type=int, default=RolloutConfig.spare_samples,
@@ -141,7 +144,7 @@ def main() -> None:
     tasks = list(range(args.tasks))
 
     if args.only:
-        generator = make_generator(args.backend, args.block_size, args.schedule)
+        generator = make_generator(args.backend, args.block_size, args.schedule, args.steps_per_poll)
         result = run(ARPORollout if args.only == "arpo" else GRPORollout, generator, tasks, config)
         result["peak MB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print("RESULT " + json.dumps(result), flush=True)
@@ -160,6 +163,8 @@ def main() -> None:
             print(f"{algo} wall s per run: " + ", ".join(f"{r['wall s']:.1f}" for r in runs[algo]))
 
     block = (f" (block size {args.block_size})" if args.block_size
+             else f" ({args.schedule}, {args.steps_per_poll} steps a poll)"
+             if args.backend == "hf" and args.schedule == "continuous"
              else f" ({args.schedule})" if args.backend == "hf" else "")
     print(f"\n{args.backend} backend{block}, {args.tasks} tasks, M={args.num_generations}, N={args.num_global}, "
           f"Z={config.branch_factor}, "
