@@ -162,10 +162,12 @@ def main() -> None:
         for algo in ("arpo", "grpo"):
             print(f"{algo} wall s per run: " + ", ".join(f"{r['wall s']:.1f}" for r in runs[algo]))
 
-    block = (f" (block size {args.block_size})" if args.block_size
-             else f" ({args.schedule}, {args.steps_per_poll} steps a poll)"
-             if args.backend == "hf" and args.schedule == "continuous"
-             else f" ({args.schedule})" if args.backend == "hf" else "")
+    if args.backend == "vllm":
+        block = f" (block size {args.block_size})" if args.block_size else ""
+    elif args.schedule == "continuous":
+        block = f" (continuous, {args.steps_per_poll} steps a poll)"
+    else:
+        block = " (lockstep)"
     print(f"\n{args.backend} backend{block}, {args.tasks} tasks, M={args.num_generations}, N={args.num_global}, "
           f"Z={config.branch_factor}, "
           f"alpha={config.alpha}, beta={config.beta}, spare samples={config.spare_samples}, "

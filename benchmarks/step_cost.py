@@ -67,7 +67,7 @@ def main() -> None:
         medians[rows] = statistics.median(step_times(gen, prompt, rows, args.steps))
     print(f"\n{args.model}, float32, {torch.get_num_threads()} threads, prompt of {len(prompt)} tokens, "
           f"{args.steps} timed steps per width\n")
-    print("| rows | ms a step | ms a row | vs 1 row |")
+    print(f"| rows | ms a step | ms a row | vs {widths[0]} row{'s' if widths[0] > 1 else ''} |")
     print("|---:|---:|---:|---:|")
     first = medians[widths[0]]
     for rows in widths:
