@@ -18,6 +18,8 @@ else is in the batch, as on vLLM.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -27,6 +29,7 @@ from transformers.cache_utils import DynamicLayer
 
 from arpo_algo.entropy import nucleus_log_probs, token_entropy
 from arpo_algo.generator import Decide, GeneratorStats, Path, PathGenerator, SamplingParams, Segment
+from arpo_algo.packed_linear import PackedLinears
 
 
 class HFGenerator(PathGenerator):
@@ -39,13 +42,16 @@ class HFGenerator(PathGenerator):
         steps_per_poll: the decoding steps a poll takes before it returns the paths that ended (continuous): the
             overlap each tool call gets with generation, and the longest a path whose tool result is back waits to
             rejoin.
+        packed_weights: run the model's float32 CPU linear layers on oneDNN-packed copies of their weights
+            (`arpo_algo.packed_linear`: a decoding step of a few rows takes a third to a half less time, for as much
+            memory again as those weights); None (the default) does where oneDNN is built in.
     """
 
     decides_mid_segment = True
     speculates = True
 
     def __init__(self, model: Any, tokenizer: Any, device: str | torch.device | None = None,
-                 continuous: bool = True, steps_per_poll: int = 8) -> None:
+                 continuous: bool = True, steps_per_poll: int = 8, packed_weights: bool | None = None) -> None:
         self.continuous = continuous
         self.steps_per_poll = steps_per_poll
         self.model = model.eval()
@@ -58,6 +64,10 @@ class HFGenerator(PathGenerator):
         self._rng = torch.Generator(device="cpu")
         self._rng.manual_seed(0)
         self._batch = _Batch(self)
+        self._linears = PackedLinears(model) if packed_weights is not False else None
+        if packed_weights and not (self._linears and self._linears.active):
+            raise ValueError("packed_weights=True: this PyTorch has no oneDNN linear, or the model no float32 CPU "
+                             "linear layer")
 
     @property
     def lockstep(self) -> bool:  # type: ignore[override]
@@ -80,13 +90,13 @@ class HFGenerator(PathGenerator):
         state = None if path.state is None or keep <= 0 else tuple((k[:, :keep], v[:, :keep]) for k, v in path.state)
         return Path(path.tokens[:at], keep if state is not None else 0, state, path.prompt_len)
 
-    @torch.no_grad()
     def encode(self, paths: list[Path]) -> None:
         """Encode each path's tokens but the last into its cache, in one batch: a prompt shared by many paths (forks
         of it) is then encoded once."""
         todo = [p for p in paths if len(p.tokens) - 1 > p.encoded]
         if todo:
-            out, mask = self._encode_pending(todo, [p.tokens[p.encoded:-1] for p in todo])
+            with self.decoding():
+                out, mask = self._encode_pending(todo, [p.tokens[p.encoded:-1] for p in todo])
             for i, path in enumerate(todo):
                 path.state = self._unstack_cache(out.past_key_values, mask, i)
                 path.encoded = len(path.tokens) - 1
@@ -112,6 +122,13 @@ class HFGenerator(PathGenerator):
                          logits_to_keep=1)
         return out, mask
 
+    @contextmanager
+    def decoding(self) -> Iterator[None]:
+        """Gradients off, and the model's linear layers on their packed weights where they are used: every forward
+        of the generator runs in it (and may be nested in it, as `benchmarks/step_cost.py` does)."""
+        with torch.no_grad(), self._linears if self._linears is not None else nullcontext():
+            yield
+
     # Generation -----------------------------------------------------------------------------------------------------
     def generate(self, paths: list[Path], params: SamplingParams) -> list[Segment]:
         """Continue every path in one batch, until each ends (see `arpo_algo.generator`). With a seed, path i
@@ -121,7 +138,6 @@ class HFGenerator(PathGenerator):
         seqs = [_Seq(path, replace(params, seed=seed)) for path, seed in zip(paths, seeds)]
         return [self._segment(seq) for seq in self._to_the_end(seqs)]
 
-    @torch.no_grad()
     def _to_the_end(self, seqs: list[_Seq]) -> list[_Seq]:
         """Generate the sequences in a batch of their own until every one has ended; returns them, then the forks
         their decisions made (which joined the batch at once), in the order they joined."""
@@ -129,9 +145,10 @@ class HFGenerator(PathGenerator):
             return []
         self.stats.calls += 1
         batch = _Batch(self)
-        batch.join(seqs)
-        while batch.rows:
-            batch.step()
+        with self.decoding():
+            batch.join(seqs)
+            while batch.rows:
+                batch.step()
         return seqs + batch.forks
 
     def poll(self) -> list[tuple[Any, Segment]]:
@@ -152,7 +169,7 @@ class HFGenerator(PathGenerator):
                 group = [seq for seq in submitted if _sampling(seq.params) == sampling]
                 forks += self._to_the_end(group)[len(group):]
             return [(seq.key, self._segment(seq)) for seq in submitted + forks]
-        with torch.no_grad():
+        with self.decoding():
             if submitted:
                 self.stats.calls += 1
                 self._batch.join(submitted)

@@ -3,6 +3,7 @@ memory and the share of wall time spent in the environments and tools.
 
     python benchmarks/rollout_efficiency.py [--tasks 8] [-M 8] [-N 4] [--backend hf] [--schedule continuous]
                                             [--repeats 1] [--seed 0] [--spare-samples 2] [--speculative]
+                                            [--default-kernel]
     .venv-vllm/bin/python benchmarks/rollout_efficiency.py --backend vllm    # vLLM (CPU build or GPU)
 
 Each algorithm runs in its own child process (so that each has its own peak memory), one after the other; with
@@ -19,13 +20,14 @@ its own: the prompts, the tool results appended to paths, and the notices (the e
 call: a tag left open when a turn ran out of tokens, a spent budget), which cost tokens like a tool result; "encoded" is
 those, plus one token each time a path resumes, less what was appended to paths stopped before they resumed. On the
 transformers backend (``--backend hf``) paths join and leave one running batch (continuous batching; ``--schedule
-lockstep``: all waiting paths generate in one batch per round); on vLLM (``--backend vllm``) every path is its own
-request, resubmitted the moment its tool result is back, and tool calls overlap generation (`arpo_algo.rollout`).
-"env s" is the environments' time on the rollout's critical path (what generation waited for); "tool s"
-the env steps' own time, summed, overlapped or not. "decode steps" counts the transformers backend's decoding steps
-one after the other, the rollout's critical path whatever the batch width (its wall time follows the steps and, less,
-their width: on a 2-core CPU a step with 16 rows costs about twice one with a single row, `benchmarks/step_cost.py`);
-the spare rows are ARPO's spare samples (`RolloutConfig.spare_samples`): started, taken as
+lockstep``: all waiting paths generate in one batch per round; the linear layers run on oneDNN-packed weights,
+`arpo_algo.packed_linear`, or with ``--default-kernel`` on PyTorch's default kernel); on vLLM (``--backend vllm``)
+every path is its own request, resubmitted the moment its tool result is back, and tool calls overlap generation
+(`arpo_algo.rollout`). "env s" is the environments' time on the rollout's critical path (what generation waited
+for); "tool s" the env steps' own time, summed, overlapped or not. "decode steps" counts the transformers backend's
+decoding steps one after the other, the rollout's critical path whatever the batch width (its wall time follows the
+steps and, less, their width: on a 2-core CPU a step with 16 rows costs about twice one with a single row,
+`benchmarks/step_cost.py`); the spare rows are ARPO's spare samples (`RolloutConfig.spare_samples`): started, taken as
 top-ups, and the tokens and tool calls of those it discarded (counted in "generated" and "tool calls" too); the
 speculative rows are ARPO's speculative branches (``--speculative``: started with the segment their decision is taken
 on, kept if it branches), with the tokens of those dropped (counted in "generated" too). "longest trajectory" and "mean
@@ -52,13 +54,15 @@ import arpo_env  # noqa: F401
 from arpo_algo.rollout import ARPORollout, GRPORollout, RolloutConfig
 
 
-def make_generator(backend: str, block_size: int | None = None, schedule: str = "continuous", steps_per_poll: int = 8):
+def make_generator(backend: str, block_size: int | None = None, schedule: str = "continuous", steps_per_poll: int = 8,
+                   default_kernel: bool = False):
     """The warmed-up model behind the chosen backend (vLLM loads the same weights from the warm-up's folder, so the
     transformers model is only loaded to make that folder the first time)."""
     if backend == "hf":
         from arpo_algo.hf_generator import HFGenerator
 
-        return HFGenerator(*warmed_model(), continuous=schedule == "continuous", steps_per_poll=steps_per_poll)
+        return HFGenerator(*warmed_model(), continuous=schedule == "continuous", steps_per_poll=steps_per_poll,
+                           packed_weights=False if default_kernel else None)
     if not (warmed_path() / "config.json").is_file():
         warmed_model()
     import os
@@ -127,6 +131,9 @@ def main() -> None:
     parser.add_argument("--steps-per-poll", type=int, default=8,
                         help="transformers backend, continuous: decoding steps between two looks at the paths "
                              "(a path that ended waits for the poll's end, its tool call overlaps the next poll)")
+    parser.add_argument("--default-kernel", action="store_true",
+                        help="transformers backend: linear layers on PyTorch's default kernel, not on oneDNN-packed "
+                             "weights (arpo_algo.packed_linear)")
     parser.add_argument("--block-size", type=int, default=None,
                         help="vLLM's KV-cache block (tokens); the prefix cache shares whole blocks only")
     parser.add_argument("--spare-samples", type=int, default=RolloutConfig.spare_samples,
@@ -144,7 +151,8 @@ def main() -> None:
     tasks = list(range(args.tasks))
 
     if args.only:
-        generator = make_generator(args.backend, args.block_size, args.schedule, args.steps_per_poll)
+        generator = make_generator(args.backend, args.block_size, args.schedule, args.steps_per_poll,
+                                   args.default_kernel)
         result = run(ARPORollout if args.only == "arpo" else GRPORollout, generator, tasks, config)
         result["peak MB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print("RESULT " + json.dumps(result), flush=True)
@@ -168,6 +176,8 @@ def main() -> None:
         block = f" (continuous, {args.steps_per_poll} steps a poll)"
     else:
         block = " (lockstep)"
+    if args.backend == "hf" and args.default_kernel:
+        block = block[:-1] + ", default linear kernel)"
     print(f"\n{args.backend} backend{block}, {args.tasks} tasks, M={args.num_generations}, N={args.num_global}, "
           f"Z={config.branch_factor}, "
           f"alpha={config.alpha}, beta={config.beta}, spare samples={config.spare_samples}, "

@@ -1,6 +1,6 @@
 """What one decoding step of the transformers backend costs, by the number of rows (paths) in the running batch.
 
-    python benchmarks/step_cost.py [--model smollm2-135m] [--rows 1,2,4,8,12,16,20,24,32] [--steps 24]
+    python benchmarks/step_cost.py [--model smollm2-135m] [--rows 1,2,4,8,12,16,20,24,32] [--steps 24] [--rounds 2]
 
 The rollout's wall time on this backend is its decoding steps times what each costs. Where a step's cost hardly
 depends on its rows (reading the weights dominates it, as on a GPU at small batches), wider batches are free and
@@ -9,8 +9,11 @@ Where the cost grows with the rows (a CPU past a few rows), every extra row cost
 This benchmark measures which case a machine is in, with the generator the rollout uses
 (`arpo_algo.hf_generator.HFGenerator`: its batch, cache, sampling and entropy window), on a math task's real prompt,
 every row a fork of it at the same length. For each width it times the steps after the first few (end of sequence is
-ignored, so no row leaves) and prints the median milliseconds a step and a row. The last line reads
-``step ms <t> at 1 row <t> at 2 rows …``, one figure for each width asked for.
+ignored, so no row leaves) and prints the median milliseconds a step and a row. It times two generators side by side,
+in alternating rounds: the default one, whose linear layers run on oneDNN-packed weights where PyTorch has oneDNN
+(`arpo_algo.packed_linear`), and one with PyTorch's default linear kernel (``packed_weights=False``); the last column
+is the second's time over the first's. The last line reads ``step ms <t> at 1 row <t> at 2 rows …``, the default
+generator's figure for each width asked for.
 """
 
 from __future__ import annotations
@@ -35,9 +38,9 @@ def step_times(gen: HFGenerator, prompt: list[int], rows: int, steps: int, warm:
     gen.encode([root])
     params = SamplingParams(max_new_tokens=steps + warm + 1, temperature=1.0, top_p=1.0, stop=(), entropy_k=20)
     batch = _Batch(gen)
-    batch.join([_Seq(gen.fork(root), params) for _ in range(rows)])
     times = []
-    with torch.no_grad():
+    with gen.decoding():
+        batch.join([_Seq(gen.fork(root), params) for _ in range(rows)])
         for i in range(steps + warm):
             began = time.perf_counter()
             batch.step()
@@ -50,29 +53,42 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--rows", default="1,2,4,8,12,16,20,24,32", help="batch widths, comma-separated")
-    parser.add_argument("--steps", type=int, default=24, help="timed steps per width")
+    parser.add_argument("--steps", type=int, default=24, help="timed steps per width (in all, over the rounds)")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="alternating rounds of the two generators per width (this machine's speed drifts)")
     args = parser.parse_args()
     widths = [int(w) for w in args.rows.split(",")]
 
     model, tokenizer = load_model(args.model, dtype="float32")
     gen = HFGenerator(model, tokenizer)
-    gen.eos_ids = []  # no row leaves: every step is as wide as asked
+    plain = HFGenerator(model, tokenizer, packed_weights=False)
+    gen.eos_ids = plain.eos_ids = []  # no row leaves: every step is as wide as asked
+    packed = gen._linears is not None and gen._linears.active
     env = gym.make("ARPO-Math-v0")
     _, info = env.reset(seed=0)
     prompt = prompt_ids(tokenizer, info["messages"])
     env.close()
 
-    medians = {}
+    medians, plain_medians = {}, {}
+    per_round = max(1, args.steps // args.rounds)
     for rows in tqdm(widths, desc="widths"):
-        medians[rows] = statistics.median(step_times(gen, prompt, rows, args.steps))
+        times: list[float] = []
+        plain_times: list[float] = []
+        for _ in range(args.rounds):
+            times += step_times(gen, prompt, rows, per_round)
+            plain_times += step_times(plain, prompt, rows, per_round)
+        medians[rows], plain_medians[rows] = statistics.median(times), statistics.median(plain_times)
     print(f"\n{args.model}, float32, {torch.get_num_threads()} threads, prompt of {len(prompt)} tokens, "
-          f"{args.steps} timed steps per width\n")
-    print(f"| rows | ms a step | ms a row | vs {widths[0]} row{'s' if widths[0] > 1 else ''} |")
-    print("|---:|---:|---:|---:|")
+          f"{per_round * args.rounds} timed steps per width and generator, linear layers "
+          f"{'on oneDNN-packed weights' if packed else 'on the default kernel (no oneDNN here)'}\n")
+    print(f"| rows | ms a step | ms a row | vs {widths[0]} row{'s' if widths[0] > 1 else ''} "
+          "| default kernel, ms a step | default / packed |")
+    print("|---:|---:|---:|---:|---:|---:|")
     first = medians[widths[0]]
     for rows in widths:
         ms = medians[rows] * 1000
-        print(f"| {rows} | {ms:.1f} | {ms / rows:.1f} | {medians[rows] / first:.2f} |")
+        print(f"| {rows} | {ms:.1f} | {ms / rows:.1f} | {medians[rows] / first:.2f} | {plain_medians[rows] * 1000:.1f} "
+              f"| {plain_medians[rows] / medians[rows]:.2f} |")
     print()
     print("step ms " + " ".join(f"{medians[r] * 1000:.1f} at {r} row{'s' if r > 1 else ''}" for r in widths))
 
