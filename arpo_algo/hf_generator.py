@@ -43,7 +43,7 @@ class HFGenerator(PathGenerator):
             overlap each tool call gets with generation, and the longest a path whose tool result is back waits to
             rejoin.
         packed_weights: run the model's float32 CPU linear layers on oneDNN-packed copies of their weights
-            (`arpo_algo.packed_linear`: a decoding step of a few rows takes a third to a half less time, for as much
+            (`arpo_algo.packed_linear`: a decoding step of a few rows takes a fifth to two fifths less time, for as much
             memory again as those weights); None (the default) does where oneDNN is built in.
     """
 
