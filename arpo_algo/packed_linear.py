@@ -67,15 +67,20 @@ class PackedLinears:
         self._depth += 1
         if self._depth > 1 or not self.modules:
             return self
-        with torch.no_grad():
-            for module in self.modules:
-                weight = module.weight
-                key = (weight.data_ptr(), weight._version)
-                entry = self._packed.get(id(module))
-                if entry is None or entry[0] != key:
-                    entry = key, _packed_forward(module, torch.ops.mkldnn._reorder_linear_weight(weight.detach()))
-                    self._packed[id(module)] = entry
-                module.__dict__["forward"] = entry[1]  # an instance attribute: it shadows the class's forward
+        try:
+            with torch.no_grad():
+                for module in self.modules:
+                    weight = module.weight
+                    key = (weight.data_ptr(), weight._version)
+                    entry = self._packed.get(id(module))
+                    if entry is None or entry[0] != key:
+                        packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach())
+                        entry = key, _packed_forward(module, packed)
+                        self._packed[id(module)] = entry
+                    module.__dict__["forward"] = entry[1]  # an instance attribute: it shadows the class's forward
+        except BaseException:  # out of memory while packing, an interrupt: the model is left as it was
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -83,10 +88,6 @@ class PackedLinears:
         if self._depth == 0:
             for module in self.modules:
                 module.__dict__.pop("forward", None)
-
-    def release(self) -> None:
-        """Drop the packed copies (they are made again at the next entry)."""
-        self._packed.clear()
 
 
 def _packed_forward(module: torch.nn.Linear, packed: torch.Tensor) -> Any:

@@ -91,3 +91,27 @@ def test_the_generator_packs_by_default_and_can_be_told_not_to(agent, tokenizer)
         segments.append(gen.generate([path], params)[0])
     assert segments[0].token_ids == segments[1].token_ids
     assert segments[0].logprobs == pytest.approx(segments[1].logprobs, abs=1e-4)
+
+
+def test_a_failure_while_packing_leaves_the_model_as_it_was(tokenizer, monkeypatch):
+    from tiny_agent import tiny_llama
+
+    model = tiny_llama(tokenizer, seed=6).eval()
+    packed = PackedLinears(model)
+    reorder = torch.ops.mkldnn._reorder_linear_weight
+    done = []
+
+    def fail_on_the_third(weight):
+        if len(done) == 2:
+            raise RuntimeError("out of memory")
+        done.append(weight)
+        return reorder(weight)
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", fail_on_the_third)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        packed.__enter__()
+    assert all("forward" not in m.__dict__ for m in packed.modules)
+    monkeypatch.undo()
+    with packed:  # and the context works again
+        assert all("forward" in m.__dict__ for m in packed.modules)
+    assert all("forward" not in m.__dict__ for m in packed.modules)
