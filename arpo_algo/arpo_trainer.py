@@ -433,9 +433,11 @@ class _HFGeneration:
         model = self.contexts[0].__enter__()
         for ctx in self.contexts[1:]:
             ctx.__enter__()
-        return HFGenerator(model, t._tokenizer)
+        self.generator = HFGenerator(model, t._tokenizer)
+        return self.generator
 
     def __exit__(self, *exc: Any) -> None:
+        self.generator.close()
         for ctx in reversed(self.contexts):
             ctx.__exit__(*exc)
         self.trainer.model.train(self.was_training)

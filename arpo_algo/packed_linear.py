@@ -89,6 +89,11 @@ class PackedLinears:
             for module in self.modules:
                 module.__dict__.pop("forward", None)
 
+    def release(self) -> None:
+        """Drop the packed copies now (they are made again at the next entry): an owner that may outlive its use, or
+        be freed only by Python's cycle collector, calls it to give their memory back at once."""
+        self._packed.clear()
+
 
 def _packed_forward(module: torch.nn.Linear, packed: torch.Tensor) -> Any:
     def forward(x: torch.Tensor) -> torch.Tensor:

@@ -115,3 +115,17 @@ def test_a_failure_while_packing_leaves_the_model_as_it_was(tokenizer, monkeypat
     with packed:  # and the context works again
         assert all("forward" in m.__dict__ for m in packed.modules)
     assert all("forward" not in m.__dict__ for m in packed.modules)
+
+
+def test_close_gives_the_packed_copies_back_and_the_generator_still_works(agent, tokenizer):
+    from arpo_algo.generator import SamplingParams
+    from arpo_algo.hf_generator import HFGenerator
+
+    gen = HFGenerator(agent, tokenizer)
+    params = SamplingParams(max_new_tokens=8, temperature=1.0, top_p=1.0, stop=(), entropy_k=4, seed=2)
+    first = gen.generate([gen.new_path(tokenizer.encode("Add one to forty-one."))], params)[0]
+    assert len(gen._linears._packed) == len(gen._linears.modules)
+    gen.close()
+    assert not gen._linears._packed
+    again = gen.generate([gen.new_path(tokenizer.encode("Add one to forty-one."))], params)[0]
+    assert again.token_ids == first.token_ids

@@ -107,8 +107,13 @@ def dataset(n=4):
     return Dataset.from_list([{"prompt": [{"role": "user", "content": TASK["question"]}], **TASK}] * n)
 
 
-def test_two_real_arpo_steps_train_the_model(undecided, tokenizer, tmp_path):
+def test_two_real_arpo_steps_train_the_model(undecided, tokenizer, tmp_path, monkeypatch):
     from arpo_algo.arpo_trainer import ARPOTrainer
+    from arpo_algo.hf_generator import HFGenerator
+
+    closed = []  # each step's generator gives its packed weight copies back as the step's generation ends
+    close = HFGenerator.close
+    monkeypatch.setattr(HFGenerator, "close", lambda gen: (close(gen), closed.append(gen)))
 
     model = copy.deepcopy(undecided)
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -127,6 +132,7 @@ def test_two_real_arpo_steps_train_the_model(undecided, tokenizer, tmp_path):
     logs = [h for h in trainer.state.log_history if "loss" in h]
     assert len(logs) == 2 and all(math.isfinite(h["loss"]) for h in logs)
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items()), "weights did not change"
+    assert len(closed) == 2 and all(gen._linears is None or not gen._linears._packed for gen in closed)
     trees = list(read_jsonl(tmp_path / "run" / "rollouts.jsonl"))
     assert len(trees) == 2 and all(len(t.trajectories) == 4 for t in trees)  # M trajectories per prompt
     assert sum(t.stats["tool_calls"] for t in trees) > 0
