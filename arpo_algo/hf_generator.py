@@ -65,7 +65,7 @@ class HFGenerator(PathGenerator):
         self._rng.manual_seed(0)
         self._batch = _Batch(self)
         self._linears = PackedLinears(model) if packed_weights is not False else None
-        if packed_weights and not (self._linears and self._linears.active):
+        if packed_weights and not self.packed_weights:
             raise ValueError("packed_weights=True: this PyTorch has no oneDNN linear, or the model no float32 CPU "
                              "linear layer")
 
@@ -121,6 +121,11 @@ class HFGenerator(PathGenerator):
                          position_ids=positions.to(self.device), past_key_values=cache, use_cache=True,
                          logits_to_keep=1)
         return out, mask
+
+    @property
+    def packed_weights(self) -> bool:
+        """Whether its linear layers run on oneDNN-packed weights (`packed_linear`)."""
+        return self._linears is not None and self._linears.active
 
     def close(self) -> None:
         """Give back the packed weight copies now (`packed_weights`; made again if the generator is used after):

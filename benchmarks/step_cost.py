@@ -63,7 +63,6 @@ def main() -> None:
     gen = HFGenerator(model, tokenizer)
     plain = HFGenerator(model, tokenizer, packed_weights=False)
     gen.eos_ids = plain.eos_ids = []  # no row leaves: every step is as wide as asked
-    packed = gen._linears is not None and gen._linears.active
     env = gym.make("ARPO-Math-v0")
     _, info = env.reset(seed=0)
     prompt = prompt_ids(tokenizer, info["messages"])
@@ -80,7 +79,7 @@ def main() -> None:
         medians[rows], plain_medians[rows] = statistics.median(times), statistics.median(plain_times)
     print(f"\n{args.model}, float32, {torch.get_num_threads()} threads, prompt of {len(prompt)} tokens, "
           f"{per_round * args.rounds} timed steps per width and generator, linear layers "
-          f"{'on oneDNN-packed weights' if packed else 'on the default kernel (no oneDNN here)'}\n")
+          f"{'on oneDNN-packed weights' if gen.packed_weights else 'on the default kernel (no oneDNN here)'}\n")
     print(f"| rows | ms a step | ms a row | vs {widths[0]} row{'s' if widths[0] > 1 else ''} "
           "| default kernel, ms a step | default / packed |")
     print("|---:|---:|---:|---:|---:|---:|")
