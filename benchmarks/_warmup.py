@@ -12,7 +12,7 @@ import gymnasium as gym
 import torch
 
 import arpo_env  # noqa: F401
-from arpo_env.procedural import arithmetic_tasks, scripted_episode
+from arpo_env.procedural import parse_name, scripted_episode
 
 
 def episode_tensors(tokenizer, episode) -> tuple[list[int], list[int]]:
@@ -23,10 +23,22 @@ def episode_tensors(tokenizer, episode) -> tuple[list[int], list[int]]:
     return row["input_ids"], [t if m else -100 for t, m in zip(row["input_ids"], row["assistant_masks"])]
 
 
-def warm_up(model, tokenizer, steps: int = 30, batch: int = 4, lr: float = 1e-4, seed: int = 1234) -> list[float]:
-    """Imitate scripted episodes for `steps` optimizer steps; returns the losses."""
+def family_tasks(family: str, n: int, seed: int) -> list:
+    """`n` tasks of seed `seed` from a procedural family, ``arithmetic`` or ``chain`` with an optional level
+    (``chain:3``: three operations, one Python call each)."""
+    name, _, level = family.partition(":")
+    parsed = parse_name(f"{name}:{n}:{seed}:{level}")
+    if parsed is None:
+        raise ValueError(f"not a procedural family: {family!r} (arithmetic[:TERMS] or chain[:STEPS])")
+    generate, kwargs = parsed
+    return generate(**kwargs)
+
+
+def warm_up(model, tokenizer, steps: int = 30, batch: int = 4, lr: float = 1e-4, seed: int = 1234,
+            family: str = "arithmetic") -> list[float]:
+    """Imitate scripted episodes of `family` (`family_tasks`) for `steps` optimizer steps; returns the losses."""
     env = gym.make("ARPO-Math-v0").unwrapped
-    tasks = arithmetic_tasks(steps * batch, seed=seed)
+    tasks = family_tasks(family, steps * batch, seed)
     data = [episode_tensors(tokenizer, scripted_episode(env, t)) for t in tasks]
     env.close()
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
@@ -49,28 +61,30 @@ def warm_up(model, tokenizer, steps: int = 30, batch: int = 4, lr: float = 1e-4,
     return losses
 
 
-def warmed_path(name: str = "smollm2-135m", steps: int = 8, batch: int = 2, lr: float = 2e-5):
+def warmed_path(name: str = "smollm2-135m", steps: int = 8, batch: int = 2, lr: float = 2e-5,
+                family: str = "arithmetic"):
     """Where `warmed_model` keeps the warmed-up model (a transformers folder, which vLLM loads too)."""
     from arpo_algo.models import cache_dir
 
-    return cache_dir() / f"{name}-warmup-{steps}x{batch}-lr{lr:g}"
+    suffix = "" if family == "arithmetic" else "-" + family.replace(":", "")
+    return cache_dir() / f"{name}-warmup-{steps}x{batch}-lr{lr:g}{suffix}"
 
 
-def warmed_model(name: str = "smollm2-135m", steps: int = 8, batch: int = 2, lr: float = 2e-5):
-    """The model after `warm_up`, saved once under the model cache and reused by later runs.
+def warmed_model(name: str = "smollm2-135m", steps: int = 8, batch: int = 2, lr: float = 2e-5,
+                 family: str = "arithmetic"):
+    """The model after `warm_up` on `family`, saved once under the model cache and reused by later runs.
 
     The default is gentle on purpose: 8 steps at 2e-5 teach the tags (the model calls tools and answers in the
     format most of the time) but leave it uncertain (ΔH at tool steps spreads over about −1.5 … +4.5, and rewards
     vary within a group). At 1e-4 the imitation loss reaches 0 and the entropy collapses: every P is α."""
     from arpo_algo.models import load_model
 
-    target = warmed_path(name, steps, batch, lr)
+    target = warmed_path(name, steps, batch, lr, family)
     if (target / "config.json").is_file():
         return load_model(str(target))
     model, tokenizer = load_model(name)
-    print(f"warming {name} up on scripted arithmetic episodes ({steps} steps, once; cached in {target}) …",
-          flush=True)
-    losses = warm_up(model, tokenizer, steps=steps, batch=batch, lr=lr)
+    print(f"warming {name} up on scripted {family} episodes ({steps} steps, once; cached in {target}) …", flush=True)
+    losses = warm_up(model, tokenizer, steps=steps, batch=batch, lr=lr, family=family)
     print(f"imitation loss {losses[0]:.3f} → {losses[-1]:.3f}", flush=True)
     model.save_pretrained(target)
     tokenizer.save_pretrained(target)

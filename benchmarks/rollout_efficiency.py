@@ -3,7 +3,9 @@ memory and the share of wall time spent in the environments and tools.
 
     python benchmarks/rollout_efficiency.py [--tasks 8] [-M 8] [-N 4] [--backend hf] [--schedule continuous]
                                             [--repeats 1] [--seed 0] [--spare-samples 2] [--speculative]
-                                            [--default-kernel]
+                                            [--default-kernel] [--family arithmetic]
+                                            [--warmup-steps 8] [--warmup-lr 2e-5]
+    python benchmarks/rollout_efficiency.py --family chain:3 --warmup-steps 24 --warmup-lr 5e-5   # 3 calls a task
     .venv-vllm/bin/python benchmarks/rollout_efficiency.py --backend vllm    # vLLM (CPU build or GPU)
 
 Each algorithm runs in its own child process (so that each has its own peak memory), one after the other; with
@@ -35,8 +37,12 @@ trajectory" are the model tokens of one trajectory, its shared prefix included: 
 after another, so the longest is a floor under "decode steps" that no schedule can go below (ARPO's branches are made
 after tool calls, so its trees hold more of the long, tool-using paths than GRPO's independent samples). vLLM's engine
 start-up is not counted, and "peak MB" is the benchmark process's own (vLLM's engine core runs in a process of its own).
-The model is SmolLM2-135M-Instruct after a short imitation warm-up on scripted arithmetic episodes
-(`benchmarks/_warmup.py`), so that it calls tools at all; the tasks are held-out arithmetic problems."""
+The model is SmolLM2-135M-Instruct after a short imitation warm-up on scripted episodes of the task family
+(`benchmarks/_warmup.py`), so that it calls tools at all; the tasks are held-out problems of that family
+(``--family``, `arpo_env.procedural`). On ``arithmetic`` one Python call solves a task, so a trajectory makes about
+one tool call and a branch shares little; on ``chain:3`` (a number goes through three operations, one call each,
+each reading the last one's printed result) a trajectory makes two to three, the regime of the paper (3–6 calls),
+and its warm-up needs more steps (24 at 5e-5: at 8 steps at 2e-5 most chain trajectories break the format)."""
 
 from __future__ import annotations
 
@@ -55,16 +61,17 @@ from arpo_algo.rollout import ARPORollout, GRPORollout, RolloutConfig
 
 
 def make_generator(backend: str, block_size: int | None = None, schedule: str = "continuous", steps_per_poll: int = 8,
-                   default_kernel: bool = False):
+                   default_kernel: bool = False, warm: dict | None = None):
     """The warmed-up model behind the chosen backend (vLLM loads the same weights from the warm-up's folder, so the
-    transformers model is only loaded to make that folder the first time)."""
+    transformers model is only loaded to make that folder the first time). `warm`: `warmed_model`'s arguments."""
+    warm = warm or {}
     if backend == "hf":
         from arpo_algo.hf_generator import HFGenerator
 
-        return HFGenerator(*warmed_model(), continuous=schedule == "continuous", steps_per_poll=steps_per_poll,
-                           packed_weights=False if default_kernel else None)
-    if not (warmed_path() / "config.json").is_file():
-        warmed_model()
+        return HFGenerator(*warmed_model(**warm), continuous=schedule == "continuous",
+                           steps_per_poll=steps_per_poll, packed_weights=False if default_kernel else None)
+    if not (warmed_path(**warm) / "config.json").is_file():
+        warmed_model(**warm)
     import os
 
     import torch
@@ -73,13 +80,19 @@ def make_generator(backend: str, block_size: int | None = None, schedule: str = 
 
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     extra = {} if block_size is None else {"block_size": block_size}
-    return VLLMGenerator.from_pretrained(str(warmed_path()), dtype="float32", max_model_len=2048,
+    return VLLMGenerator.from_pretrained(str(warmed_path(**warm)), dtype="float32", max_model_len=2048,
                                          gpu_memory_utilization=0.3, enforce_eager=not torch.cuda.is_available(),
                                          **extra)
 
 
-def run(cls, generator, tasks, config):
-    engine = cls(generator, lambda: gym.make("ARPO-Math-v0", dataset="arithmetic:1000:777").unwrapped, config)
+def dataset(family: str) -> str:
+    """The held-out tasks of a family (seed 777; the warm-up draws from seed 1234)."""
+    name, _, level = family.partition(":")
+    return f"{name}:1000:777" + (f":{level}" if level else "")
+
+
+def run(cls, generator, tasks, config, family: str = "arithmetic"):
+    engine = cls(generator, lambda: gym.make("ARPO-Math-v0", dataset=dataset(family)).unwrapped, config)
     start = time.perf_counter()
     trees = engine.run(tasks)
     wall = time.perf_counter() - start
@@ -125,6 +138,11 @@ def main() -> None:
     parser.add_argument("-N", "--num-global", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--family", default="arithmetic",
+                        help="the procedural tasks, and the warm-up's: arithmetic[:TERMS] (one Python call solves "
+                             "a task) or chain[:STEPS] (one call per step, each reading the last one's result)")
+    parser.add_argument("--warmup-steps", type=int, default=8, help="the imitation warm-up's optimizer steps")
+    parser.add_argument("--warmup-lr", type=float, default=2e-5, help="the imitation warm-up's learning rate")
     parser.add_argument("--backend", choices=["hf", "vllm"], default="hf")
     parser.add_argument("--schedule", choices=["continuous", "lockstep"], default="continuous",
                         help="transformers backend: continuous batching (the default) or lock-step rounds")
@@ -152,8 +170,9 @@ def main() -> None:
 
     if args.only:
         generator = make_generator(args.backend, args.block_size, args.schedule, args.steps_per_poll,
-                                   args.default_kernel)
-        result = run(ARPORollout if args.only == "arpo" else GRPORollout, generator, tasks, config)
+                                   args.default_kernel,
+                                   {"family": args.family, "steps": args.warmup_steps, "lr": args.warmup_lr})
+        result = run(ARPORollout if args.only == "arpo" else GRPORollout, generator, tasks, config, args.family)
         result["peak MB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print("RESULT " + json.dumps(result), flush=True)
         return
@@ -178,8 +197,8 @@ def main() -> None:
         block = " (lockstep)"
     if args.backend == "hf" and args.default_kernel:
         block = block[:-1] + ", default linear kernel)"
-    print(f"\n{args.backend} backend{block}, {args.tasks} tasks, M={args.num_generations}, N={args.num_global}, "
-          f"Z={config.branch_factor}, "
+    print(f"\n{args.backend} backend{block}, {args.tasks} {args.family} tasks, M={args.num_generations}, "
+          f"N={args.num_global}, Z={config.branch_factor}, "
           f"alpha={config.alpha}, beta={config.beta}, spare samples={config.spare_samples}, "
           f"speculative branches={'on' if config.speculative_branches else 'off'}, seed={args.seed}\n")
     print("| metric | ARPO | GRPO | ARPO / GRPO |")
