@@ -12,7 +12,7 @@ import gymnasium as gym
 import torch
 
 import arpo_env  # noqa: F401
-from arpo_env.procedural import parse_name, scripted_episode
+from arpo_env.procedural import procedural_tasks, scripted_episode
 
 
 def episode_tensors(tokenizer, episode) -> tuple[list[int], list[int]]:
@@ -27,11 +27,10 @@ def family_tasks(family: str, n: int, seed: int) -> list:
     """`n` tasks of seed `seed` from a procedural family, ``arithmetic`` or ``chain`` with an optional level
     (``chain:3``: three operations, one Python call each)."""
     name, _, level = family.partition(":")
-    parsed = parse_name(f"{name}:{n}:{seed}:{level}")
-    if parsed is None:
+    tasks = procedural_tasks(f"{name}:{n}:{seed}:{level}")
+    if tasks is None:
         raise ValueError(f"not a procedural family: {family!r} (arithmetic[:TERMS] or chain[:STEPS])")
-    generate, kwargs = parsed
-    return generate(**kwargs)
+    return tasks
 
 
 def warm_up(model, tokenizer, steps: int = 30, batch: int = 4, lr: float = 1e-4, seed: int = 1234,
