@@ -23,11 +23,16 @@ def episode_tensors(tokenizer, episode) -> tuple[list[int], list[int]]:
     return row["input_ids"], [t if m else -100 for t, m in zip(row["input_ids"], row["assistant_masks"])]
 
 
-def family_tasks(family: str, n: int, seed: int) -> list:
-    """`n` tasks of seed `seed` from a procedural family, ``arithmetic`` or ``chain`` with an optional level
-    (``chain:3``: three operations, one Python call each)."""
+def family_spec(family: str, n: int, seed: int) -> str:
+    """The dataset name (`arpo_env.procedural`) of `n` tasks of seed `seed` from a procedural family, ``arithmetic``
+    or ``chain`` with an optional level (``chain:3``: three operations, one Python call each)."""
     name, _, level = family.partition(":")
-    tasks = procedural_tasks(f"{name}:{n}:{seed}:{level}")
+    return f"{name}:{n}:{seed}" + (f":{level}" if level else "")
+
+
+def family_tasks(family: str, n: int, seed: int) -> list:
+    """`n` tasks of seed `seed` from a procedural family (`family_spec`)."""
+    tasks = procedural_tasks(family_spec(family, n, seed))
     if tasks is None:
         raise ValueError(f"not a procedural family: {family!r} (arithmetic[:TERMS] or chain[:STEPS])")
     return tasks

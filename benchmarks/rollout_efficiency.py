@@ -54,7 +54,7 @@ import sys
 import time
 
 import gymnasium as gym
-from _warmup import warmed_model, warmed_path
+from _warmup import family_spec, warmed_model, warmed_path
 
 import arpo_env  # noqa: F401
 from arpo_algo.rollout import ARPORollout, GRPORollout, RolloutConfig
@@ -87,8 +87,7 @@ def make_generator(backend: str, block_size: int | None = None, schedule: str = 
 
 def dataset(family: str) -> str:
     """The held-out tasks of a family (seed 777; the warm-up draws from seed 1234)."""
-    name, _, level = family.partition(":")
-    return f"{name}:1000:777" + (f":{level}" if level else "")
+    return family_spec(family, 1000, 777)
 
 
 def run(cls, generator, tasks, config, family: str = "arithmetic"):
