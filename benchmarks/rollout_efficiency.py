@@ -47,6 +47,7 @@ and its warm-up needs more steps (24 at 5e-5: at 8 steps at 2e-5 most chain traj
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import resource
 import subprocess
@@ -140,8 +141,11 @@ def main() -> None:
     parser.add_argument("--family", default="arithmetic",
                         help="the procedural tasks, and the warm-up's: arithmetic[:TERMS] (one Python call solves "
                              "a task) or chain[:STEPS] (one call per step, each reading the last one's result)")
-    parser.add_argument("--warmup-steps", type=int, default=8, help="the imitation warm-up's optimizer steps")
-    parser.add_argument("--warmup-lr", type=float, default=2e-5, help="the imitation warm-up's learning rate")
+    warm = inspect.signature(warmed_model).parameters  # the warm-up's own defaults
+    parser.add_argument("--warmup-steps", type=int, default=warm["steps"].default,
+                        help="the imitation warm-up's optimizer steps (default %(default)s)")
+    parser.add_argument("--warmup-lr", type=float, default=warm["lr"].default,
+                        help="the imitation warm-up's learning rate (default %(default)s)")
     parser.add_argument("--backend", choices=["hf", "vllm"], default="hf")
     parser.add_argument("--schedule", choices=["continuous", "lockstep"], default="continuous",
                         help="transformers backend: continuous batching (the default) or lock-step rounds")
