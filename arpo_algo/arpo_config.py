@@ -90,6 +90,10 @@ class ARPOConfig(GRPOConfig):
         default=2, metadata={"help": "Fresh samples each task keeps under way ahead of its top-ups (ARPO): a top-up "
                                      "takes them before starting a new sample; those a task turns out not to need are "
                                      "stopped and discarded. 0: top-ups start only once they are certain."})
+    min_spare_samples: int = field(
+        default=1, metadata={"help": "Spares each task keeps under way from the start while it can still fall short "
+                                     "of M, whether or not it is expected to (at most spare_samples). 0: spares start "
+                                     "only once the task is expected to fall short."})
     speculative_branches: bool = field(
         default=False, metadata={"help": "Start the branches a decision can make with the segment it is taken on "
                                          "(transformers backend), keeping them if it branches and discarding them if "
@@ -188,8 +192,9 @@ class ARPOConfig(GRPOConfig):
         if not 1 <= self.num_global <= self.num_generations:
             raise ConfigError(f"num_global (N={self.num_global}) must be between 1 and num_generations "
                              f"(M={self.num_generations})")
-        if self.spare_samples < 0:
-            raise ConfigError(f"spare_samples must be at least 0, not {self.spare_samples}")
+        if self.spare_samples < 0 or self.min_spare_samples < 0:
+            raise ConfigError(f"spare_samples and min_spare_samples must be at least 0, not {self.spare_samples} and "
+                              f"{self.min_spare_samples}")
         if self.vllm_weight_sync not in ("auto", "nccl", "disk"):
             raise ConfigError(f"vllm_weight_sync must be auto, nccl or disk, not {self.vllm_weight_sync!r}")
         problems = unsupported_settings(self)

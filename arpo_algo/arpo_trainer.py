@@ -158,7 +158,8 @@ class ARPOTrainer(GRPOTrainer):
             temperature=args.eval_temperature if mode == "eval" and args.eval_temperature is not None
             else args.temperature,
             top_p=args.top_p, branching=branching, max_tool_workers=args.tool_workers,
-            spare_samples=args.spare_samples, speculative_branches=args.speculative_branches,
+            spare_samples=args.spare_samples, min_spare_samples=args.min_spare_samples,
+            speculative_branches=args.speculative_branches,
             seed=_seed(args.seed, self.state.global_step, self.accelerator.process_index, call))
         with self._generator() as generator:
             engine = (ARPORollout if branching else GRPORollout)(generator, self.make_env, config)

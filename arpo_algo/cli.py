@@ -31,6 +31,9 @@ def _rollout_parser(sub: Any) -> None:
     p.add_argument("--entropy-k", type=int, default=20)
     p.add_argument("--spare-samples", type=int, default=2,
                    help="fresh samples per task kept under way ahead of its top-ups (0: top-ups start when certain)")
+    p.add_argument("--min-spare-samples", type=int, default=1,
+                   help="spares per task under way from the start while it can fall short of M (at most "
+                        "--spare-samples; 0: only once it is expected to)")
     p.add_argument("--speculative-branches", action="store_true",
                    help="start the branches a decision can make with its segment, not k tokens later (transformers; "
                         "the ones it does not make are discarded)")
@@ -98,6 +101,7 @@ def rollout_main(args: argparse.Namespace) -> int:
                            entropy_k=args.entropy_k, max_new_tokens=max_new,
                            max_completion_tokens=max_completion, temperature=args.temperature,
                            top_p=args.top_p, seed=args.seed, spare_samples=args.spare_samples,
+                           min_spare_samples=args.min_spare_samples,
                            speculative_branches=args.speculative_branches)
     print(f"loading {args.model} ({args.backend}) …; {max_new} tokens per turn, {max_completion} per trajectory "
           f"({why}; --max-new-tokens / --max-completion-tokens change it)", file=sys.stderr)

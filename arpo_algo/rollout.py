@@ -16,12 +16,16 @@ ARPO, per task:
    everything else; exactly M per task. Top-ups are trajectory-level samples, as in the paper's termination step:
    they do not branch.
 
-Spare samples take the top-ups' wait off the critical path. A task starts fresh samples ahead of its top-ups, at
-most ``spare_samples`` (2 by default) under way at once, while it is expected to fall short of M: its finished
+Spare samples take the top-ups' wait off the critical path. A task keeps fresh samples under way ahead of its
+top-ups while it can still fall short of M (its finished and live paths make fewer): ``min_spare_samples`` (1 by
+default) from the start, and up to ``spare_samples`` (2) while it is expected to fall short: its finished
 trajectories, plus what each live path is expected to grow into, (1 + (Z−1)·p̄)^q with p̄ the mean branching
 probability of the rollout's decisions so far and q the path's expected tool steps left (from the mean over
 finished paths, with one more at the full budget as a prior), plus one per top-up, fall short of M by at least
-one half. Spares are not part of the tree and take no branch budget. When the task needs a top-up it takes its
+one half. The expectation comes too late on its own: paths that make the same number of tool calls end together,
+and only then does the mean say how many each makes, so a task whose paths branched little learned it needed a
+top-up when the others were ending, and its top-up ran alone after them. Spares are not part of the tree and take
+no branch budget. When the task needs a top-up it takes its
 spares first, in the order they started (a spare is then already under way, or already finished), and starts a new
 sample only when none is left. As soon as a task cannot need a spare any more (its finished and live paths would
 make M even without another branch), the spare is stopped and its work discarded. Which spares run, and when,
@@ -104,6 +108,9 @@ class RolloutConfig:
     """Fresh samples each task may keep under way ahead of its top-ups, while it is expected to need them (none
     without branching): a top-up takes them in order before it starts a new sample, and they are stopped (their work
     discarded) once the task cannot need them. 0: top-ups start only once they are certain."""
+    min_spare_samples: int = 1
+    """Spares each task keeps under way from the rollout's start while it can still fall short of M, expected to or
+    not (at most `spare_samples`). 0: spares start only when the task is expected to fall short."""
     speculative_branches: bool = False
     """On a backend that can (``speculates``: transformers), a path's possible branches start with the segment
     their decision is taken on, right after the tool result, instead of k tokens later: the decision keeps them if
@@ -117,8 +124,8 @@ class RolloutConfig:
                              f"{self.num_generations})")
         if self.branch_factor < 1:
             raise ValueError("branch_factor (Z) must be at least 1")
-        if self.spare_samples < 0:
-            raise ValueError("spare_samples must be at least 0")
+        if self.spare_samples < 0 or self.min_spare_samples < 0:
+            raise ValueError("spare_samples and min_spare_samples must be at least 0")
 
 
 @dataclass(eq=False)
@@ -598,7 +605,7 @@ class ARPORollout:
         ones. A task needs at most M − (done + live) more top-ups (its finished and live paths end as at least one
         trajectory each): the spares beyond that many, or beyond `spare_samples`, go (the last started first). It
         is expected to need M minus the trajectories it is expected to end with (`_expected`), rounded: spares are
-        started up to that many."""
+        started up to that many, and up to `min_spare_samples` whatever the expectation."""
         cfg = self.config
         by_task: list[list[_Live]] = [[] for _ in states]
         for x in live:
@@ -610,7 +617,8 @@ class ARPORollout:
             for x in state.spares[keep:]:
                 self._cancel(x, ready, generating)
             del state.spares[keep:]
-            want = min(keep, math.floor(cfg.num_generations - self._expected(state, by_task[t]) + 0.5))
+            expected = math.floor(cfg.num_generations - self._expected(state, by_task[t]) + 0.5)
+            want = min(keep, max(cfg.min_spare_samples, expected))
             while len(state.spares) < want:
                 state.spares.append(self._topup(t, state, spare=True))
                 fresh.append(state.spares[-1])

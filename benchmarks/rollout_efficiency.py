@@ -2,7 +2,8 @@
 memory and the share of wall time spent in the environments and tools.
 
     python benchmarks/rollout_efficiency.py [--tasks 8] [-M 8] [-N 4] [--backend hf] [--schedule continuous]
-                                            [--repeats 1] [--seed 0] [--spare-samples 2] [--speculative]
+                                            [--repeats 1] [--seed 0] [--spare-samples 2] [--min-spare-samples 1]
+                                            [--speculative]
                                             [--default-kernel] [--family arithmetic]
                                             [--warmup-steps 8] [--warmup-lr 2e-5]
     python benchmarks/rollout_efficiency.py --family chain:3 --warmup-steps 24 --warmup-lr 5e-5   # 3 calls a task
@@ -29,8 +30,9 @@ every path is its own request, resubmitted the moment its tool result is back, a
 for); "tool s" the env steps' own time, summed, overlapped or not. "decode steps" counts the transformers backend's
 decoding steps one after the other, the rollout's critical path whatever the batch width (its wall time follows the
 steps and, less, their width: on a 2-core CPU a step with 16 rows costs about twice one with a single row,
-`benchmarks/step_cost.py`); the spare rows are ARPO's spare samples (`RolloutConfig.spare_samples`): started, taken as
-top-ups, and the tokens and tool calls of those it discarded (counted in "generated" and "tool calls" too); the
+`benchmarks/step_cost.py`); the spare rows are ARPO's spare samples (`RolloutConfig.spare_samples` and
+`min_spare_samples`): started, taken as top-ups, and the tokens and tool calls of those it discarded (counted in
+"generated" and "tool calls" too); the
 speculative rows are ARPO's speculative branches (``--speculative``: started with the segment their decision is taken
 on, kept if it branches), with the tokens of those dropped (counted in "generated" too). "longest trajectory" and "mean
 trajectory" are the model tokens of one trajectory, its shared prefix included: a trajectory's tokens are sampled one
@@ -159,6 +161,8 @@ def main() -> None:
                         help="vLLM's KV-cache block (tokens); the prefix cache shares whole blocks only")
     parser.add_argument("--spare-samples", type=int, default=RolloutConfig.spare_samples,
                         help="ARPO's spare samples per task (fresh samples started ahead of its top-ups)")
+    parser.add_argument("--min-spare-samples", type=int, default=RolloutConfig.min_spare_samples,
+                        help="ARPO's spares per task under way from the start while it can fall short of M")
     parser.add_argument("--speculative", action="store_true",
                         help="ARPO's speculative branches: started with the segment their decision is taken on")
     parser.add_argument("--repeats", type=int, default=1,
@@ -168,7 +172,8 @@ def main() -> None:
     args = parser.parse_args()
     config = RolloutConfig(num_generations=args.num_generations, num_global=args.num_global,
                            max_new_tokens=args.max_new_tokens, max_completion_tokens=512, seed=args.seed,
-                           spare_samples=args.spare_samples, speculative_branches=args.speculative)
+                           spare_samples=args.spare_samples, min_spare_samples=args.min_spare_samples,
+                           speculative_branches=args.speculative)
     tasks = list(range(args.tasks))
 
     if args.only:
@@ -202,7 +207,8 @@ def main() -> None:
         block = block[:-1] + ", default linear kernel)"
     print(f"\n{args.backend} backend{block}, {args.tasks} {args.family} tasks, M={args.num_generations}, "
           f"N={args.num_global}, Z={config.branch_factor}, "
-          f"alpha={config.alpha}, beta={config.beta}, spare samples={config.spare_samples}, "
+          f"alpha={config.alpha}, beta={config.beta}, "
+          f"spare samples={config.min_spare_samples}-{config.spare_samples}, "
           f"speculative branches={'on' if config.speculative_branches else 'off'}, seed={args.seed}\n")
     print("| metric | ARPO | GRPO | ARPO / GRPO |")
     print("|---|---:|---:|---:|")

@@ -337,6 +337,35 @@ def test_spares_change_when_top_ups_run_not_the_trees(undecided, tokenizer):
     assert turns(with_spares) < turns(without)  # the taken spares had started before their top-ups were certain
 
 
+def test_a_task_keeps_min_spare_samples_from_the_start(agent, tokenizer):
+    """α = 1: every decision branches, so at the start no task is expected to fall short (two paths, four tool steps
+    each) and without `min_spare_samples` no spare starts with the global samples (a task may start one later, when
+    its paths end sooner than expected). With one, each task starts one beside its global samples; every spare is
+    taken or stopped, and the trees are the same either way."""
+    tasks = [TASK, {"question": "Something else entirely?", "answer": "7"}]
+
+    def run(floor):
+        config = RolloutConfig(num_generations=4, num_global=2, alpha=1.0, beta=0.0, max_new_tokens=24,
+                               max_completion_tokens=400, temperature=0.3, seed=1, min_spare_samples=floor)
+        engine = ARPORollout(HFGenerator(agent, tokenizer), make_env, config)
+        started = []
+        topup = engine._topup
+        engine._topup = lambda t, state, spare: started.append((t, engine.turns)) or topup(t, state, spare)
+        return engine, engine.run(tasks), started
+
+    plain, without, none = run(0)
+    floored, with_floor, started = run(1)
+    assert [t for t, turn in none if turn == 0] == []
+    assert [t for t, turn in started if turn == 0] == [0, 1]  # one a task, with the global samples
+    assert floored.spares["started"] == floored.spares["taken"] + floored.spares["discarded"] > plain.spares["started"]
+    for a, b in zip(without, with_floor):
+        assert len(a.trajectories) == len(b.trajectories) == 4
+        assert [(n.parent, n.start, n.kind) for n in a.nodes] == [(n.parent, n.start, n.kind) for n in b.nodes]
+        assert {t.node: t.completion_ids for t in a.trajectories} == {t.node: t.completion_ids for t in b.trajectories}
+    with pytest.raises(ValueError, match="min_spare_samples"):
+        RolloutConfig(min_spare_samples=-1)
+
+
 def test_a_spare_that_ended_waits_and_joins_the_tree_when_taken(agent, tokenizer):
     """A spare that finishes before its task needs it is scored and kept aside (not in the task's counts); when the
     task takes it, it becomes a top-up node and its trajectory is done at once."""
