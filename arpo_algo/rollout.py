@@ -25,9 +25,8 @@ finished paths, with one more at the full budget as a prior), plus one per top-u
 one half. The expectation comes too late on its own: paths that make the same number of tool calls end together,
 and only then does the mean say how many each makes, so a task whose paths branched little learned it needed a
 top-up when the others were ending, and its top-up ran alone after them. Spares are not part of the tree and take
-no branch budget. When the task needs a top-up it takes its
-spares first, in the order they started (a spare is then already under way, or already finished), and starts a new
-sample only when none is left. As soon as a task cannot need a spare any more (its finished and live paths would
+no branch budget. When the task needs a top-up it takes its spares first, in the order they started (a spare is
+then already under way, or already finished), and starts a new sample only when none is left. As soon as a task cannot need a spare any more (its finished and live paths would
 make M even without another branch), the spare is stopped and its work discarded. Which spares run, and when,
 depends only on the tree's own events, never on what a spare generated or how fast, and a taken spare is exactly the
 fresh sample a top-up would have drawn: so spares change when top-ups run, not what trees the rollout draws. Their
