@@ -34,10 +34,10 @@ steps and, less, their width: on a 2-core CPU a step with 16 rows costs about tw
 `min_spare_samples`): started, taken as top-ups, and the tokens and tool calls of those it discarded (counted in
 "generated" and "tool calls" too); the speculative rows are ARPO's speculative branches (``--speculative``: started
 with the segment their decision is taken on, kept if it branches), with the tokens of those dropped (counted in
-"generated" too). "longest trajectory" and "mean
-trajectory" are the model tokens of one trajectory, its shared prefix included: a trajectory's tokens are sampled one
-after another, so the longest is a floor under "decode steps" that no schedule can go below (ARPO's branches are made
-after tool calls, so its trees hold more of the long, tool-using paths than GRPO's independent samples). vLLM's engine
+"generated" too). "longest trajectory" and "mean trajectory" are the model tokens of one trajectory, its shared
+prefix included: a trajectory's tokens are sampled one after another, so the longest is a floor under "decode steps"
+that no schedule can go below (ARPO's branches are made after tool calls, so its trees hold more of the long,
+tool-using paths than GRPO's independent samples). vLLM's engine
 start-up is not counted, and "peak MB" is the benchmark process's own (vLLM's engine core runs in a process of its own).
 The model is SmolLM2-135M-Instruct after a short imitation warm-up on scripted episodes of the task family
 (`benchmarks/_warmup.py`), so that it calls tools at all; the tasks are held-out problems of that family
