@@ -141,11 +141,14 @@ class VLLMGenerator(_CacheServedPaths):
 
     def poll(self) -> list[tuple[Any, Segment]]:
         """One engine step: the requests it finished (often none: the caller looks at its tool calls meanwhile),
-        after taking the decisions that came due in it."""
+        after taking the decisions that came due in it. A step that sampled tokens counts in ``stats.decode_steps``."""
         done = []
         if not self._requests_in_flight:
             return done
-        for out in self.llm.llm_engine.step():
+        outputs = self.llm.llm_engine.step()
+        if outputs:  # an engine step that sampled tokens (one that only encoded returns none)
+            self.stats.decode_steps += 1
+        for out in outputs:
             stream = self._requests_in_flight.get(out.request_id)
             if stream is None:
                 continue

@@ -259,22 +259,26 @@ def test_branches_are_decided_after_k_tokens_and_spares_are_taken_or_aborted(gen
 
 def test_each_path_is_its_own_request(generator, tokenizer):
     """Continuous batching: a short request comes back while a long one is still being generated, and a request
-    submitted later joins the running batch instead of waiting for it."""
+    submitted later joins the running batch instead of waiting for it; decoding steps count the engine's steps."""
     from arpo_algo.generator import SamplingParams
 
     ids = prompt(tokenizer)
     long = SamplingParams(max_new_tokens=200, temperature=1.0, seed=1)
     short = SamplingParams(max_new_tokens=2, temperature=1.0, seed=2)
+    steps = generator.stats.decode_steps
     generator.submit(generator.new_path(ids), long, "long")
     generator.submit(generator.new_path(ids), short, "short")
-    order = []
+    order, segments = [], {}
     while len(order) < 3:
         for key, seg in generator.poll():
             order.append(key)
+            segments[key] = seg
             if key == "short":  # submitted after the long one started, finished before it
                 assert len(seg.token_ids) <= 2
                 generator.submit(generator.new_path(ids), short, "late")
     assert order == ["short", "late", "long"]
+    # every engine step sampled one token of the long request, the short ones' tokens rode along in the same steps
+    assert generator.stats.decode_steps - steps == len(segments["long"].token_ids)
 
 
 def test_a_cancelled_request_is_aborted_in_the_engine(generator, tokenizer):
