@@ -24,10 +24,11 @@ probability of the rollout's decisions so far and q the path's expected tool ste
 finished paths, with one more at the full budget as a prior), plus one per top-up, fall short of M by at least
 one half. The expectation comes too late on its own: paths that make the same number of tool calls end together,
 and only then does the mean say how many each makes, so a task whose paths branched little learned it needed a
-top-up when the others were ending, and its top-up ran alone after them. Spares are not part of the tree and take
-no branch budget. When the task needs a top-up it takes its spares first, in the order they started (a spare is
-then already under way, or already finished), and starts a new sample only when none is left. As soon as a task cannot need a spare any more (its finished and live paths would
-make M even without another branch), the spare is stopped and its work discarded. Which spares run, and when,
+top-up when the others were ending, and its top-up ran alone after them. Spares are not part of the tree and take no
+branch budget. When the task needs a top-up it takes its spares first, in the order they started (a spare is then
+already under way, or already finished), and starts a new sample only when none is left. As soon as a task cannot
+need a spare any more (its finished and live paths would make M even without another branch), the spare is stopped
+and its work discarded. Which spares run, and when,
 depends only on the tree's own events, never on what a spare generated or how fast, and a taken spare is exactly the
 fresh sample a top-up would have drawn: so spares change when top-ups run, not what trees the rollout draws. Their
 cost is the discarded spares' tokens and tool calls, reported in `spares`.
@@ -230,8 +231,8 @@ class ARPORollout:
         self.notices = 0
         self.env_seconds = 0.0
         """Wall time the rollout spent in the environments instead of generating: resets, the forks of fresh paths,
-        scoring and closes, and the waits for tool calls while nothing else could run (a round's concurrent calls count once;
-        on an asynchronous backend, calls that overlap generation do not count)."""
+        scoring and closes, and the waits for tool calls while nothing else could run (a round's concurrent calls
+        count once; on an asynchronous backend, calls that overlap generation do not count)."""
         self.step_seconds = 0.0
         """The env work done in the tool pool, summed whether it overlapped generation or not: steps (tool calls
         included) and the forks made for branches."""

@@ -26,19 +26,19 @@ transformers backend (``--backend hf``) paths join and leave one running batch (
 lockstep``: all waiting paths generate in one batch per round; the linear layers run on oneDNN-packed weights,
 `arpo_algo.packed_linear`, or with ``--default-kernel`` on PyTorch's default kernel); on vLLM (``--backend vllm``)
 every path is its own request, resubmitted the moment its tool result is back, and tool calls overlap generation
-(`arpo_algo.rollout`). "env s" is the environments' time on the rollout's critical path (what generation waited
-for); "tool s" the env steps' own time, summed, overlapped or not. "decode steps" counts the transformers backend's
-decoding steps one after the other, the rollout's critical path whatever the batch width (its wall time follows the
-steps and, less, their width: on a 2-core CPU a step with 16 rows costs about twice one with a single row,
-`benchmarks/step_cost.py`); the spare rows are ARPO's spare samples (`RolloutConfig.spare_samples` and
+(`arpo_algo.rollout`). "env s" is the environments' time on the rollout's critical path (what generation waited for);
+"tool s" the env steps' own time, summed, overlapped or not. "decode steps" counts the decoding steps one after the
+other (on vLLM, the engine steps that sampled tokens), the rollout's critical path whatever the batch width (its wall
+time follows the steps and, less, their width: on a 2-core CPU a step with 16 rows costs about twice one with a single
+row, `benchmarks/step_cost.py`); the spare rows are ARPO's spare samples (`RolloutConfig.spare_samples` and
 `min_spare_samples`): started, taken as top-ups, and the tokens and tool calls of those it discarded (counted in
-"generated" and "tool calls" too); the speculative rows are ARPO's speculative branches (``--speculative``: started
-with the segment their decision is taken on, kept if it branches), with the tokens of those dropped (counted in
-"generated" too). "longest trajectory" and "mean trajectory" are the model tokens of one trajectory, its shared
-prefix included: a trajectory's tokens are sampled one after another, so the longest is a floor under "decode steps"
-that no schedule can go below (ARPO's branches are made after tool calls, so its trees hold more of the long,
-tool-using paths than GRPO's independent samples). vLLM's engine
-start-up is not counted, and "peak MB" is the benchmark process's own (vLLM's engine core runs in a process of its own).
+"generated" and "tool calls" too); the speculative rows are ARPO's speculative branches (``--speculative``: started with
+the segment their decision is taken on, kept if it branches), with the tokens of those dropped (counted in "generated"
+too). "longest trajectory" and "mean trajectory" are the model tokens of one trajectory, its shared prefix included: a
+trajectory's tokens are sampled one after another, so the longest is a floor under "decode steps" that no schedule can
+go below (ARPO's branches are made after tool calls, so its trees hold more of the long, tool-using paths than GRPO's
+independent samples). vLLM's engine start-up is not counted, and "peak MB" is the benchmark process's own (vLLM's engine
+core runs in a process of its own).
 The model is SmolLM2-135M-Instruct after a short imitation warm-up on scripted episodes of the task family
 (`benchmarks/_warmup.py`), so that it calls tools at all; the tasks are held-out problems of that family
 (``--family``, `arpo_env.procedural`). On ``arithmetic`` one Python call solves a task, so a trajectory makes about
