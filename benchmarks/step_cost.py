@@ -1,6 +1,7 @@
-"""What one decoding step of the transformers backend costs, by the number of rows (paths) in the running batch.
+"""What one decoding step costs, by the number of rows (paths) in the running batch, on either backend.
 
     python benchmarks/step_cost.py [--model smollm2-135m] [--rows 1,2,4,8,12,16,20,24,32] [--steps 24] [--rounds 2]
+    .venv-vllm/bin/python benchmarks/step_cost.py --backend vllm    # vLLM's engine steps (CPU build or GPU)
 
 The rollout's wall time on this backend is its decoding steps times what each costs. Where a step's cost hardly
 depends on its rows (reading the weights dominates it, as on a GPU at small batches), wider batches are free and
@@ -14,6 +15,11 @@ in alternating rounds: the default one, whose linear layers run on oneDNN-packed
 (`arpo_algo.packed_linear`), and one with PyTorch's default linear kernel (``packed_weights=False``); the last column
 is the second's time over the first's. The last line reads ``step ms <t> at 1 row <t> at 2 rows …``, the default
 generator's figure for each width asked for.
+
+With ``--backend vllm`` it times vLLM's engine steps instead, the way `arpo_algo.vllm_generator.VLLMGenerator`
+drives the engine (float32, prefix caching, processed log-probs, the top-20 log-probabilities of every token, 32-token
+KV blocks on the CPU): `rows` requests of the same prompt, each its own, end of sequence ignored; the steps that encode
+the prompts are not timed. There is one generator, so the default-kernel columns are left out.
 """
 
 from __future__ import annotations
@@ -49,6 +55,71 @@ def step_times(gen: HFGenerator, prompt: list[int], rows: int, steps: int, warm:
     return times
 
 
+def vllm_step_times(gen, prompt: list[int], rows: int, steps: int, warm: int = 3) -> list[float]:
+    """Seconds of each engine step that sampled a token for `rows` requests of the prompt, after `warm` of them."""
+    from vllm import SamplingParams as VLLMParams
+    from vllm.inputs import TokensPrompt
+    from vllm.sampling_params import RequestOutputKind
+
+    engine = gen.llm.llm_engine
+    sampling = VLLMParams(max_tokens=steps + warm + 1, temperature=1.0, top_p=1.0, logprobs=gen.top_logprobs,
+                          ignore_eos=True, output_kind=RequestOutputKind.DELTA)
+    for r in range(rows):
+        gen._counter += 1
+        engine.add_request(f"step-cost-{gen._counter}", TokensPrompt(prompt_token_ids=list(prompt)), sampling)
+    times: list[float] = []
+    sampled = 0
+    while engine.has_unfinished_requests():
+        began = time.perf_counter()
+        outputs = engine.step()
+        took = time.perf_counter() - began
+        if outputs and all(len(out.outputs[0].token_ids) for out in outputs) and len(outputs) == rows:
+            sampled += 1  # every row sampled in this step (the prompts' steps, and the last, are left out)
+            if warm < sampled <= warm + steps:
+                times.append(took)
+    return times
+
+
+def vllm_main(args: argparse.Namespace, widths: list[int]) -> None:
+    import os
+
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    import torch
+
+    from arpo_algo.models import resolve
+    from arpo_algo.vllm_generator import VLLMGenerator
+
+    gen = VLLMGenerator.from_pretrained(resolve(args.model), dtype="float32", max_model_len=2048,
+                                        gpu_memory_utilization=0.3, enforce_eager=not torch.cuda.is_available())
+    env = gym.make("ARPO-Math-v0")
+    _, info = env.reset(seed=0)
+    prompt = prompt_ids(gen.tokenizer, info["messages"])
+    env.close()
+    medians = {}
+    per_round = max(1, args.steps // args.rounds)
+    for rows in tqdm(widths, desc="widths"):
+        times: list[float] = []
+        for _ in range(args.rounds):
+            times += vllm_step_times(gen, prompt, rows, per_round)
+        medians[rows] = statistics.median(times)
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU, {os.cpu_count()} cores"
+    print(f"\n{args.model}, float32, vLLM {_vllm_version()} ({device}), prompt of {len(prompt)} tokens, "
+          f"{per_round * args.rounds} timed engine steps per width, top-{gen.top_logprobs} log-probs\n")
+    print(f"| rows | ms a step | ms a row | vs {widths[0]} row{'s' if widths[0] > 1 else ''} |")
+    print("|---:|---:|---:|---:|")
+    for rows in widths:
+        ms = medians[rows] * 1000
+        print(f"| {rows} | {ms:.1f} | {ms / rows:.1f} | {medians[rows] / medians[widths[0]]:.2f} |")
+    print()
+    print("step ms " + " ".join(f"{medians[r] * 1000:.1f} at {r} row{'s' if r > 1 else ''}" for r in widths))
+
+
+def _vllm_version() -> str:
+    import vllm
+
+    return vllm.__version__
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="smollm2-135m")
@@ -56,8 +127,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=24, help="timed steps per width (in all, over the rounds)")
     parser.add_argument("--rounds", type=int, default=2,
                         help="alternating rounds of the two generators per width (this machine's speed drifts)")
+    parser.add_argument("--backend", choices=["hf", "vllm"], default="hf",
+                        help="the transformers generator (default) or vLLM's engine")
     args = parser.parse_args()
     widths = [int(w) for w in args.rows.split(",")]
+    if args.backend == "vllm":
+        vllm_main(args, widths)
+        return
 
     model, tokenizer = load_model(args.model, dtype="float32")
     gen = HFGenerator(model, tokenizer)
