@@ -25,6 +25,7 @@ the prompts are not timed. There is one generator, so the default-kernel columns
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import time
 
@@ -55,6 +56,9 @@ def step_times(gen: HFGenerator, prompt: list[int], rows: int, steps: int, warm:
     return times
 
 
+_request_ids = itertools.count()
+
+
 def vllm_step_times(gen, prompt: list[int], rows: int, steps: int, warm: int = 3) -> list[float]:
     """Seconds of each engine step that sampled a token for `rows` requests of the prompt, after `warm` of them."""
     from vllm import SamplingParams as VLLMParams
@@ -64,9 +68,8 @@ def vllm_step_times(gen, prompt: list[int], rows: int, steps: int, warm: int = 3
     engine = gen.llm.llm_engine
     sampling = VLLMParams(max_tokens=steps + warm + 1, temperature=1.0, top_p=1.0, logprobs=gen.top_logprobs,
                           ignore_eos=True, output_kind=RequestOutputKind.DELTA)
-    for r in range(rows):
-        gen._counter += 1
-        engine.add_request(f"step-cost-{gen._counter}", TokensPrompt(prompt_token_ids=list(prompt)), sampling)
+    for _ in range(rows):
+        engine.add_request(f"step-cost-{next(_request_ids)}", TokensPrompt(prompt_token_ids=list(prompt)), sampling)
     times: list[float] = []
     sampled = 0
     while engine.has_unfinished_requests():
