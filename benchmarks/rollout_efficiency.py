@@ -75,6 +75,12 @@ def make_generator(backend: str, block_size: int | None = None, schedule: str = 
                            steps_per_poll=steps_per_poll, packed_weights=False if default_kernel else None)
     if not (warmed_path(**warm) / "config.json").is_file():
         warmed_model(**warm)
+    return vllm_generator(str(warmed_path(**warm)), block_size)
+
+
+def vllm_generator(model: str, block_size: int | None = None):
+    """vLLM's engine on a model folder as the benchmarks run it: float32, a 2 GiB KV cache on the CPU, eager mode
+    there (no CUDA graphs to capture)."""
     import os
 
     import torch
@@ -83,9 +89,8 @@ def make_generator(backend: str, block_size: int | None = None, schedule: str = 
 
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     extra = {} if block_size is None else {"block_size": block_size}
-    return VLLMGenerator.from_pretrained(str(warmed_path(**warm)), dtype="float32", max_model_len=2048,
-                                         gpu_memory_utilization=0.3, enforce_eager=not torch.cuda.is_available(),
-                                         **extra)
+    return VLLMGenerator.from_pretrained(model, dtype="float32", max_model_len=2048, gpu_memory_utilization=0.3,
+                                         enforce_eager=not torch.cuda.is_available(), **extra)
 
 
 def dataset(family: str) -> str:

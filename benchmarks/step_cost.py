@@ -86,14 +86,12 @@ def vllm_step_times(gen, prompt: list[int], rows: int, steps: int, warm: int = 3
 def vllm_main(args: argparse.Namespace, widths: list[int]) -> None:
     import os
 
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     import torch
+    from rollout_efficiency import vllm_generator
 
     from arpo_algo.models import resolve
-    from arpo_algo.vllm_generator import VLLMGenerator
 
-    gen = VLLMGenerator.from_pretrained(resolve(args.model), dtype="float32", max_model_len=2048,
-                                        gpu_memory_utilization=0.3, enforce_eager=not torch.cuda.is_available())
+    gen = vllm_generator(resolve(args.model))
     env = gym.make("ARPO-Math-v0")
     _, info = env.reset(seed=0)
     prompt = prompt_ids(gen.tokenizer, info["messages"])
