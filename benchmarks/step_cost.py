@@ -59,6 +59,18 @@ def step_times(gen: HFGenerator, prompt: list[int], rows: int, steps: int, warm:
 _request_ids = itertools.count()
 
 
+def task_prompt(tokenizer) -> list[int]:
+    """The token ids of a math task's real prompt (the env's first task, chat template applied)."""
+    env = gym.make("ARPO-Math-v0")
+    _, info = env.reset(seed=0)
+    env.close()
+    return prompt_ids(tokenizer, info["messages"])
+
+
+def last_line(medians: dict[int, float], widths: list[int]) -> str:
+    return "step ms " + " ".join(f"{medians[r] * 1000:.1f} at {r} row{'s' if r > 1 else ''}" for r in widths)
+
+
 def vllm_step_times(gen, prompt: list[int], rows: int, steps: int, warm: int = 3) -> list[float]:
     """Seconds of each engine step that sampled a token for `rows` requests of the prompt, after `warm` of them."""
     from vllm import SamplingParams as VLLMParams
@@ -76,7 +88,7 @@ def vllm_step_times(gen, prompt: list[int], rows: int, steps: int, warm: int = 3
         began = time.perf_counter()
         outputs = engine.step()
         took = time.perf_counter() - began
-        if outputs and all(len(out.outputs[0].token_ids) for out in outputs) and len(outputs) == rows:
+        if len(outputs) == rows and all(out.outputs[0].token_ids for out in outputs):
             sampled += 1  # every row sampled in this step (the prompts' steps, and the last, are left out)
             if warm < sampled <= warm + steps:
                 times.append(took)
@@ -87,15 +99,13 @@ def vllm_main(args: argparse.Namespace, widths: list[int]) -> None:
     import os
 
     import torch
+    import vllm
     from rollout_efficiency import vllm_generator
 
     from arpo_algo.models import resolve
 
     gen = vllm_generator(resolve(args.model))
-    env = gym.make("ARPO-Math-v0")
-    _, info = env.reset(seed=0)
-    prompt = prompt_ids(gen.tokenizer, info["messages"])
-    env.close()
+    prompt = task_prompt(gen.tokenizer)
     medians = {}
     per_round = max(1, args.steps // args.rounds)
     for rows in tqdm(widths, desc="widths"):
@@ -104,7 +114,7 @@ def vllm_main(args: argparse.Namespace, widths: list[int]) -> None:
             times += vllm_step_times(gen, prompt, rows, per_round)
         medians[rows] = statistics.median(times)
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU, {os.cpu_count()} cores"
-    print(f"\n{args.model}, float32, vLLM {_vllm_version()} ({device}), prompt of {len(prompt)} tokens, "
+    print(f"\n{args.model}, float32, vLLM {vllm.__version__} ({device}), prompt of {len(prompt)} tokens, "
           f"{per_round * args.rounds} timed engine steps per width, top-{gen.top_logprobs} log-probs\n")
     print(f"| rows | ms a step | ms a row | vs {widths[0]} row{'s' if widths[0] > 1 else ''} |")
     print("|---:|---:|---:|---:|")
@@ -112,13 +122,7 @@ def vllm_main(args: argparse.Namespace, widths: list[int]) -> None:
         ms = medians[rows] * 1000
         print(f"| {rows} | {ms:.1f} | {ms / rows:.1f} | {medians[rows] / medians[widths[0]]:.2f} |")
     print()
-    print("step ms " + " ".join(f"{medians[r] * 1000:.1f} at {r} row{'s' if r > 1 else ''}" for r in widths))
-
-
-def _vllm_version() -> str:
-    import vllm
-
-    return vllm.__version__
+    print(last_line(medians, widths))
 
 
 def main() -> None:
@@ -140,10 +144,7 @@ def main() -> None:
     gen = HFGenerator(model, tokenizer)
     plain = HFGenerator(model, tokenizer, packed_weights=False)
     gen.eos_ids = plain.eos_ids = []  # no row leaves: every step is as wide as asked
-    env = gym.make("ARPO-Math-v0")
-    _, info = env.reset(seed=0)
-    prompt = prompt_ids(tokenizer, info["messages"])
-    env.close()
+    prompt = task_prompt(tokenizer)
 
     medians, plain_medians = {}, {}
     per_round = max(1, args.steps // args.rounds)
@@ -166,7 +167,7 @@ def main() -> None:
         print(f"| {rows} | {ms:.1f} | {ms / rows:.1f} | {medians[rows] / first:.2f} | {plain_medians[rows] * 1000:.1f} "
               f"| {plain_medians[rows] / medians[rows]:.2f} |")
     print()
-    print("step ms " + " ".join(f"{medians[r] * 1000:.1f} at {r} row{'s' if r > 1 else ''}" for r in widths))
+    print(last_line(medians, widths))
 
 
 if __name__ == "__main__":
