@@ -56,11 +56,11 @@ then.
 What a seed fixes: each branch decision draws from its own generator, seeded by (seed, task, path, tool step), and
 each request is sampled with its own seed on the vLLM backends, so neither depends on the order of events. On the
 transformers backend the whole rollout is reproducible, whatever the tools' timing (polls and rounds are
-deterministic and the batch draws from one seeded stream; continuous batching and lock-step rounds draw different
-trees), as long as the tools answer alike (a cell that prints an object's address, the clock or fresh entropy does
-not, and the path that reads it goes on differently). On vLLM, when a top-up becomes certain depends on timing, and
-batch composition can change logits in the last bits, so trees can differ between runs of the same seed; M per task
-holds always.
+deterministic and every request samples from a stream of its own; continuous batching and lock-step rounds draw
+different trees), as long as the tools answer alike (a cell that prints an object's address, the clock or fresh
+entropy does not, and the path that reads it goes on differently). On vLLM, when a top-up becomes certain depends on
+timing, and batch composition can change logits in the last bits, so trees can differ between runs of the same seed;
+M per task holds always.
 """
 
 from __future__ import annotations
