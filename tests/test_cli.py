@@ -101,3 +101,32 @@ def test_rollout_says_which_budget_it_uses(tiny_model_dir, tmp_path):
                      "-M", "2", "-N", "1", "--out", str(tmp_path / "t.jsonl"))
     assert result.returncode == 0, result.stderr[-2000:]
     assert "tokens per turn" in result.stderr and ("CPU budget" in result.stderr or "default budget" in result.stderr)
+
+
+def test_rollout_defaults_agree_everywhere_they_are_written():
+    """The rollout's settings have defaults in three places: `RolloutConfig`, `ARPOConfig` (the trainer's, TRL's
+    style) and `arpo rollout`'s flags (written out there so that the command line starts without torch). They must
+    not drift apart."""
+    import argparse
+
+    from arpo_algo.arpo_config import ARPOConfig
+    from arpo_algo.cli import _rollout_parser
+    from arpo_algo.rollout import RolloutConfig
+
+    parser = argparse.ArgumentParser()
+    _rollout_parser(parser.add_subparsers(dest="command"))
+    flags = vars(parser.parse_args(["rollout"]))
+    trainer = ARPOConfig("unused")
+    rollout = RolloutConfig()
+    # RolloutConfig field: (ARPOConfig field, `arpo rollout` flag)
+    names = {"num_generations": ("num_generations", "num_generations"), "num_global": ("num_global", "num_global"),
+             "branch_factor": ("branch_factor", "branch_factor"), "alpha": ("branch_alpha", "alpha"),
+             "beta": ("branch_beta", "beta"), "entropy_k": ("entropy_k", "entropy_k"),
+             "spare_samples": ("spare_samples", "spare_samples"),
+             "min_spare_samples": ("min_spare_samples", "min_spare_samples"),
+             "speculative_branches": ("speculative_branches", "speculative_branches"),
+             "temperature": ("temperature", "temperature"), "top_p": ("top_p", "top_p"), "seed": (None, "seed")}
+    for field, (in_trainer, flag) in names.items():
+        assert flags[flag] == getattr(rollout, field), f"arpo rollout --{flag.replace('_', '-')}"
+        if in_trainer:
+            assert getattr(trainer, in_trainer) == getattr(rollout, field), f"ARPOConfig.{in_trainer}"
