@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 from conftest import group_members, wait_until
@@ -213,6 +214,64 @@ def test_hostile_cell_is_contained_and_the_env_goes_on(name, box, listener):
     else:
         assert box.call("x + 1").text == "42"
     assert len(template_pids()) == 1  # the template survived too
+
+
+def threads_of(pid: int) -> int:
+    """The worker's threads, as the kernel counts them (0 once it is gone)."""
+    try:
+        return len(os.listdir(f"/proc/{pid}/task"))
+    except FileNotFoundError:
+        return 0
+
+
+BUSY_THREAD = "import threading\ndef spin():\n    while True:\n        sum(range(1000))\n"
+
+
+def test_a_thread_that_outlives_its_cell_is_held_to_a_cells_cpu_time(box):
+    """A thread may outlive the cell that started it, but while no cell runs it may use one cell's CPU time (2 s
+    here): then it is interrupted, the next cell's output says so, and the interpreter keeps its variables."""
+    box.call("x = 41\n" + BUSY_THREAD + "threading.Thread(target=spin, daemon=True).start()")
+    assert threads_of(box.pid) == 2
+    assert wait_until(lambda: threads_of(box.pid) == 1, 60), "the busy thread was never interrupted"
+    out = box.call("x + 1")
+    assert "1 thread(s) started by earlier cells ran for 2 s of CPU time" in out.text and out.text.endswith("42")
+    assert "thread(s)" not in box.call("x").text  # said once
+
+
+def test_a_cells_running_threads_end_with_its_time(box):
+    """The threads running when a cell's time is up are interrupted with it, and the cell's output shows their short
+    tracebacks (the cell's frames, not threading's)."""
+    out = box.call(BUSY_THREAD + "threading.Thread(target=spin, daemon=True).start()\nwhile True: pass")
+    assert out.extra["timed_out"]
+    assert "Exception in thread" in out.text and "ThreadTimeout: the thread was interrupted" in out.text
+    assert 'File "<cell' in out.text and "threading.py" not in out.text
+    assert wait_until(lambda: threads_of(box.pid) == 1), "the cell's thread outlived its time limit"
+
+
+def test_a_thread_that_will_not_stop_takes_its_worker_down_and_the_model_is_told_why(box):
+    box.call("x = 1\n" + BUSY_THREAD.replace("sum(range(1000))", "try:\n            sum(range(1000))\n"
+                                                "        except BaseException:\n            pass")
+             + "threading.Thread(target=spin, daemon=True).start()")
+    pid = box.pid
+    assert wait_until(lambda: threads_of(pid) == 0, 60), "the worker went on with a thread it could not stop"
+    out = box.call("x")
+    assert out.failed and out.extra["restarted"]
+    assert "a thread started by a cell ran for 2 s of CPU time while no cell ran" in out.text
+    assert "variables are lost" in out.text
+    assert box.call("x = 2\nx").text == "2"
+    assert len(template_pids()) == 1
+
+
+def test_waiting_threads_cost_nothing_and_stay(box):
+    """A thread pool the cell did not shut down waits, using no CPU: nothing interrupts it, not even a later cell's
+    time-out, and it serves the cells after."""
+    box.call("from concurrent.futures import ThreadPoolExecutor\npool = ThreadPoolExecutor(2)\n"
+             "list(pool.map(abs, [-1, -2]))")
+    before = box.pid
+    time.sleep(3)  # longer than the 2 s a cell's threads may run while no cell runs, had they run
+    assert box.call("while True: pass").extra["timed_out"]
+    out = box.call("list(pool.map(abs, [-3, -4]))")
+    assert out.text == "[3, 4]" and not out.failed and box.pid == before
 
 
 def test_timeout_interrupts_and_keeps_state(box):

@@ -11,14 +11,16 @@ What it contains (tested): runaway loops (per-cell wall-clock and CPU timers int
 state; a cell that ignores the interrupt is killed after a grace period), memory bombs (an address-space limit:
 ``MemoryError`` in the cell), process bombs and subprocesses, signals to other processes, network access, writes
 outside its own working directory, floods of output (kept up to a cap, the rest counted), crashes and ``os._exit``
-(the worker is replaced by a clean one and the model is told its variables are gone).
+(the worker is replaced by a clean one and the model is told its variables are gone), and threads a cell starts
+(interrupted with the cell when its time is up; while no cell runs they may use one cell's CPU time, then they are
+interrupted, and threads that go on using CPU take the worker down with them, the model told why).
 
 What it does **not** protect against: the checks on processes, signals, files and ctypes are a CPython audit hook
 (PEP 578) inside the worker, plus resource limits and, where the kernel allows, a private network namespace. Code
 that is built to escape CPython (a native extension written to disk and imported, an interpreter bug) is not
-contained, reads of files the host user can read are allowed, and threads a cell starts keep running after it. Use
-it for the mistakes and excesses of a model under training, not for adversarial code: for that run the interpreter
-in a separate VM with ``sandbox="e2b"`` (`arpo_env.tools.e2b`).
+contained, and reads of files the host user can read are allowed. Use it for the mistakes and excesses of a model
+under training, not for adversarial code: for that run the interpreter in a separate VM with ``sandbox="e2b"``
+(`arpo_env.tools.e2b`).
 """
 
 from __future__ import annotations
@@ -63,11 +65,13 @@ class SandboxLimits:
 
 
 class WorkerLost(RuntimeError):
-    """The worker did not answer: it crashed, exited or ignored its interrupt and was killed."""
+    """The worker did not answer: it crashed, exited or ignored its interrupt and was killed. `reason`: its own last
+    word, when it gave one (a worker whose cells' threads it could not stop says so, then exits)."""
 
-    def __init__(self, message: str, timed_out: bool) -> None:
+    def __init__(self, message: str, timed_out: bool, reason: str | None = None) -> None:
         super().__init__(message)
         self.timed_out = timed_out
+        self.reason = reason
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -144,12 +148,18 @@ class _Process:
                 self.unanswered -= 1
             if message is None:
                 return {}
-            send_message(self.sock, message, fds)
-            return recv_message(self.sock)[0]
+            try:
+                send_message(self.sock, message, fds)
+            except OSError:  # it has exited: its last word, if it left one, is still in the channel
+                pass
+            reply = recv_message(self.sock)[0]
         except socket.timeout as exc:
             raise WorkerLost(f"no answer after {timeout:.0f} s", timed_out=True) from exc
         except (EOFError, OSError, ValueError) as exc:
             raise WorkerLost(f"the interpreter process died ({exc or type(exc).__name__})", timed_out=False) from exc
+        if "lost" in reply:  # its last word before it exited, read as the answer to whatever came next
+            raise WorkerLost(f"the interpreter exited: {reply['lost']}", timed_out=False, reason=str(reply["lost"]))
+        return reply
 
     def kill(self) -> None:
         if self.closed:
@@ -319,8 +329,8 @@ class LocalSandbox:
             reply = self._worker().request(message, limits.timeout_s + limits.kill_grace_s)
         except WorkerLost as lost:
             self._replace()
-            why = (f"it did not stop within {limits.timeout_s:g} s and was killed" if lost.timed_out
-                   else "its process crashed or exited")
+            why = lost.reason or (f"it did not stop within {limits.timeout_s:g} s and was killed" if lost.timed_out
+                                  else "its process crashed or exited")
             text = (f"The Python interpreter was terminated: {why}. All variables are lost; a fresh interpreter "
                     "is ready, so define again what you need.")
             return ToolOutput(text, failed=True, error="interpreter terminated", latency_s=time.perf_counter() - start,

@@ -21,7 +21,11 @@ Containment, in layers (see ``arpo_env.tools.sandbox`` for what it does *not* pr
 * resource limits: address space (memory), file size, open files, no core dumps;
 * a private network namespace with no interfaces up, when the kernel allows it (root, or user namespaces);
 * per-cell wall-clock and CPU timers that raise inside the cell first (the state survives), and a host-side
-  deadline that kills the worker when the cell does not yield.
+  deadline that kills the worker when the cell does not yield;
+* threads a cell starts may outlive it (as in a notebook) but not its limits: those running when its time is up are
+  interrupted with it, and while no cell runs one that runs for a cell's CPU time without a pause is interrupted;
+  one that runs on for ``kill_grace_s`` CPU seconds after that takes the worker down (the host reads why and
+  replaces it). Waiting threads (an idle pool's) are left alone.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import linecache
 import os
 import random
 import resource
+import select
 import signal
 import socket
 import struct
@@ -91,6 +96,29 @@ class CellTimeout(BaseException):
     """Raised inside a cell when its time is up. A BaseException, so `except Exception:` does not swallow it."""
 
 
+class ThreadTimeout(CellTimeout):
+    """Raised inside a thread a cell started: it was running when a cell's time was up, or it ran for a cell's CPU
+    time while no cell ran (raised asynchronously, as a class: its message is its own)."""
+
+    def __str__(self) -> str:
+        return ("the thread was interrupted: it was running when a cell's time was up, or it ran for a cell's CPU time "
+                "while no cell ran")
+
+
+_SET_ASYNC_EXC = None
+"""CPython's ``PyThreadState_SetAsyncExc``, taken through ctypes before the guard is armed (`template_main`)."""
+
+
+def _interrupt_threads(guard: "Guard", idents: set[int]) -> None:
+    """Raise `ThreadTimeout` in each of these threads (at their next bytecode: a thread blocked in C gets it when
+    the call returns)."""
+    if _SET_ASYNC_EXC is None:
+        return
+    with guard.trusted():
+        for ident in idents:
+            _SET_ASYNC_EXC(ident, ThreadTimeout)
+
+
 _REFUSED = {
     "os.fork": "creating processes",
     "os.forkpty": "creating processes",
@@ -140,8 +168,7 @@ class Guard:
 
     def __init__(self) -> None:
         self.root = os.getcwd()
-        self._trusted = 0
-        self._local = threading.local()
+        self._local = threading.local()  # trust and re-entry are per thread: a cell's threads never share them
 
     def trusted(self) -> "_Trusted":
         return _Trusted(self)
@@ -157,7 +184,7 @@ class Guard:
         return full == self.root or full.startswith(self.root + os.sep) or full in _WRITABLE_DEVICES
 
     def __call__(self, event: str, args: tuple) -> None:
-        if self._trusted or getattr(self._local, "busy", False):
+        if getattr(self._local, "trusted", 0) or getattr(self._local, "busy", False):
             return
         self._local.busy = True
         try:
@@ -195,10 +222,11 @@ class _Trusted:
         self.guard = guard
 
     def __enter__(self) -> None:
-        self.guard._trusted += 1
+        local = self.guard._local
+        local.trusted = getattr(local, "trusted", 0) + 1
 
     def __exit__(self, *exc: object) -> None:
-        self.guard._trusted -= 1
+        self.guard._local.trusted -= 1
 
 
 def _private_network() -> str:
@@ -271,6 +299,12 @@ class Worker:
         self.namespace: dict = {"__name__": "__main__", "__builtins__": __builtins__}
         self.cells = 0
         self.in_cell = False
+        self.limits: dict = {}
+        """The limits the host sent with its last cell (a cell's CPU time bounds its threads between cells too)."""
+        self.stopped = 0
+        """Threads interrupted while no cell ran, not yet reported (the next cell's output says so)."""
+        self._forget_threads()
+        threading.excepthook = self._thread_error
         signal.signal(signal.SIGALRM, self._on_timer)
         signal.signal(signal.SIGPROF, self._on_timer)
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a too-large file is an OSError in the cell, not death
@@ -279,13 +313,105 @@ class Worker:
         if self.in_cell:
             self.in_cell = False  # one interrupt per cell: the other timer must not fire inside the handler
             kind = "wall-clock" if signum == signal.SIGALRM else "CPU"
+            running = self._running(0.02)  # the threads that run end with the cell's time; waiting ones stay
+            _interrupt_threads(self.guard, running)
+            deadline = time.monotonic() + 0.5
+            for thread in threading.enumerate():  # their tracebacks go to the cell's output
+                if thread.ident in running:
+                    thread.join(max(0.0, deadline - time.monotonic()))
             raise CellTimeout(f"the cell exceeded its {kind} time limit and was interrupted")
+
+    # Threads the cells started ------------------------------------------------------------------------------------
+    # A cell's threads may outlive it, as in a notebook, but not its limits. While no cell runs, each thread's own
+    # CPU clock is read every 0.2 s: one that has run without a pause for one cell's CPU time is interrupted, and if it
+    # runs on for `kill_grace_s` more CPU seconds the worker exits with a last word saying why. A thread that waits
+    # (an idle pool's) uses no CPU: it is never interrupted, and a pause clears a thread's account.
+    def _thread_clocks(self) -> dict[int, float]:
+        """The CPU seconds of each thread the cells started (`threading`'s threads: what libraries start)."""
+        clocks = {}
+        for thread in threading.enumerate():
+            if thread.ident is None or thread.ident == threading.get_ident() or not thread.is_alive():
+                continue
+            try:
+                clocks[thread.ident] = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+            except (OSError, ValueError, OverflowError):  # it has just ended
+                pass
+        return clocks
+
+    def _running(self, pause: float) -> set[int]:
+        """The threads whose clocks advance over `pause` seconds (those a cell's time-out interrupts)."""
+        before = self._thread_clocks()
+        time.sleep(pause)
+        after = self._thread_clocks()
+        return {i for i in after if after[i] - before.get(i, after[i]) > pause / 20}
+
+    def _thread_error(self, args: threading.ExceptHookArgs) -> None:
+        """A cell's thread ended with an exception: its short traceback goes to the stderr of the cell under way (to
+        nowhere between cells), as a notebook shows it."""
+        if args.exc_type is SystemExit or args.exc_value is None:
+            return
+        name = args.thread.name if args.thread is not None else "a thread"
+        print(f"Exception in thread {name}:\n{self._traceback(args.exc_value)}", file=sys.stderr)
+
+    def _idle(self) -> None:
+        """No cell runs from now on: the threads' clocks count from here."""
+        self.seen: dict[int, float] | None = self._thread_clocks()
+
+    def _account(self) -> set[int]:
+        """Add what each thread ran since the last reading to its account; returns those that ran. A thread that did
+        not run (it waits) is cleared: its account and any interrupt it had."""
+        now, seen = self._thread_clocks(), self.seen or {}
+        ran = {i for i in now if now[i] - seen.get(i, now[i]) > 0.001}
+        for i in now:
+            if i in ran:
+                self.ran[i] = self.ran.get(i, 0.0) + now[i] - seen[i]
+            else:
+                self.ran.pop(i, None)
+                self.interrupted.pop(i, None)
+        self.seen = now
+        return ran
+
+    def _busy(self) -> None:
+        """A cell starts: the idle period's running counts, then the clocks stop counting until the cell ends."""
+        if self.seen is not None:
+            self._account()
+            self.seen = None
+
+    def _police(self) -> None:
+        """Between cells: interrupt the threads that have run a cell's CPU time without a pause; exit, with a last
+        word, if one of them runs on for `kill_grace_s` more."""
+        limit = float(self.limits.get("cpu_s") or self.limits.get("timeout_s", 10.0))
+        grace = float(self.limits.get("kill_grace_s", 3.0))
+        for i in self._account():
+            if i in self.interrupted and self.ran[i] - self.interrupted[i] > grace:
+                why = (f"a thread started by a cell ran for {limit:g} s of CPU time while no cell ran and did not "
+                       "stop when it was interrupted")
+                try:
+                    send_message(self.sock, {"lost": why})
+                finally:
+                    os._exit(1)
+            if i not in self.interrupted and self.ran[i] > limit:
+                _interrupt_threads(self.guard, {i})
+                self.interrupted[i] = self.ran[i]
+                self.stopped += 1
+
+    def _forget_threads(self) -> None:
+        """Start the accounts afresh (a new worker, or a fork: it has no thread but this one)."""
+        self.ran: dict[int, float] = {}
+        self.interrupted: dict[int, float] = {}
+        self._idle()
+
+    def _next_message(self) -> tuple[dict, list[int]]:
+        """Wait for the host's next message; while cells' threads live, read their clocks every 0.2 s."""
+        while threading.active_count() > 1 and not select.select([self.sock], [], [], 0.2)[0]:
+            self._police()
+        return recv_message(self.sock)
 
     # The main loop --------------------------------------------------------------------------------------------------
     def serve(self) -> None:
         while True:
             try:
-                msg, fds = recv_message(self.sock)
+                msg, fds = self._next_message()
             except (EOFError, OSError, ValueError):
                 os._exit(0)  # the host went away: nothing to serve
             op = msg.get("op")
@@ -318,6 +444,7 @@ class Worker:
                 os.chdir(workdir)
             self.guard.root = os.path.realpath(workdir)
             os.environ["TMPDIR"] = workdir
+            self._forget_threads()  # a fork has no thread but this one, and a CPU clock of its own
             send_message(self.sock, {"ok": True, "pid": os.getpid()})
             return
         os.close(fd)
@@ -326,9 +453,16 @@ class Worker:
     # One cell -------------------------------------------------------------------------------------------------------
     def run_cell(self, code: str, opts: dict) -> dict:
         self.cells += 1
+        self._busy()
         name = f"<cell {self.cells}>"
         cap = int(opts.get("max_output_chars", 4000))
         out, err = CappedWriter(cap), CappedWriter(cap)
+        if self.stopped:  # the model's to know: what it started was stopped
+            limit = float(self.limits.get("cpu_s") or self.limits.get("timeout_s", 10.0))
+            err.write(f"(note: {self.stopped} thread(s) started by earlier cells ran for {limit:g} s of CPU time while "
+                      "no cell ran and were interrupted)\n")
+            self.stopped = 0
+        self.limits = opts
         value = error = None
         timed_out = False
         start = time.perf_counter()
@@ -351,6 +485,7 @@ class Worker:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.setitimer(signal.ITIMER_PROF, 0)
             sys.stdout, sys.stderr = old_out, old_err
+            self._idle()
         return {
             "stdout": out.getvalue(),
             "stderr": err.getvalue(),
@@ -453,6 +588,14 @@ def template_main(fd: int, preload: list[str]) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # exited workers are reaped by the kernel: no zombies
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in the host's terminal is for the host
     network = _private_network()
+    global _SET_ASYNC_EXC
+    try:
+        import ctypes
+
+        _SET_ASYNC_EXC = ctypes.pythonapi.PyThreadState_SetAsyncExc
+        _SET_ASYNC_EXC.argtypes = [ctypes.c_ulong, ctypes.py_object]
+    except Exception:  # noqa: BLE001 - without it, the cells' threads are not interrupted (only timed)
+        pass
     for name in preload:
         try:
             __import__(name)
