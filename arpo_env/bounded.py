@@ -1,17 +1,21 @@
-"""Scoring with a bound: functions of model answers run in worker processes that are killed when they overrun.
+"""Hostile input with a bound: functions of model answers and of web pages run in worker processes that are killed
+when they overrun.
 
 A model's answer is hostile input for a scorer. ``\\boxed{9^{9^{9^{9}}}}`` makes sympy compute a power with more
 digits than atoms in the universe; the big-integer arithmetic holds Python's interpreter lock, so no thread can
 interrupt it, and math-verify's own timeout is a ``SIGALRM`` that only works in the main thread (the rollout engine
-steps its environments in a thread pool). So the expensive part of scoring — parsing and comparing with
-math-verify — runs here, in a small pool of worker processes (``python -m arpo_env.bounded``) that talk JSON lines
-over pipes. A call that does not answer within its bound has its worker killed (the whole process group) and
-replaced, and returns the caller's fallback; a worker that runs out of memory (its address space is capped) or
-crashes is replaced the same way. Any thread or process may call; the pool starts lazily, and its workers exit when
-their parent does.
+steps its environments in a thread pool). A web page is hostile input for an extractor: trafilatura's time grows
+faster than the page (8,000 small tables, 350 KB, take it half a minute; 50,000 did not end in two minutes). So the
+expensive part of scoring — parsing and comparing with math-verify — and of reading a page — trafilatura — run
+here, in small pools of worker processes (``python -m arpo_env.bounded <kind>``, one pool per kind: a slow page
+never holds up scoring) that talk JSON lines over pipes. A call that does not answer within its bound has its
+worker killed (the whole process group) and replaced, and returns the caller's fallback; a worker that runs out of
+memory (its address space is capped) or crashes is replaced the same way. Any thread or process may call; the pools
+start lazily, and their workers exit when their parent does.
 
-Settings: ``ARPO_SCORE_TIMEOUT`` (seconds per call, default 5), ``ARPO_SCORE_WORKERS`` (default 2),
-``ARPO_SCORE_MEMORY_MB`` (address-space cap of a worker, default 4096).
+Settings: ``ARPO_SCORE_TIMEOUT`` (seconds per scoring call, default 5), ``ARPO_SCORE_WORKERS`` (workers per pool,
+default 2), ``ARPO_SCORE_MEMORY_MB`` (address-space cap of a worker, default 4096). The bound on reading a page is
+the browse tool's ``extract_timeout_s``.
 """
 
 from __future__ import annotations
@@ -42,13 +46,13 @@ class BoundExceeded(Exception):
     """The call ran past its bound, or its worker died; the worker has been replaced."""
 
 
-def _spawn() -> subprocess.Popen:
+def _spawn(kind: str) -> subprocess.Popen:
     """Start a worker from the spawner thread. The worker asks the kernel to kill it when its parent *thread* ends
     (PR_SET_PDEATHSIG is per thread): started from a rollout's short-lived pool thread, it would die with that
     thread and the next call would find a broken pipe. The spawner lives as long as the process."""
     done = threading.Event()
     box: dict[str, Any] = {}
-    _spawn_requests().put((done, box))
+    _spawn_requests().put((kind, done, box))
     done.wait()
     if "error" in box:
         raise box["error"]
@@ -72,9 +76,9 @@ def _spawn_requests() -> queue.Queue:
 def _spawner_loop(requests: queue.Queue) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     while True:
-        done, box = requests.get()
+        kind, done, box = requests.get()
         try:
-            box["proc"] = subprocess.Popen([sys.executable, "-m", "arpo_env.bounded"], stdin=subprocess.PIPE,
+            box["proc"] = subprocess.Popen([sys.executable, "-m", "arpo_env.bounded", kind], stdin=subprocess.PIPE,
                                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
                                            start_new_session=True)
         except Exception as exc:  # noqa: BLE001 - handed to the caller
@@ -83,12 +87,12 @@ def _spawner_loop(requests: queue.Queue) -> None:
 
 
 class _Worker:
-    def __init__(self) -> None:
-        self.proc = _spawn()
+    def __init__(self, kind: str) -> None:
+        self.proc = _spawn(kind)
         self.buffer = b""
         if self._read_line(STARTUP_TIMEOUT_S) != {"ready": True}:
             self.kill()
-            raise RuntimeError("the scoring worker did not start")
+            raise RuntimeError(f"the {kind} worker did not start")
 
     def call(self, op: str, args: list[Any], timeout_s: float) -> Any:
         assert self.proc.stdin is not None
@@ -105,15 +109,18 @@ class _Worker:
         assert self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
         deadline = time.monotonic() + timeout_s
-        while b"\n" not in self.buffer:
+        chunks = [self.buffer]
+        while b"\n" not in chunks[-1]:  # a page's text is megabytes: the search is over each new chunk only
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
+                self.buffer = b"".join(chunks)
                 return None
-            chunk = os.read(fd, 65536)
+            chunk = os.read(fd, 1 << 20)
             if not chunk:  # the worker died (memory cap, crash)
+                self.buffer = b"".join(chunks)
                 return None
-            self.buffer += chunk
-        line, self.buffer = self.buffer.split(b"\n", 1)
+            chunks.append(chunk)
+        line, self.buffer = b"".join(chunks).split(b"\n", 1)
         return json.loads(line)
 
     def kill(self) -> None:
@@ -130,9 +137,13 @@ class _Worker:
 
 
 class WorkerPool:
-    """A few scoring workers shared by every thread of this process."""
+    """A few workers of one kind (``score``: math-verify; ``page``: trafilatura) shared by every thread of this
+    process."""
 
-    def __init__(self, size: int | None = None) -> None:
+    def __init__(self, size: int | None = None, kind: str = "score") -> None:
+        if kind not in PRELOAD:
+            raise ValueError(f"no worker kind {kind!r}; the kinds are {sorted(PRELOAD)}")
+        self.kind = kind
         self.size = size or int(os.environ.get("ARPO_SCORE_WORKERS", "2"))
         self.idle: queue.LifoQueue[_Worker | None] = queue.LifoQueue()
         for _ in range(self.size):
@@ -148,7 +159,7 @@ class WorkerPool:
         try:
             for attempt in range(2):
                 if worker is None:
-                    worker = _Worker()
+                    worker = _Worker(self.kind)
                     with self.lock:
                         self.workers.add(worker)
                 try:
@@ -157,7 +168,7 @@ class WorkerPool:
                     self._discard(worker)
                     worker = None
                     if attempt:
-                        raise BoundExceeded(f"the scoring worker died: {exc}") from exc
+                        raise BoundExceeded(f"the {self.kind} worker died: {exc}") from exc
                 except (BoundExceeded, ValueError) as exc:
                     self._discard(worker)
                     worker = None
@@ -177,23 +188,24 @@ class WorkerPool:
             worker.kill()
 
 
-_POOL: WorkerPool | None = None
+_POOLS: dict[str, WorkerPool] = {}
 _POOL_LOCK = threading.Lock()
 
 
-def pool() -> WorkerPool:
-    """This process's pool (a forked child gets its own: pipes are not shared across processes)."""
-    global _POOL
+def pool(kind: str = "score") -> WorkerPool:
+    """This process's pool of `kind` (a forked child gets its own: pipes are not shared across processes)."""
     with _POOL_LOCK:
-        if _POOL is None or _POOL.pid != os.getpid():
-            _POOL = WorkerPool()
-        return _POOL
+        found = _POOLS.get(kind)
+        if found is None or found.pid != os.getpid():
+            found = _POOLS[kind] = WorkerPool(kind=kind)
+        return found
 
 
 @atexit.register
-def _close_pool() -> None:
-    if _POOL is not None and _POOL.pid == os.getpid():
-        _POOL.close()
+def _close_pools() -> None:
+    for found in list(_POOLS.values()):
+        if found.pid == os.getpid():
+            found.close()
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -205,10 +217,19 @@ def _math_equal(prediction: str, golds: list[str]) -> bool:
     return math_equal_unbounded(prediction, golds)
 
 
-OPS = {"math_equal": _math_equal}
+def _page_text(html: str, url: str | None) -> str:
+    from arpo_env.tools.browse import main_text
+
+    return main_text(html, url)
 
 
-def _serve() -> None:
+OPS = {"math_equal": _math_equal, "page_text": _page_text}
+PRELOAD = {"score": ("arpo_env.rewards", "math_verify"), "page": ("arpo_env.tools.browse", "trafilatura")}
+"""What a worker of each kind imports before it says it is ready, so that a call's bound does not pay for it (the
+last name is also the logger it silences)."""
+
+
+def _serve(kind: str) -> None:
     import resource
 
     try:  # die with the parent, even in the middle of a computation
@@ -219,11 +240,12 @@ def _serve() -> None:
         pass
     cap = int(os.environ.get("ARPO_SCORE_MEMORY_MB", "4096")) * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    import importlib
     import logging
 
-    import math_verify  # noqa: F401 - imported before "ready", so that a call's bound does not pay for it
-
-    logging.getLogger("math_verify").setLevel(logging.CRITICAL)
+    for name in PRELOAD[kind]:
+        importlib.import_module(name)
+    logging.getLogger(PRELOAD[kind][-1]).setLevel(logging.CRITICAL)
     out = sys.stdout
     out.write(json.dumps({"ready": True}) + "\n")
     out.flush()
@@ -240,4 +262,4 @@ def _serve() -> None:
 
 
 if __name__ == "__main__":
-    _serve()
+    _serve(sys.argv[1] if len(sys.argv) > 1 else "score")

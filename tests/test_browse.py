@@ -34,6 +34,10 @@ the military expansion he initiated in a war with Poland-Lithuania.</p>
 <script>tracking();</script>
 </body></html>"""
 
+TABLES = ("<html><body><h1>Results</h1>" + "".join(f"<table><tr><td>row</td><td>TABLE-CELL-{i}</td></tr></table>"
+                                                   for i in range(8000)) + "</body></html>").encode()
+"""450 KB that trafilatura takes half a minute over (its time grows with the square of the tables)."""
+
 
 class Handler(BaseHTTPRequestHandler):
     hits: Counter = Counter()
@@ -57,6 +61,8 @@ class Handler(BaseHTTPRequestHandler):
         Handler.hits[self.path] += 1
         if self.path in ("/article", "/cached"):
             self._send(200, ARTICLE.encode())
+        elif self.path == "/tables":
+            self._send(200, TABLES)
         elif self.path == "/slow":
             time.sleep(3)
             self._send(200, ARTICLE.encode())
@@ -92,6 +98,7 @@ def server():
 @pytest.fixture
 def env(tmp_path):
     e = gym.make("ARPO-DeepSearch-v0", browse_options={"timeout_s": 1.0, "max_bytes": 5_000_000,
+                                                       "extract_timeout_s": 1.0,
                                                        "cache": str(tmp_path / "cache.sqlite")})
     e.reset(options={"question": "When did the Vasa sink?", "answer": "1628"})
     yield e
@@ -120,6 +127,32 @@ def test_failures_are_observations_and_the_episode_goes_on(env, server, path, me
     assert info["tool_failed"] and not (term or trunc)
     obs, *_ = env.step(f"<browse>{server}/moved</browse>")  # a redirect that lands
     assert "Vasa Museum" in obs
+
+
+def test_a_page_that_extraction_would_take_minutes_over_is_read_as_plain_text_in_time(env, server):
+    obs, reward, term, trunc, info = env.step(f"<browse>{server}/tables</browse>")
+    assert "could not be extracted within 1 s; this is all of its text" in obs, obs[:300]
+    assert "Results" in obs and "TABLE-CELL-0" in obs and "TABLE-CELL-1" in obs and "[page truncated:" in obs
+    assert not info["tool_failed"] and not (term or trunc)
+    obs, *_ = env.step(f"<browse>{server}/article</browse>")  # its worker was replaced: the next page is as ever
+    assert "64 bronze cannons" in obs and "SIDEBAR-PROMO" not in obs and "could not be extracted" not in obs
+
+
+def test_a_dead_page_worker_is_replaced(server):
+    import os
+    import signal
+
+    from arpo_env.bounded import pool
+
+    tool = BrowseTool()
+    assert "Vasa Museum" in tool.call(f"{server}/article").text
+    workers = list(pool("page").workers)
+    assert workers
+    for worker in workers:
+        os.kill(worker.proc.pid, signal.SIGKILL)
+        worker.proc.wait()
+    out = tool.call(f"{server}/moved")
+    assert not out.failed and "Vasa Museum" in out.text and "could not be extracted" not in out.text
 
 
 def test_not_a_url(env):

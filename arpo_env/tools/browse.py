@@ -1,9 +1,12 @@
 """The ``<browse>`` tool: fetch a page, extract its main text, optionally condense it with a model.
 
 Fetching uses httpx with a per-page deadline, a size cap, a redirect limit (loops are detected) and a content-type
-check; the main text is extracted with trafilatura (navigation, ads and scripts dropped) and truncated with a visible
-note. An offline page store (``{url: html file}``) serves pages without network; live fetching can be switched off.
-Results are cached in the shared SQLite tool cache. Every failure is an observation (``browse failed: …``).
+check; the main text is extracted with trafilatura (navigation, ads and scripts dropped) and truncated with a
+visible note. Extraction is bounded: trafilatura runs in a killable worker process (`arpo_env.bounded`), since its
+time grows faster than the page (a 350 KB page of small tables takes it half a minute); past ``extract_timeout_s``
+the page's plain text (lxml, linear time) stands in, and the model is told so. An offline page store (``{url: html
+file}``) serves pages without network; live fetching can be switched off. Results are cached in the shared SQLite
+tool cache. Every failure is an observation (``browse failed: …``).
 """
 
 from __future__ import annotations
@@ -68,16 +71,44 @@ class Summarizer:
         return reply.json()["choices"][0]["message"]["content"].strip()
 
 
-def extract_text(html: str, url: str | None = None) -> str:
-    """The main text of a page (trafilatura); plain-text pages pass through."""
+def extract_text(html: str, url: str | None = None, timeout_s: float = 5.0) -> tuple[str, str]:
+    """A page's text and how it was read: ``("…", "main")`` — its main text (trafilatura, in a worker process
+    bounded by `timeout_s`) — or ``("…", "plain")`` — all its text (`plain_text`), when trafilatura overran, ran out
+    of memory or crashed. Plain-text pages pass through as ``"main"``."""
+    if "<" not in html[:2000]:
+        return html.strip(), "main"
+    from arpo_env.bounded import BoundExceeded, pool
+
+    try:
+        return pool("page").call("page_text", html, url, timeout_s=timeout_s), "main"
+    except BoundExceeded:
+        return plain_text(html), "plain"
+
+
+def main_text(html: str, url: str | None = None) -> str:
+    """The main text of a page (trafilatura; navigation, ads and scripts dropped), unbounded: what `extract_text`
+    runs in a page worker."""
     import trafilatura
 
-    if "<" not in html[:2000]:
-        return html.strip()
     text = trafilatura.extract(html, url=url, include_comments=False, include_tables=True, favor_precision=True)
     if not text:
         text = trafilatura.extract(html, url=url, include_comments=False, favor_recall=True) or ""
     return text.strip()
+
+
+def plain_text(html: str) -> str:
+    """All the text of a page, scripts and styles dropped, in time linear in its size (lxml): the stand-in for its
+    main text when extraction overruns."""
+    import lxml.html
+
+    try:
+        root = lxml.html.document_fromstring(html)
+    except (ValueError, lxml.etree.LxmlError):  # empty, or nothing lxml can make a document of
+        return ""
+    for node in root.xpath("//script|//style|//noscript|//template|//head"):
+        node.drop_tree()
+    lines = (" ".join(line.split()) for line in "\n".join(root.itertext()).splitlines())
+    return "\n".join(line for line in lines if line)
 
 
 class BrowseTool(StatelessTool):
@@ -88,8 +119,10 @@ class BrowseTool(StatelessTool):
 
     def __init__(self, page_store: PageStore | None = None, live: bool = True, timeout_s: float = 10.0,
                  max_bytes: int = 5_000_000, max_redirects: int = 5, max_chars: int = 6000,
-                 summarizer: Summarizer | None = None, cache: ToolCache | None = None) -> None:
+                 summarizer: Summarizer | None = None, cache: ToolCache | None = None,
+                 extract_timeout_s: float = 5.0) -> None:
         self.page_store, self.live, self.timeout_s = page_store, live, timeout_s
+        self.extract_timeout_s = extract_timeout_s
         self.max_bytes, self.max_redirects, self.max_chars = max_bytes, max_redirects, max_chars
         self.summarizer, self.cache = summarizer, cache
 
@@ -129,9 +162,12 @@ class BrowseTool(StatelessTool):
             if not self.live:
                 raise BrowseError("this page is not in the offline page store and live browsing is off")
             html = self.fetch(url)
-        text = extract_text(html, url)
+        text, how = extract_text(html, url, self.extract_timeout_s)
         if not text:
             raise BrowseError("the page has no readable text")
+        if how == "plain":
+            text = (f"[the page's main text could not be extracted within {self.extract_timeout_s:g} s; "
+                    f"this is all of its text]\n{text}")
         if self.summarizer is not None:
             try:
                 text = self.summarizer(text[: 4 * self.max_chars])
@@ -185,13 +221,13 @@ class BrowseTool(StatelessTool):
         return body.decode(response.encoding or "utf-8", errors="replace")
 
 
-
 def browse_tool_factory(options: dict[str, Any] | None = None) -> Callable[[], BrowseTool]:
     """A factory of ``<browse>`` tools sharing one configuration and cache.
 
     `options` (the env's ``browse_options``): ``page_store`` (a folder with index.json, or a dict), ``live`` (True),
-    ``timeout_s``, ``max_bytes``, ``max_redirects``, ``max_chars``, ``summarizer`` (``{"base_url", "model"}``),
-    ``cache`` (a path, True for the default file, False for none; default on).
+    ``timeout_s`` (the fetch's deadline), ``extract_timeout_s`` (the main text's, 5 s), ``max_bytes``,
+    ``max_redirects``, ``max_chars``, ``summarizer`` (``{"base_url", "model"}``), ``cache`` (a path, True for the
+    default file, False for none; default on).
     """
     options = dict(options or {})
     store = options.pop("page_store", None)
