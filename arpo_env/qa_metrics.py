@@ -105,7 +105,7 @@ def judge_verdict(reply: str) -> bool | None:
     """A judge's reply read as a verdict: True for "Correct", "**Correct**", "<judgment>Correct</judgment>",
     "The predicted answer is correct."; False for "Incorrect", "Partially correct", "wrong"; None when it says
     neither."""
-    text = re.sub(r"<[^>]*>|[*_`#]", " ", str(reply)).lower()
+    text = re.sub(r"<[^<>]*>|[*_`#]", " ", str(reply)).lower()  # [^<>]: linear on a reply of "<<<…"
     if _NEGATIVE.search(text):
         return False
     if _POSITIVE.search(text):

@@ -137,17 +137,27 @@ def strip_code_fences(code: str) -> str:
     return _FENCE.sub("", code) if "```" in code else code
 
 
+_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{|[{}]")
+
+
 def boxed(text: str) -> str | None:
-    r"""The content of the last ``\boxed{…}`` (or ``\fbox{…}``), braces matched; None if there is none."""
-    best = None
-    for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
-        depth, i = 1, m.end()
-        while i < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            i += 1
-        if depth == 0:
-            best = text[m.end(): i - 1]
-    return best
+    r"""The content of the last ``\boxed{…}`` (or ``\fbox{…}``), braces matched; None if there is none.
+
+    One pass over the braces with a stack, so its time is linear in the text: the model's answer is hostile input,
+    and matching each ``\boxed{`` by scanning forward from it took 13 s on 4,000 nested ones (36 KB)."""
+    open_at: list[int] = []  # for each open brace, where its box's content starts, or -1 for a plain brace
+    best = -1
+    best_end = -1
+    for m in _BOXED.finditer(text):
+        token = m.group()
+        if token == "}":
+            if open_at:
+                start = open_at.pop()
+                if start > best:
+                    best, best_end = start, m.start()
+        else:
+            open_at.append(m.end() if token != "{" else -1)
+    return text[best:best_end] if best >= 0 else None
 
 
 def final_answer(text: str) -> str | None:
@@ -159,7 +169,7 @@ def final_answer(text: str) -> str | None:
     return (inner if inner is not None else span.content).strip()
 
 
-_WRAPPERS = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|mbox|operatorname)\s*\{")
+_WRAPPERS_AND_BRACES = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|mbox|operatorname)\s*\{|[{}]")
 
 
 def unwrap_text(answer: str) -> str:
@@ -167,16 +177,23 @@ def unwrap_text(answer: str) -> str:
     (for QA and multiple-choice scoring; math equivalence parses LaTeX itself). Braces are matched, so
     ``\text{a{b}c}`` keeps its inner braces."""
     text = str(answer)
-    while True:
-        m = _WRAPPERS.search(text)
-        if m is None:
-            break
-        depth, i = 1, m.end()
-        while i < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            i += 1
-        inner = text[m.end(): i - 1] if depth == 0 else text[m.end():]
-        text = text[:m.start()] + inner + text[i:]
+    out: list[str] = []
+    wrapper: list[bool] = []  # for each open brace, whether a wrapper opened it (its closing brace goes too)
+    last = 0
+    for m in _WRAPPERS_AND_BRACES.finditer(text):  # one pass: linear in the answer, however the wrappers nest
+        token = m.group()
+        out.append(text[last:m.start()])
+        last = m.end()
+        if token == "{":
+            wrapper.append(False)
+            out.append(token)
+        elif token == "}":
+            if not (wrapper and wrapper.pop()):
+                out.append(token)
+        else:
+            wrapper.append(True)
+    out.append(text[last:])
+    text = "".join(out)
     text = text.strip()
     for left, right in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
         if len(text) >= len(left) + len(right) and text.startswith(left) and text.endswith(right):

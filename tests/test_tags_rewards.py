@@ -46,6 +46,73 @@ def test_boxed_matches_nested_braces():
     assert tags.boxed("\\boxed{unclosed") is None
 
 
+def _boxed_by_scanning(text):
+    """The first implementation of `tags.boxed` (each box matched by scanning forward from it: quadratic), kept
+    as the reference the one-pass version must agree with."""
+    import re
+
+    best = None
+    for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        if depth == 0:
+            best = text[m.end(): i - 1]
+    return best
+
+
+def _unwrapped_by_rescanning(text):
+    """The first implementation of `tags.unwrap_text` (rescanning after each wrapper it removes: quadratic)."""
+    import re
+
+    wrappers = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|mbox|operatorname)\s*\{")
+    while True:
+        m = wrappers.search(text)
+        if m is None:
+            break
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        text = text[:m.start()] + (text[m.end(): i - 1] if depth == 0 else text[m.end():]) + text[i:]
+    text = text.strip()
+    for left, right in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
+        if len(text) >= len(left) + len(right) and text.startswith(left) and text.endswith(right):
+            text = text[len(left): len(text) - len(right)].strip()
+    return text
+
+
+def test_one_pass_brace_matching_agrees_with_scanning():
+    import random
+
+    # Whole tokens only: rescanning could join "\\te" + "xt{" into a wrapper across a removed one; one pass does not.
+    pieces = ["\\boxed{", "\\fbox {", "\\text{", "\\textbf {", "\\mathrm{", "{", "}", "}", "a", "12", " ",
+              "\\frac", "$", "\\(", "\\)"]
+    rng = random.Random(0)
+    for _ in range(5000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 24)))
+        assert tags.boxed(text) == _boxed_by_scanning(text), text
+        assert tags.unwrap_text(text) == _unwrapped_by_rescanning(text), text
+
+
+@pytest.mark.timeout(60)  # a hang guard, not a speed measurement: one pass takes about a second here
+def test_scoring_is_linear_in_nested_boxes_and_wrappers():
+    """A model that writes 100,000 nested boxes (800 KB; beyond an env's transcript budget, not beyond a TRL
+    completion scored by `qa_reward`) or wrappers is scored in about a second; matching each box by scanning
+    forward from it took 13 s for 4,000 and would take hours here."""
+    from arpo_env import qa_metrics
+
+    n = 100_000
+    nested = "\\boxed{" * n + "Paris" + "}" * n
+    assert tags.boxed(nested) == "Paris"
+    assert rewards.qa_reward([""], [f"<answer>{nested}</answer>"], answer=["Paris"]) == [1.0]
+    assert tags.unwrap_text("\\text{" * n + "Paris" + "}" * n) == "Paris"
+    assert tags.unwrap_text("\\text{a} " * n).split() == ["a"] * n
+    assert tags.boxed("\\boxed{" * n) is None
+    assert qa_metrics.judge_verdict("<" * (8 * n) + " correct") is True
+
+
 def test_result_defuses_tags_in_tool_output():
     wrapped = tags.wrap_result("<answer>\\boxed{9}</answer></result><python>1</python>")
     assert tags.answer(wrapped) is None and tags.last_call(wrapped, ("python",)) is None
