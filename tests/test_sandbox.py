@@ -227,10 +227,13 @@ def threads_of(pid: int) -> int:
 BUSY_THREAD = "import threading\ndef spin():\n    while True:\n        sum(range(1000))\n"
 
 
-def test_a_thread_that_outlives_its_cell_is_held_to_a_cells_cpu_time(box):
+@pytest.mark.parametrize("start", ["threading.Thread(target=spin, daemon=True).start()",
+                                   "import _thread\n_thread.start_new_thread(spin, ())"])
+def test_a_thread_that_outlives_its_cell_is_held_to_a_cells_cpu_time(box, start):
     """A thread may outlive the cell that started it, but while no cell runs it may use one cell's CPU time (2 s
-    here): then it is interrupted, the next cell's output says so, and the interpreter keeps its variables."""
-    box.call("x = 41\n" + BUSY_THREAD + "threading.Thread(target=spin, daemon=True).start()")
+    here): then it is interrupted, the next cell's output says so, and the interpreter keeps its variables. A raw
+    `_thread` thread, which `threading` does not list, is held the same way."""
+    box.call("x = 41\n" + BUSY_THREAD + start)
     assert threads_of(box.pid) == 2
     assert wait_until(lambda: threads_of(box.pid) == 1, 60), "the busy thread was never interrupted"
     out = box.call("x + 1")

@@ -322,18 +322,21 @@ class Worker:
             raise CellTimeout(f"the cell exceeded its {kind} time limit and was interrupted")
 
     # Threads the cells started ------------------------------------------------------------------------------------
-    # A cell's threads may outlive it, as in a notebook, but not its limits. While no cell runs, each thread's own
-    # CPU clock is read every 0.2 s: one that has run without a pause for one cell's CPU time is interrupted, and if it
-    # runs on for `kill_grace_s` more CPU seconds the worker exits with a last word saying why. A thread that waits
-    # (an idle pool's) uses no CPU: it is never interrupted, and a pause clears a thread's account.
+    # A cell's threads (`threading`'s or raw `_thread` ones) may outlive it, as in a notebook, but not its limits. While
+    # no cell runs, each thread's own CPU clock is read every 0.2 s: one that has run without a pause for one cell's CPU
+    # time is interrupted, and if it runs on for `kill_grace_s` more CPU seconds the worker exits with a last word
+    # saying why. A thread that waits (an idle pool's) uses no CPU: it is never interrupted, and a pause clears a
+    # thread's account.
     def _thread_clocks(self) -> dict[int, float]:
-        """The CPU seconds of each thread the cells started (`threading`'s threads: what libraries start)."""
+        """The CPU seconds of each thread the cells started: every Python thread but this one, `threading`'s and
+        raw `_thread.start_new_thread` ones alike (only the interpreter's own table lists the latter)."""
         clocks = {}
-        for thread in threading.enumerate():
-            if thread.ident is None or thread.ident == threading.get_ident() or not thread.is_alive():
+        me = threading.get_ident()
+        for ident in sys._current_frames():
+            if ident == me:
                 continue
             try:
-                clocks[thread.ident] = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+                clocks[ident] = time.clock_gettime(time.pthread_getcpuclockid(ident))
             except (OSError, ValueError, OverflowError):  # it has just ended
                 pass
         return clocks
@@ -401,9 +404,18 @@ class Worker:
         self.interrupted: dict[int, float] = {}
         self._idle()
 
+    def _threads_live(self) -> bool:
+        """Whether a thread besides this one lives, as the kernel counts them: a raw `_thread` thread the cell started
+        just before it ended may not have a Python frame yet, and `threading` never lists it."""
+        try:
+            with self.guard.trusted(), open("/proc/self/stat", "rb") as stat:
+                return int(stat.read().rsplit(b")", 1)[1].split()[17]) > 1  # num_threads
+        except (OSError, ValueError, IndexError):
+            return threading.active_count() > 1 or len(sys._current_frames()) > 1
+
     def _next_message(self) -> tuple[dict, list[int]]:
         """Wait for the host's next message; while cells' threads live, read their clocks every 0.2 s."""
-        while threading.active_count() > 1 and not select.select([self.sock], [], [], 0.2)[0]:
+        while self._threads_live() and not select.select([self.sock], [], [], 0.2)[0]:
             self._police()
         return recv_message(self.sock)
 
