@@ -383,8 +383,7 @@ class Worker:
     def _police(self) -> None:
         """Between cells: interrupt the threads that have run a cell's CPU time without a pause; exit, with a last
         word, if one of them runs on for `kill_grace_s` more."""
-        limit = float(self.limits.get("cpu_s") or self.limits.get("timeout_s", 10.0))
-        grace = float(self.limits.get("kill_grace_s", 3.0))
+        limit, grace = self._thread_cpu_s(), float(self.limits.get("kill_grace_s", 3.0))
         for i in self._account():
             if i in self.interrupted and self.ran[i] - self.interrupted[i] > grace:
                 why = (f"a thread started by a cell ran for {limit:g} s of CPU time while no cell ran and did not "
@@ -397,6 +396,11 @@ class Worker:
                 _interrupt_threads(self.guard, {i})
                 self.interrupted[i] = self.ran[i]
                 self.stopped += 1
+
+    def _thread_cpu_s(self) -> float:
+        """The CPU seconds a thread may run without a pause while no cell runs: one cell's (its CPU limit, else its
+        wall-clock one)."""
+        return float(self.limits.get("cpu_s") or self.limits.get("timeout_s", 10.0))
 
     def _forget_threads(self) -> None:
         """Start the accounts afresh (a new worker, or a fork: it has no thread but this one)."""
@@ -470,9 +474,8 @@ class Worker:
         cap = int(opts.get("max_output_chars", 4000))
         out, err = CappedWriter(cap), CappedWriter(cap)
         if self.stopped:  # the model's to know: what it started was stopped
-            limit = float(self.limits.get("cpu_s") or self.limits.get("timeout_s", 10.0))
-            err.write(f"(note: {self.stopped} thread(s) started by earlier cells ran for {limit:g} s of CPU time while "
-                      "no cell ran and were interrupted)\n")
+            err.write(f"(note: {self.stopped} thread(s) started by earlier cells ran for {self._thread_cpu_s():g} s of "
+                      "CPU time while no cell ran and were interrupted)\n")
             self.stopped = 0
         self.limits = opts
         value = error = None
