@@ -22,6 +22,8 @@ from arpo_env.tools.cache import ToolCache, resolve_cache
 from arpo_env.tools.protocol import StatelessTool, ToolOutput
 
 TEXT_TYPES = {"text/html", "application/xhtml+xml", "text/plain", "application/xml", "text/xml"}
+EXTRACT_TIMEOUT_S = 5.0
+"""The default bound on extracting a page's main text (`extract_text`, ``BrowseTool(extract_timeout_s=…)``)."""
 USER_AGENT = "Mozilla/5.0 (compatible; arpo-browse/0.1; +https://github.com/arpo)"
 
 
@@ -71,7 +73,7 @@ class Summarizer:
         return reply.json()["choices"][0]["message"]["content"].strip()
 
 
-def extract_text(html: str, url: str | None = None, timeout_s: float = 5.0) -> tuple[str, str]:
+def extract_text(html: str, url: str | None = None, timeout_s: float = EXTRACT_TIMEOUT_S) -> tuple[str, str]:
     """A page's text and how it was read: ``("…", "main")`` — its main text (trafilatura, in a worker process
     bounded by `timeout_s`) — or ``("…", "plain")`` — all its text (`plain_text`), when trafilatura overran, ran out
     of memory or crashed. Plain-text pages pass through as ``"main"``."""
@@ -120,7 +122,7 @@ class BrowseTool(StatelessTool):
     def __init__(self, page_store: PageStore | None = None, live: bool = True, timeout_s: float = 10.0,
                  max_bytes: int = 5_000_000, max_redirects: int = 5, max_chars: int = 6000,
                  summarizer: Summarizer | None = None, cache: ToolCache | None = None,
-                 extract_timeout_s: float = 5.0) -> None:
+                 extract_timeout_s: float = EXTRACT_TIMEOUT_S) -> None:
         self.page_store, self.live, self.timeout_s = page_store, live, timeout_s
         self.extract_timeout_s = extract_timeout_s
         self.max_bytes, self.max_redirects, self.max_chars = max_bytes, max_redirects, max_chars
