@@ -34,9 +34,10 @@ the military expansion he initiated in a war with Poland-Lithuania.</p>
 <script>tracking();</script>
 </body></html>"""
 
-TABLES = ("<html><body><h1>Results</h1>" + "".join(f"<table><tr><td>row</td><td>TABLE-CELL-{i}</td></tr></table>"
-                                                   for i in range(8000)) + "</body></html>").encode()
-"""450 KB that trafilatura takes half a minute over (its time grows with the square of the tables)."""
+PARAGRAPHS = ("<html><body><h1>Results</h1>" + "".join(f"<p>PARA-{i} of the results</p>" for i in range(60_000))
+              + "</body></html>").encode()
+"""1.9 MB that trafilatura takes 10 s over here (its time grows with about the square of the paragraphs: 40,000 take
+it 4.6 s, 80,000 18 s), ten times the bound the tests give it."""
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -61,8 +62,8 @@ class Handler(BaseHTTPRequestHandler):
         Handler.hits[self.path] += 1
         if self.path in ("/article", "/cached"):
             self._send(200, ARTICLE.encode())
-        elif self.path == "/tables":
-            self._send(200, TABLES)
+        elif self.path == "/paragraphs":
+            self._send(200, PARAGRAPHS)
         elif self.path == "/slow":
             time.sleep(3)
             self._send(200, ARTICLE.encode())
@@ -130,12 +131,43 @@ def test_failures_are_observations_and_the_episode_goes_on(env, server, path, me
 
 
 def test_a_page_that_extraction_would_take_minutes_over_is_read_as_plain_text_in_time(env, server):
-    obs, reward, term, trunc, info = env.step(f"<browse>{server}/tables</browse>")
+    obs, reward, term, trunc, info = env.step(f"<browse>{server}/paragraphs</browse>")
     assert "could not be extracted within 1 s; this is all of its text" in obs, obs[:300]
-    assert "Results" in obs and "TABLE-CELL-0" in obs and "TABLE-CELL-1" in obs and "[page truncated:" in obs
+    assert "Results" in obs and "PARA-0 of" in obs and "PARA-1 of" in obs and "[page truncated:" in obs
     assert not info["tool_failed"] and not (term or trunc)
     obs, *_ = env.step(f"<browse>{server}/article</browse>")  # its worker was replaced: the next page is as ever
     assert "64 bronze cannons" in obs and "SIDEBAR-PROMO" not in obs and "could not be extracted" not in obs
+
+
+def test_a_plain_text_stand_in_is_not_cached_and_the_overrun_is_not_waited_out_again(server, tmp_path, monkeypatch):
+    from collections import OrderedDict
+
+    from arpo_env import bounded
+    from arpo_env.tools import browse
+
+    calls = []
+    real_call = bounded.WorkerPool.call
+
+    def counting_call(self, op, *args, **kwargs):
+        calls.append(op)
+        return real_call(self, op, *args, **kwargs)
+
+    monkeypatch.setattr(bounded.WorkerPool, "call", counting_call)
+    monkeypatch.setattr(browse, "_OVERRAN", OrderedDict())  # what earlier tests' overruns left is not this test's
+    tool = BrowseTool(cache=ToolCache(tmp_path / "c.sqlite"), extract_timeout_s=1.0)
+    first = tool.call(f"{server}/paragraphs")
+    assert "could not be extracted within 1 s" in first.text and first.extra["extraction"] == "plain"
+    assert calls == ["page_text"]
+    # Not from the cache (an overrun may be the machine's load: the next run tries again), but read as plain text
+    # at once: this process remembers that the page overran its bound.
+    second = tool.call(f"{server}/paragraphs")
+    assert second.extra["cache"] == "miss" and second.extra["extraction"] == "plain" and second.text == first.text
+    assert calls == ["page_text"]
+    # A larger bound than the one it overran tries the main text again.
+    patient = BrowseTool(cache=ToolCache(tmp_path / "c.sqlite"), extract_timeout_s=1.5)
+    assert "within 1.5 s" in patient.call(f"{server}/paragraphs").text and calls == ["page_text"] * 2
+    article = tool.call(f"{server}/article")
+    assert article.extra["extraction"] == "main" and tool.call(f"{server}/article").extra["cache"] == "hit"
 
 
 def test_a_dead_page_worker_is_replaced(server):

@@ -3,17 +3,22 @@
 Fetching uses httpx with a per-page deadline, a size cap, a redirect limit (loops are detected) and a content-type
 check; the main text is extracted with trafilatura (navigation, ads and scripts dropped) and truncated with a
 visible note. Extraction is bounded: trafilatura runs in a killable worker process (`arpo_env.bounded`), since its
-time grows faster than the page (a 350 KB page of small tables takes it half a minute); past ``extract_timeout_s``
-the page's plain text (lxml, linear time) stands in, and the model is told so. An offline page store (``{url: html
-file}``) serves pages without network; live fetching can be switched off. Results are cached in the shared SQLite
-tool cache. Every failure is an observation (``browse failed: …``).
+time grows faster than the page (a 1.3 MB page of short paragraphs takes it 18 s); past ``extract_timeout_s``
+the page's plain text (lxml, linear time) stands in, and the model is told so. A page that overran is remembered
+(by its content, in this process), so another visit reads its plain text at once instead of waiting out the bound
+again. An offline page store (``{url: html file}``) serves pages without network; live fetching can be switched off.
+Results are cached in the shared SQLite tool cache, a plain-text stand-in excepted: the cache outlives the run, and an
+overrun can be the machine's load of the moment. Every failure is an observation (``browse failed: …``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urljoin, urlsplit
@@ -76,15 +81,32 @@ class Summarizer:
 def extract_text(html: str, url: str | None = None, timeout_s: float = EXTRACT_TIMEOUT_S) -> tuple[str, str]:
     """A page's text and how it was read: ``("…", "main")`` — its main text (trafilatura, in a worker process
     bounded by `timeout_s`) — or ``("…", "plain")`` — all its text (`plain_text`), when trafilatura overran, ran out
-    of memory or crashed. Plain-text pages pass through as ``"main"``."""
+    of memory or crashed. Plain-text pages pass through as ``"main"``. A page (its HTML and URL) on which trafilatura
+    gave up within a bound at least `timeout_s` is read as plain text at once, without trying again."""
     if "<" not in html[:2000]:
         return html.strip(), "main"
     from arpo_env.bounded import BoundExceeded, pool
 
+    page = hashlib.sha256(f"{url}\0{html}".encode("utf-8", "surrogatepass")).hexdigest()
+    with _OVERRAN_LOCK:
+        if _OVERRAN.get(page, -1.0) >= timeout_s:
+            _OVERRAN.move_to_end(page)
+            return plain_text(html), "plain"
     try:
         return pool("page").call("page_text", html, url, timeout_s=timeout_s), "main"
     except BoundExceeded:
+        with _OVERRAN_LOCK:
+            _OVERRAN[page] = max(timeout_s, _OVERRAN.get(page, 0.0))
+            _OVERRAN.move_to_end(page)
+            while len(_OVERRAN) > _OVERRAN_MAX:
+                _OVERRAN.popitem(last=False)
         return plain_text(html), "plain"
+
+
+_OVERRAN: OrderedDict[str, float] = OrderedDict()
+"""Pages trafilatura gave up on, by the hash of their URL and HTML: the largest bound it overran."""
+_OVERRAN_MAX = 1024
+_OVERRAN_LOCK = threading.Lock()
 
 
 def main_text(html: str, url: str | None = None) -> str:
@@ -138,12 +160,13 @@ class BrowseTool(StatelessTool):
         extra["cache"] = ("hit" if text is not None else "miss") if self.cache else "off"
         if text is None:
             try:
-                text = self._read(url)
+                text, how = self._read(url)
             except BrowseError as exc:
                 return self._failed(str(exc), start, extra)
             except Exception as exc:  # noqa: BLE001 - whatever breaks, the model reads why
                 return self._failed(f"{type(exc).__name__}: {exc}", start, extra)
-            if self.cache:
+            extra["extraction"] = how
+            if self.cache and how == "main":  # a stand-in is not stored: the next run tries the main text again
                 self.cache.put(key, text)
         if self.cache:
             extra.update(self.cache.stats())
@@ -155,7 +178,8 @@ class BrowseTool(StatelessTool):
         return ToolOutput(f"browse failed: {message}", failed=True, error=message,
                           latency_s=time.perf_counter() - start, extra=extra)
 
-    def _read(self, url: str) -> str:
+    def _read(self, url: str) -> tuple[str, str]:
+        """The page's text as the model reads it, and how it was extracted (`extract_text`'s second value)."""
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise BrowseError(f"{url[:200]!r} is not an http(s) URL")
@@ -177,7 +201,7 @@ class BrowseTool(StatelessTool):
                 pass
         if len(text) > self.max_chars:
             text = text[: self.max_chars] + f"\n[page truncated: {len(text) - self.max_chars:,} more characters]"
-        return text
+        return text, how
 
     def fetch(self, url: str) -> str:
         """GET `url` within the deadline, size cap and redirect limit; return its text or raise `BrowseError`."""
