@@ -147,6 +147,49 @@ def test_snapshot_pickle_restore_in_a_new_process(box, tmp_path):
     fork.close()
 
 
+def _disk_usage(box: LocalSandbox) -> int:
+    total = 0
+    for folder, dirs, files in os.walk(box._slot.process.workdir):
+        total += sum(os.lstat(os.path.join(folder, name)).st_size for name in files)
+    return total
+
+
+def test_a_disk_bomb_is_held_to_the_quota_and_the_sandbox_goes_on():
+    # The working directory (what each fork copies) may take `disk_mb`: a file open for writing counts at the size it
+    # may grow to (`file_size_mb`), an entry at a 4 KB block at least, and past the quota opening fails with ENOSPC.
+    box = LocalSandbox(SandboxLimits(timeout_s=10.0, kill_grace_s=2.0, disk_mb=32, file_size_mb=8))
+    try:
+        out = box.call("n = 0\nwhile True:\n    open(f'f{n}', 'wb').write(b'a' * 2**23)\n    n += 1")
+        assert out.failed and "DiskQuotaExceeded: [Errno 28] No space left on device" in out.text, out.text
+        assert box.call("n").text == "4" and _disk_usage(box) == 32 * 2**20
+        # Files held open for writing count at the size they may grow to: four fit in 32 MB.
+        out = box.call("import os\nfor f in os.listdir('.'):\n    os.remove(f)\nfs = []\ntry:\n"
+                       "    while True:\n        fs.append(open(f'w{len(fs)}', 'w'))\nexcept OSError as e:\n"
+                       "    print(len(fs), e.errno)\nfor f in fs:\n    f.close()")
+        assert out.text == "4 28", out.text
+        # Closed, they take a block each: three more fit beside them (a fourth would take 16 KB past the 32 MB).
+        out = box.call("fs = [open(f'x{i}', 'w') for i in range(3)]\nfor f in fs:\n    f.close()\nlen(os.listdir('.'))")
+        assert out.text == "7" and not out.failed, out.text
+        # Directories count too (a fork copies every entry).
+        out = box.call("for f in os.listdir('.'):\n    os.remove(f)\nn = 0\ntry:\n    while True:\n"
+                       "        os.mkdir(f'd{n}')\n        n += 1\nexcept OSError as e:\n    print(n, e.errno)")
+        assert out.text == "8192 28", out.text
+        child = box.fork()
+        try:  # the copy is full as well; what it frees is its own
+            assert "No space left on device" in child.call("open('note', 'w')").text
+            out = child.call("for i in range(2048):\n    os.rmdir(f'd{i}')\nopen('note', 'w').write('fine')")
+            assert not out.failed, out.text  # 8 MB freed: room for one file open for writing
+            assert "No space left on device" in box.call("open('note', 'w')").text
+        finally:
+            child.close()
+        assert box.call("import shutil\nfor d in os.listdir('.'):\n    os.rmdir(d)\nopen('note', 'w').write('ok')"
+                        "\nopen('note').read()").text == "'ok'"
+        out = box.call("with open('big', 'wb') as f:\n    f.write(b'a' * (2**23 + 1))")
+        assert "File too large" in out.text and box.call("os.path.getsize('big')").text == str(2**23)  # file_size_mb
+    finally:
+        box.close()
+
+
 HOSTILE = {
     "busy loop": "while True: pass",
     "loop swallowing exceptions": "while True:\n    try:\n        sum(range(10))\n    except BaseException:\n        pass",
@@ -160,6 +203,7 @@ HOSTILE = {
     "many prints": "for i in range(2_000_000):\n    print(i)",
     "socket to 127.0.0.1": "import socket\ns = socket.socket()\ns.connect(('127.0.0.1', PORT))",
     "write outside workdir": "open('/tmp/arpo_sandbox_escape.txt', 'w').write('x')",
+    "disk bomb": "for i in range(10**6):\n    open(f'f{i}', 'wb').write(b'a' * 2**24)",
     "remove outside workdir": "import os\nos.remove('/etc/hostname')",
     "ctypes": "import ctypes\nctypes.CDLL(None).getpid()",
     "segfault": "import faulthandler\nfaulthandler._sigsegv()",
@@ -202,6 +246,8 @@ def test_hostile_cell_is_contained_and_the_env_goes_on(name, box, listener):
     assert os.path.exists("/etc/hostname") or name != "remove outside workdir"
     assert not accepted, "the sandbox reached a socket on the host"
     assert len(out.text) < 10_000  # floods are capped
+    if name == "disk bomb":
+        assert "No space left on device" in out.text and _disk_usage(box) <= LIMITS.disk_mb * 2**20
     if name in ("100 MB of output", "many prints"):
         assert "[output truncated:" in out.text
     else:

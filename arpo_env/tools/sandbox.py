@@ -10,7 +10,8 @@ fresh worker, in this process or another.
 What it contains (tested): runaway loops (per-cell wall-clock and CPU timers interrupt the cell and keep its
 state; a cell that ignores the interrupt is killed after a grace period), memory bombs (an address-space limit:
 ``MemoryError`` in the cell), process bombs and subprocesses, signals to other processes, network access, writes
-outside its own working directory, floods of output (kept up to a cap, the rest counted), crashes and ``os._exit``
+outside its own working directory, disk bombs (a quota on that directory, `SandboxLimits.disk_mb`: ``ENOSPC`` in
+the cell), floods of output (kept up to a cap, the rest counted), crashes and ``os._exit``
 (the worker is replaced by a clean one and the model is told its variables are gone), and threads a cell starts
 (interrupted with the cell when its time is up; while no cell runs they may use one cell's CPU time, then they are
 interrupted, and threads that go on using CPU take the worker down with them, the model told why).
@@ -58,7 +59,11 @@ class SandboxLimits:
     max_output_chars: int = 4000
     """Characters of stdout (and, separately, stderr) kept per cell; the rest is counted and reported."""
     file_size_mb: int = 64
-    """Largest file a cell may write."""
+    """Largest file a cell may write (at most `disk_mb`)."""
+    disk_mb: int = 256
+    """Disk space the worker's files may take together (its working directory, which a fork copies; 0: no limit).
+    Each file open for writing counts at `file_size_mb`, so with the defaults four can be open at once in an empty
+    directory; past the quota, opening a file for writing fails with ``ENOSPC`` (`DiskQuotaExceeded`)."""
     max_open_files: int = 256
     kill_grace_s: float = 3.0
     """How long after `timeout_s` the host waits for an interrupted cell before it kills the worker."""

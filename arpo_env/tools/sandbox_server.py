@@ -19,6 +19,8 @@ Containment, in layers (see ``arpo_env.tools.sandbox`` for what it does *not* pr
 * an audit hook (PEP 578), armed for the whole life of the worker, refuses process creation, signals to other
   processes, sockets, ctypes/FFI calls, garbage-collector introspection and writes outside the working directory;
 * resource limits: address space (memory), file size, open files, no core dumps;
+* a disk quota on the working directory (what a fork copies): files are counted as they are opened for writing,
+  directories as they are made, and an opening that could take the files past the quota fails with ``ENOSPC``;
 * a private network namespace with no interfaces up, when the kernel allows it (root, or user namespaces);
 * per-cell wall-clock and CPU timers that raise inside the cell first (the state survives), and a host-side
   deadline that kills the worker when the cell does not yield;
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import _random
 import ast
+import errno
 import io
 import json
 import linecache
@@ -90,6 +93,11 @@ def send_message(sock: socket.socket, message: dict, fds: list[int] | None = Non
 # --------------------------------------------------------------------------------------------------------------------
 class SandboxViolation(PermissionError):
     """Raised inside a cell when it tries something the sandbox does not allow."""
+
+
+class DiskQuotaExceeded(OSError):
+    """Raised inside a cell when a file it opens for writing (or a directory it makes) could take the working
+    directory past its disk quota: errno ``ENOSPC``, as on a full disk."""
 
 
 class CellTimeout(BaseException):
@@ -168,6 +176,7 @@ class Guard:
 
     def __init__(self) -> None:
         self.root = os.getcwd()
+        self.quota: DiskQuota | None = None
         self._local = threading.local()  # trust and re-entry are per thread: a cell's threads never share them
 
     def trusted(self) -> "_Trusted":
@@ -207,14 +216,137 @@ class Guard:
             )
             if writes and not self.inside(path):
                 raise SandboxViolation(f"sandbox: writing outside the working directory is not allowed ({path!r})")
+            if writes and self.quota is not None and not isinstance(path, int):
+                self.quota.admit(path)
         elif event in _PATH_EVENTS:
             for i in _PATH_EVENTS[event]:
                 if i < len(args) and args[i] is not None and not self.inside(args[i]):
                     raise SandboxViolation(
                         f"sandbox: changing files outside the working directory is not allowed ({args[i]!r})"
                     )
+            if self.quota is not None:
+                if event == "os.mkdir":
+                    self.quota.admit(args[0], directory=True)
+                elif event in _FREEING_EVENTS:
+                    self.quota.recount()
         elif event == "import" and args and args[0] in ("ctypes", "_ctypes", "cffi", "_cffi_backend"):
             raise SandboxViolation(f"sandbox: foreign function calls ({args[0]}) are not allowed")
+
+
+_FREEING_EVENTS = {"os.remove", "os.rmdir", "os.rename", "os.link", "os.truncate", "shutil.rmtree", "shutil.move"}
+"""Path events after which the quota recounts the working directory (they free, move or resize what it holds)."""
+_BLOCK = 4096
+
+
+def _footprint(st: os.stat_result) -> int:
+    """What an entry costs the quota: its size in whole 4 KB blocks, at least one (an empty file or a directory
+    still takes an inode and a block, and a fork copies it)."""
+    return max(1, -(-st.st_size // _BLOCK)) * _BLOCK
+
+
+class DiskQuota:
+    """Holds a worker's working directory to `limit` bytes. Checked, from the audit hook, at each opening of a file
+    for writing and each directory made: the files not open for writing count at their size, every file open for
+    writing (this one included) at `file_cap` (the size limit, ``RLIMIT_FSIZE``, it may still grow to), and the
+    opening fails with `DiskQuotaExceeded` when that sum is over the limit. So the directory never holds more than
+    `limit`, whatever the cell writes. The sizes are kept between checks (a file not open for writing changes only
+    through an event the hook sees) and recounted after removals, renames and truncations."""
+
+    def __init__(self, root: str, limit: int, file_cap: int) -> None:
+        self.root, self.limit, self.file_cap = root, limit, min(file_cap, limit)
+        self.sizes: dict[str, int] | None = None
+        """What each entry not open for writing costs (None: to be counted)."""
+        self.total = 0
+        self.writing: set[str] = set()
+        """Files opened for writing that may still be open."""
+        self.lock = threading.Lock()
+
+    def moved_to(self, root: str) -> "DiskQuota":
+        """The quota of a fork's copy of the directory, at `root`."""
+        return DiskQuota(root, self.limit, self.file_cap)
+
+    def recount(self) -> None:
+        with self.lock:
+            self.sizes = None
+
+    def admit(self, path: object, directory: bool = False) -> None:
+        try:
+            full = os.path.realpath(os.path.join(os.getcwd(), os.fsdecode(path)))  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return
+        if not full.startswith(self.root + os.sep):
+            return  # /dev/null, or the directory itself
+        with self.lock:
+            sizes = self._sizes()
+            open_now = self._open_for_writing()
+            for p in self.writing - open_now:  # closed since the last check: its size holds until it is reopened
+                self.writing.discard(p)
+                try:
+                    sizes[p] = _footprint(os.lstat(p))
+                    self.total += sizes[p]
+                except OSError:  # removed
+                    pass
+            for p in open_now - self.writing:  # open since before a recount, or opened where the hook cannot see
+                self.total -= sizes.pop(p, 0)
+                self.writing.add(p)
+            if directory:
+                new = 0 if full in sizes else _BLOCK
+            else:
+                new = 0 if full in self.writing else self.file_cap - sizes.get(full, 0)
+            if self.total + new + len(self.writing) * self.file_cap > self.limit:
+                mb = 2**20
+                raise DiskQuotaExceeded(
+                    errno.ENOSPC,
+                    f"No space left on device: the sandbox's files may take {self.limit / mb:g} MB in all; "
+                    f"{self.total / mb:.1f} MB are taken, and {len(self.writing)} file(s) open for writing count at "
+                    f"the {self.file_cap / mb:g} MB each may grow to. Delete files, or close them",
+                    os.fsdecode(path))  # type: ignore[arg-type]
+            if directory:
+                if full not in sizes:
+                    sizes[full] = _BLOCK
+                    self.total += _BLOCK
+            else:
+                self.total -= sizes.pop(full, 0)
+                self.writing.add(full)
+
+    def _sizes(self) -> dict[str, int]:
+        if self.sizes is None:
+            sizes, stack = {}, [self.root]
+            while stack:
+                try:
+                    with os.scandir(stack.pop()) as entries:
+                        for entry in entries:
+                            try:
+                                sizes[entry.path] = _footprint(entry.stat(follow_symlinks=False))
+                                if entry.is_dir(follow_symlinks=False):
+                                    stack.append(entry.path)
+                            except OSError:
+                                pass
+                except OSError:
+                    pass
+            self.sizes, self.total = sizes, sum(sizes.values())
+            self.writing = set()
+        return self.sizes
+
+    def _open_for_writing(self) -> set[str]:
+        """The files in the directory that this process has open for writing, by /proc/self/fd."""
+        found = set()
+        try:
+            fds = os.listdir("/proc/self/fd")
+        except OSError:
+            return found
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+                if not target.startswith(self.root + os.sep):
+                    continue
+                with open(f"/proc/self/fdinfo/{fd}") as info:
+                    flags = next((int(line.split()[1], 8) for line in info if line.startswith("flags:")), 0)
+            except (OSError, ValueError):
+                continue
+            if flags & (os.O_WRONLY | os.O_RDWR):
+                found.add(target)
+        return found
 
 
 class _Trusted:
@@ -459,6 +591,8 @@ class Worker:
                 self.sock = socket.socket(fileno=fd)
                 os.chdir(workdir)
             self.guard.root = os.path.realpath(workdir)
+            if self.guard.quota is not None:
+                self.guard.quota = self.guard.quota.moved_to(self.guard.root)
             os.environ["TMPDIR"] = workdir
             self._forget_threads()  # a fork has no thread but this one, and a CPU clock of its own
             send_message(self.sock, {"ok": True, "pid": os.getpid()})
@@ -572,9 +706,14 @@ def _become_worker(sock: socket.socket, workdir: str, limits: dict, guard: Guard
     tempfile.tempdir = workdir
     vm = _virtual_memory_bytes()
     mem = int(limits.get("memory_mb", 1024)) * 2**20
+    file_cap = int(limits.get("file_size_mb", 64)) * 2**20
+    disk = int(limits.get("disk_mb", 256)) * 2**20
+    if disk > 0:
+        guard.quota = DiskQuota(guard.root, disk, file_cap)
+        file_cap = guard.quota.file_cap
     for name, value in (
         ("RLIMIT_AS", vm + mem if mem > 0 else resource.RLIM_INFINITY),
-        ("RLIMIT_FSIZE", int(limits.get("file_size_mb", 64)) * 2**20),
+        ("RLIMIT_FSIZE", file_cap),
         ("RLIMIT_NOFILE", int(limits.get("max_open_files", 256))),
         ("RLIMIT_CORE", 0),
     ):
