@@ -210,10 +210,23 @@ def wrap_result(output: str) -> str:
     """The observation appended after a tool call.
 
     A result is opaque (tags inside it are text), so only a ``</result>`` in the tool's output could end it early;
-    those are escaped.
+    those are escaped. It is valid Unicode (`unicode_text`): what a cell prints can hold lone surrogates, which no
+    tokenizer encodes.
     """
-    safe = re.sub(r"<(/?)result>", r"&lt;\1result&gt;", output)
+    safe = re.sub(r"<(/?)result>", r"&lt;\1result&gt;", unicode_text(output))
     return f"\n<{RESULT}>\n{safe}\n</{RESULT}>\n"
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def unicode_text(text: str) -> str:
+    """`text` with the surrogate code points a Python string may hold (``print(chr(0xd800))``, a lone half of an
+    escaped pair) made valid: a pair becomes the character it encodes, a lone one U+FFFD. UTF-8 has no encoding for
+    them, so a tokenizer refuses the string, and so would any UTF-8 file the text is written to."""
+    if not _SURROGATE.search(text):
+        return text
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def format_errors(completion: str, strict_think: bool = False, require_boxed: bool = True,

@@ -123,6 +123,18 @@ def test_huge_and_binary_actions(env):
     assert "surrogates not allowed" in obs and "Traceback" not in obs
 
 
+def test_observations_are_valid_unicode_whatever_a_cell_prints(env):
+    # Lone surrogates (a cell that prints chr(0xd800), a traceback quoting one) have no UTF-8 encoding: a tokenizer
+    # refuses them, and the rollout engine with it. The observation carries U+FFFD instead; a pair is its character.
+    env.reset(options=Q)
+    for code, shown in [("print(chr(0xd800))", "\ufffd"), ("print('\\ud83d\\ude00')", "\U0001F600"),
+                        ("raise ValueError(chr(0xdcff))", "ValueError: \ufffd")]:
+        obs, *_ = env.step(f"<python>{code}</python>")
+        assert obs.encode("utf-8") and shown in obs, obs
+    obs, *_ = env.step("<python>print('still here')</python>")
+    assert "still here" in obs
+
+
 def test_env_fork_keeps_interpreter_and_transcript(env):
     env.reset(options=Q)
     env.step("<python>x = 41</python>")
