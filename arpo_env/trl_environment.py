@@ -88,8 +88,12 @@ def _strip_result(observation: str) -> str:
 
 
 def _tool_method(tag: str, argument: str, summary: str, arg_help: str) -> Callable[..., str]:
-    def method(self: TRLEnvironment, **kwargs: str) -> str:
-        return self._run(tag, kwargs[argument])
+    def method(self: TRLEnvironment, *args: str, **kwargs: str) -> str:
+        given = list(args) + list(kwargs.values())
+        if len(given) != 1 or (kwargs and argument not in kwargs):  # TRL hands the model this message
+            raise TypeError(f"{tag}() takes one argument, {argument!r}; it was called with "
+                            f"{len(args)} positional and {sorted(kwargs) or 'no'} keyword arguments")
+        return self._run(tag, str(given[0]))
 
     method.__name__ = tag
     method.__doc__ = f"{summary}\n\nArgs:\n    {argument}: {arg_help}\n"

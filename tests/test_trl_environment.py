@@ -17,6 +17,13 @@ def test_adapter_plays_an_episode_with_tools_and_reward():
     assert "`python`" in intro and "`answer`" in intro and env.env.state.task.question == "What is 6 * 7?"
     assert env.python(code="x = 6 * 7\nprint(x)") == "42"
     assert env.python(code="print(x + 1)") == "43"  # the interpreter keeps its state between calls
+    assert env.python("print(x - 1)").startswith("41\n(That was your last tool call")  # positional; budget 3
+    for wrong in ({"script": "print(1)"}, {"code": "print(1)", "extra": 1}, {}):
+        try:  # TRL hands the model the message of what a tool raises
+            env.python(**wrong)
+            raise AssertionError(f"python(**{wrong}) was accepted")
+        except TypeError as exc:
+            assert "python() takes one argument, 'code'" in str(exc)
     assert env.get_reward() == -1.0  # nothing submitted yet: the format gate
     assert env.answer(final_answer="42") == "Answer received."
     assert env.get_reward() == 1.0
