@@ -364,6 +364,36 @@ def test_two_hundred_envs_forked_and_closed_leave_no_process():
     assert wait_until(lambda: [p for p, _ in group_members(pgid)] == [pgid]), group_members(pgid)
 
 
+def test_a_killed_host_leaves_no_working_directory_behind(tmp_path):
+    # Workers write into their working directories (up to `disk_mb` each); a host killed with SIGKILL (a trainer
+    # stopped hard) cannot remove them, so the template does, when it sees its host gone.
+    code = ("import sys, time\nfrom arpo_env.tools.sandbox import LocalSandbox\nbox = LocalSandbox()\n"
+            "box.call(\"open('notes.txt', 'w').write('x' * 100_000)\")\nchild = box.fork()\nchild.call('1')\n"
+            "print(box._slot.process.workdir, child._slot.process.workdir, flush=True)\ntime.sleep(120)")
+    host = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            cwd=os.path.dirname(os.path.dirname(__file__)))
+    try:
+        workdirs = host.stdout.readline().split()
+        assert len(workdirs) == 2 and all(os.path.isfile(os.path.join(w, "notes.txt")) for w in workdirs)
+        root = os.path.dirname(workdirs[0])
+        assert os.path.dirname(workdirs[1]) == root and os.path.basename(root).startswith("arpo-sandbox-")
+    finally:
+        host.kill()
+        host.wait()
+    assert wait_until(lambda: not os.path.exists(root), seconds=30), os.listdir(root)
+
+
+def test_closing_removes_the_working_directories():
+    box = LocalSandbox(LIMITS)
+    box.call("open('notes.txt', 'w').write('x')")
+    child = box.fork()
+    child.call("1")
+    workdirs = [box._slot.process.workdir, child._slot.process.workdir]
+    child.close()
+    box.close()
+    assert not any(os.path.exists(w) for w in workdirs)
+
+
 def test_garbage_collection_kills_the_worker():
     import gc
 

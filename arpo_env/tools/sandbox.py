@@ -190,7 +190,10 @@ class _Template:
 
     def __init__(self, preload: tuple[str, ...]) -> None:
         ours, theirs = socket.socketpair()
-        env = dict(os.environ)
+        self.root = tempfile.mkdtemp(prefix="arpo-sandbox-")
+        """Every worker's working directory is made in here; the template removes it when it exits (its host gone or
+        shut down), so a killed host leaves no files behind."""
+        env = dict(os.environ, ARPO_SANDBOX_ROOT=self.root)
         # One thread per worker (no BLAS thread pools to lose at fork); stable hashing so replay rebuilds the same
         # set and dict orders; no bytecode files written from inside the sandbox.
         env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONHASHSEED="0",
@@ -212,7 +215,7 @@ class _Template:
         return self.owner == os.getpid() and self.proc.poll() is None
 
     def spawn(self, limits: SandboxLimits) -> _Process:
-        workdir = tempfile.mkdtemp(prefix="arpo-sandbox-")
+        workdir = tempfile.mkdtemp(prefix="worker-", dir=self.root)
         ours, theirs = socket.socketpair()
         try:
             with self.lock:
@@ -233,6 +236,11 @@ class _Template:
             pass
         self.proc.wait()
         self.sock.close()
+        for _ in range(2):  # a worker killed with the group may still be finishing a write
+            shutil.rmtree(self.root, ignore_errors=True)
+            if not os.path.exists(self.root):
+                break
+            time.sleep(0.05)
 
 
 _templates: dict[tuple[str, ...], _Template] = {}
@@ -365,7 +373,7 @@ class LocalSandbox:
         if self._slot.process is None:
             return child
         parent = self._worker()
-        workdir = tempfile.mkdtemp(prefix="arpo-sandbox-")
+        workdir = tempfile.mkdtemp(prefix="worker-", dir=os.path.dirname(parent.workdir))  # the template's root
         shutil.copytree(parent.workdir, workdir, symlinks=True, dirs_exist_ok=True)
         ours, theirs = socket.socketpair()
         try:

@@ -786,8 +786,48 @@ def template_main(fd: int, preload: list[str]) -> None:
                 send_message(chan, {"ok": True, "pid": pid})
         elif msg.get("op") == "shutdown":
             break
-    with guard.trusted():
-        os.killpg(0, signal.SIGKILL)  # the host is gone or asked: take every worker with us
+    with guard.trusted():  # the host is gone or asked: take every worker with us, and their files
+        _end_workers()
+        root = os.environ.get("ARPO_SANDBOX_ROOT")
+        if root:
+            import shutil
+
+            shutil.rmtree(root, ignore_errors=True)
+        os.killpg(0, signal.SIGKILL)
+
+
+def _end_workers(wait_s: float = 2.0) -> None:
+    """SIGKILL every other process of this process group (the workers and their forks) and wait until they are
+    gone, so that none writes into a working directory while it is removed."""
+    me, group = os.getpid(), os.getpgrp()
+    others = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == group:  # after the name: state, ppid, pgrp
+            others.append(int(name))
+            try:
+                os.kill(int(name), signal.SIGKILL)
+            except OSError:
+                pass
+    deadline = time.monotonic() + wait_s
+    while others and time.monotonic() < deadline:
+        others = [pid for pid in others if os.path.exists(f"/proc/{pid}")
+                  and _state(pid) not in ("Z", "X", None)]
+        time.sleep(0.01)
+
+
+def _state(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
 
 
 if __name__ == "__main__":
