@@ -99,7 +99,7 @@ def server():
 @pytest.fixture
 def env(tmp_path):
     e = gym.make("ARPO-DeepSearch-v0", browse_options={"timeout_s": 1.0, "max_bytes": 5_000_000,
-                                                       "extract_timeout_s": 1.0,
+                                                       "extract_timeout_s": 1.0, "private_hosts": True,
                                                        "cache": str(tmp_path / "cache.sqlite")})
     e.reset(options={"question": "When did the Vasa sink?", "answer": "1628"})
     yield e
@@ -154,7 +154,7 @@ def test_a_plain_text_stand_in_is_not_cached_and_the_overrun_is_not_waited_out_a
 
     monkeypatch.setattr(bounded.WorkerPool, "call", counting_call)
     monkeypatch.setattr(browse, "_OVERRAN", OrderedDict())  # what earlier tests' overruns left is not this test's
-    tool = BrowseTool(cache=ToolCache(tmp_path / "c.sqlite"), extract_timeout_s=1.0)
+    tool = BrowseTool(cache=ToolCache(tmp_path / "c.sqlite"), extract_timeout_s=1.0, private_hosts=True)
     first = tool.call(f"{server}/paragraphs")
     assert "could not be extracted within 1 s" in first.text and first.extra["extraction"] == "plain"
     assert calls == ["page_text"]
@@ -164,7 +164,7 @@ def test_a_plain_text_stand_in_is_not_cached_and_the_overrun_is_not_waited_out_a
     assert second.extra["cache"] == "miss" and second.extra["extraction"] == "plain" and second.text == first.text
     assert calls == ["page_text"]
     # A larger bound than the one it overran tries the main text again.
-    patient = BrowseTool(cache=ToolCache(tmp_path / "c.sqlite"), extract_timeout_s=1.5)
+    patient = BrowseTool(cache=ToolCache(tmp_path / "c.sqlite"), extract_timeout_s=1.5, private_hosts=True)
     assert "within 1.5 s" in patient.call(f"{server}/paragraphs").text and calls == ["page_text"] * 2
     article = tool.call(f"{server}/article")
     assert article.extra["extraction"] == "main" and tool.call(f"{server}/article").extra["cache"] == "hit"
@@ -176,7 +176,7 @@ def test_a_dead_page_worker_is_replaced(server):
 
     from arpo_env.bounded import pool
 
-    tool = BrowseTool()
+    tool = BrowseTool(private_hosts=True)
     assert "Vasa Museum" in tool.call(f"{server}/article").text
     workers = list(pool("page").workers)
     assert workers
@@ -187,20 +187,45 @@ def test_a_dead_page_worker_is_replaced(server):
     assert not out.failed and "Vasa Museum" in out.text and "could not be extracted" not in out.text
 
 
+@pytest.mark.parametrize("host", ["127.0.0.1:{port}", "localhost:{port}", "[::1]:{port}", "0.0.0.0:{port}",
+                                  "2130706433:{port}", "[::ffff:127.0.0.1]:{port}", "169.254.169.254", "10.0.0.1"])
+def test_local_and_private_addresses_are_refused_by_default(server, host):
+    # The URL is the model's: 127.0.0.1:8000 may be a vLLM server, 169.254.169.254 a cloud's metadata service.
+    port = server.rsplit(":", 1)[1]
+    before = sum(Handler.hits.values())
+    out = BrowseTool(cache=None).call(f"http://{host.format(port=port)}/article")
+    assert out.failed and "is not a public address" in out.text and "browsing local and private networks is off" \
+        in out.text, out.text
+    assert sum(Handler.hits.values()) == before  # nothing reached the server
+
+
+def test_a_private_address_is_refused_as_an_observation_and_the_episode_goes_on(server):
+    env = gym.make("ARPO-DeepSearch-v0", browse_options={"cache": False})
+    env.reset(options={"question": "When did the Vasa sink?", "answer": "1628"})
+    try:
+        obs, reward, term, trunc, info = env.step(f"<browse>{server}/article</browse>")
+        assert "browse failed:" in obs and "not a public address" in obs and info["tool_failed"]
+        assert not (term or trunc)
+        obs, *_ = env.step("<browse>http://no-such-host.invalid/page</browse>")
+        assert "browse failed: cannot resolve 'no-such-host.invalid'" in obs
+    finally:
+        env.close()
+
+
 def test_not_a_url(env):
     obs, *_ , info = env.step("<browse>file:///etc/passwd</browse>")
     assert "not an http(s) URL" in obs and info["tool_failed"]
 
 
 def test_second_browse_is_served_from_the_cache(server, tmp_path):
-    tool = browse_tool_factory({"cache": str(tmp_path / "c.sqlite")})()
+    tool = browse_tool_factory({"cache": str(tmp_path / "c.sqlite"), "private_hosts": True})()
     before = Handler.hits["/cached"]
     first, second = tool.call(f"{server}/cached"), tool.call(f"{server}/cached")
     assert first.text == second.text and "Vasa" in first.text
     assert Handler.hits["/cached"] - before == 1
     assert first.extra["cache"] == "miss" and second.extra["cache"] == "hit" and second.extra["cache_hits"] == 1
     # Another process-level handle on the same file sees the entry too (the cache is shared).
-    again = BrowseTool(cache=ToolCache(tmp_path / "c.sqlite")).call(f"{server}/cached")
+    again = BrowseTool(cache=ToolCache(tmp_path / "c.sqlite"), private_hosts=True).call(f"{server}/cached")
     assert again.extra["cache"] == "hit" and Handler.hits["/cached"] - before == 1
 
 
@@ -214,6 +239,6 @@ def test_offline_page_store(tmp_path):
 
 
 def test_long_pages_are_truncated_visibly(server):
-    tool = BrowseTool(max_chars=200)
+    tool = BrowseTool(max_chars=200, private_hosts=True)
     out = tool.call(f"{server}/article")
     assert "[page truncated:" in out.text and len(out.text) < 300

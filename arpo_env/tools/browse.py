@@ -9,13 +9,22 @@ the page's plain text (lxml, linear time) stands in, and the model is told so. A
 again. An offline page store (``{url: html file}``) serves pages without network; live fetching can be switched off.
 Results are cached in the shared SQLite tool cache, a plain-text stand-in excepted: the cache outlives the run, and an
 overrun can be the machine's load of the moment. Every failure is an observation (``browse failed: …``).
+
+The URL is the model's, so by default only public addresses are fetched: a host that resolves to a loopback, private,
+link-local or otherwise non-global address (``127.0.0.1:8000``, a vLLM server; ``169.254.169.254``, a cloud's
+metadata service with its credentials; an intranet) is refused, at every redirect too. ``private_hosts=True`` allows
+them (a local test server, an intranet wiki). The check resolves the name before httpx does, so a name whose
+address changes between the two (DNS rebinding) is not caught: for adversarial models, fetch through a proxy that
+enforces it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import os
+import socket
 import threading
 import time
 from collections import OrderedDict
@@ -144,8 +153,9 @@ class BrowseTool(StatelessTool):
     def __init__(self, page_store: PageStore | None = None, live: bool = True, timeout_s: float = 10.0,
                  max_bytes: int = 5_000_000, max_redirects: int = 5, max_chars: int = 6000,
                  summarizer: Summarizer | None = None, cache: ToolCache | None = None,
-                 extract_timeout_s: float = EXTRACT_TIMEOUT_S) -> None:
+                 extract_timeout_s: float = EXTRACT_TIMEOUT_S, private_hosts: bool = False) -> None:
         self.page_store, self.live, self.timeout_s = page_store, live, timeout_s
+        self.private_hosts = private_hosts
         self.extract_timeout_s = extract_timeout_s
         self.max_bytes, self.max_redirects, self.max_chars = max_bytes, max_redirects, max_chars
         self.summarizer, self.cache = summarizer, cache
@@ -215,6 +225,7 @@ class BrowseTool(StatelessTool):
                 if url in seen:
                     raise BrowseError(f"redirect loop at {url}")
                 seen.add(url)
+                self._check_address(url)
                 try:
                     with client.stream("GET", url) as response:
                         if response.is_redirect:
@@ -226,6 +237,29 @@ class BrowseTool(StatelessTool):
                 except httpx.HTTPError as exc:
                     raise BrowseError(f"{type(exc).__name__}: {exc}") from exc
         raise BrowseError(f"more than {self.max_redirects} redirects")
+
+    def _check_address(self, url: str) -> None:
+        """Raise `BrowseError` unless every address `url`'s host resolves to is public (or `private_hosts`)."""
+        if self.private_hosts:
+            return
+        parts = urlsplit(url)
+        try:
+            host, port = parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError as exc:  # a port that is not a number
+            raise BrowseError(f"{url[:200]!r} is not a valid URL: {exc}") from exc
+        if not host:
+            raise BrowseError(f"{url[:200]!r} has no host")
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except (socket.gaierror, UnicodeError) as exc:
+            raise BrowseError(f"cannot resolve {host[:200]!r}: {exc}") from exc
+        for info in infos:
+            address = ipaddress.ip_address(str(info[4][0]).split("%")[0])
+            mapped = getattr(address, "ipv4_mapped", None)
+            address = mapped or address
+            if not address.is_global or address.is_multicast:
+                raise BrowseError(f"{host[:200]} is not a public address ({address}); browsing local and private "
+                                  "networks is off")
 
     def _body(self, response: Any, deadline: float) -> str:
         if response.status_code >= 400:
@@ -253,7 +287,7 @@ def browse_tool_factory(options: dict[str, Any] | None = None) -> Callable[[], B
     `options` (the env's ``browse_options``): ``page_store`` (a folder with index.json, or a dict), ``live`` (True),
     ``timeout_s`` (the fetch's deadline), ``extract_timeout_s`` (the main text's, 5 s), ``max_bytes``,
     ``max_redirects``, ``max_chars``, ``summarizer`` (``{"base_url", "model"}``), ``cache`` (a path, True for the
-    default file, False for none; default on).
+    default file, False for none; default on), ``private_hosts`` (False: only public addresses are fetched).
     """
     options = dict(options or {})
     store = options.pop("page_store", None)
