@@ -817,8 +817,7 @@ def _end_workers(wait_s: float = 2.0) -> None:
                 pass
     deadline = time.monotonic() + wait_s
     while others and time.monotonic() < deadline:
-        others = [pid for pid in others if os.path.exists(f"/proc/{pid}")
-                  and _state(pid) not in ("Z", "X", None)]
+        others = [pid for pid in others if _state(pid) not in ("Z", "X", None)]  # None: gone
         time.sleep(0.01)
 
 
