@@ -159,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import gymnasium as gym
 
     from arpo_algo import ConfigError
-    from arpo_env.datasets import DataNotFound
+    from arpo_env.datasets import DataError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv else ""
@@ -174,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             else ""
         print(f"arpo {command}: needs the '{extra}' extra ({top} is not installed): {first}pip install "
               f"'arpo[{extra}]'", file=sys.stderr)
-    except (gym.error.Error, DataNotFound, FileNotFoundError, ConfigError) as exc:
+    except (gym.error.Error, DataError, FileNotFoundError, ConfigError) as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"arpo {command}: {message}", file=sys.stderr)
     return 2

@@ -258,13 +258,15 @@ def dataset_size(bench: Benchmark, kwargs: dict[str, Any]) -> int:
     import gymnasium as gym
 
     import arpo_env  # noqa: F401
-    from arpo_env.datasets import DataNotFound
+    from arpo_env.datasets import DataNotFound, DataUnreadable
 
     try:
         probe = gym.make(bench.env_id, **kwargs).unwrapped
     except DataNotFound as e:
         hint = f" {NEEDS_DATA_DIR[bench.name]} is not shipped; put it there." if bench.name in NEEDS_DATA_DIR else ""
         raise SystemExit(f"arpo eval: {bench.name}: {e}{hint}") from None
+    except DataUnreadable as e:
+        raise SystemExit(f"arpo eval: {bench.name}: {e}") from None
     n = len(probe.tasks)
     probe.close()
     return n

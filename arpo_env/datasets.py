@@ -52,8 +52,17 @@ class Task:
         return cls(**{k: d[k] for k in ("question", "answer", "id", "source", "kind", "meta") if k in d})
 
 
-class DataNotFound(FileNotFoundError):
+class DataError(Exception):
+    """A dataset could not be loaded: `DataNotFound` or `DataUnreadable`."""
+
+
+class DataNotFound(DataError, FileNotFoundError):
     """A dataset could not be found; the message says where it was looked for and how to get it."""
+
+
+class DataUnreadable(DataError, ValueError):
+    """A dataset's file is there but is not what it should be (cut short, not JSON, not parquet, not UTF-8); the
+    message names the file and, for JSON lines, the line."""
 
 
 def _gsm8k_answer(text: str) -> str:
@@ -99,14 +108,37 @@ def task_from_record(record: dict[str, Any], source: str, index: int, kind: str 
 
 
 def _read_records(path: Path) -> list[dict[str, Any]]:
+    """The records of a dataset file (parquet, a JSON list, or JSON lines), or `DataUnreadable` saying what is wrong
+    and where."""
     if path.suffix == ".parquet":
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        return pq.read_table(path).to_pylist()
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".json" and text.lstrip().startswith("["):
+        try:
+            records = pq.read_table(path).to_pylist()
+        except (pa.ArrowException, OSError) as exc:
+            raise DataUnreadable(f"{path} is not a readable parquet file: {exc}") from exc
+    else:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise DataUnreadable(f"{path} is not UTF-8 text (byte {exc.start}): {exc.reason}") from exc
+        if path.suffix == ".json" and text.lstrip().startswith("["):
+            records = _parse_json(path, text, 1)
+        else:
+            records = [_parse_json(path, line, n) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    for n, record in enumerate(records, 1):
+        if not isinstance(record, dict):
+            raise DataUnreadable(f"{path}: record {n} is a {type(record).__name__}, not an object of fields")
+    return records
+
+
+def _parse_json(path: Path, text: str, first_line: int) -> Any:
+    try:
         return json.loads(text)
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    except json.JSONDecodeError as exc:
+        raise DataUnreadable(f"{path} line {first_line + exc.lineno - 1} is not JSON ({exc.msg}, column "
+                             f"{exc.colno})") from exc
 
 
 def _candidates(name: str, data_dir: Path) -> Iterable[Path]:

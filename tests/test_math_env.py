@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import os
 import pickle
+import subprocess
+import sys
+from pathlib import Path
 
 import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
 
 import arpo_env
-from arpo_env.datasets import DataNotFound, load_tasks
+from arpo_env.datasets import DataNotFound, DataUnreadable, load_tasks
 
 Q = {"question": "What is 12 * 34?", "answer": "408"}
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -193,6 +198,34 @@ def test_missing_data_is_a_clear_error(tmp_path, monkeypatch):
         load_tasks("gsm8k")
     with pytest.raises(DataNotFound, match="looked for"):
         load_tasks("gsm8k", tmp_path)
+
+
+def test_an_unreadable_data_file_is_a_clear_error_naming_the_file_and_line(tmp_path):
+    good = '{"question": "1+1?", "answer": "2"}'
+    cases = {
+        "cut/test.jsonl": (good + "\n" + good[:20], "cut/test.jsonl line 2 is not JSON ("),
+        "list.json": ("[" + good + ",\n" + good + ",\n{oops}]", "list.json line 3 is not JSON"),
+        "number.jsonl": (good + "\n42", "number.jsonl: record 2 is a int, not an object of fields"),
+        "latin1.jsonl": (b'{"question": "caf\xe9?", "answer": "2"}', "latin1.jsonl is not UTF-8 text"),
+        "broken.parquet": (b"PAR1 not really", "broken.parquet is not a readable parquet file"),
+    }
+    for name, (content, message) in cases.items():
+        path = tmp_path / name
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+        with pytest.raises(DataUnreadable) as info:
+            load_tasks(str(path) if "/" not in name else "cut", tmp_path)
+        assert message in str(info.value), str(info.value)
+    with pytest.raises(DataUnreadable, match="line 2 is not JSON"):  # the env says the same
+        gym.make("ARPO-Math-v0", dataset="cut", data_dir=str(tmp_path))
+    (tmp_path / "aime24").mkdir()
+    (tmp_path / "aime24" / "test.jsonl").write_text(good[:20])
+    result = subprocess.run([sys.executable, "-m", "arpo_algo.cli", "eval", "--model", "smollm2-135m", "--benchmarks",
+                             "aime24", "--data-dir", str(tmp_path), "--out", str(tmp_path / "out")],
+                            capture_output=True, text=True, timeout=300, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert "arpo eval: aime24: " in result.stderr and "test.jsonl line 1 is not JSON" in result.stderr
 
 
 def test_a_tool_the_env_lacks_is_an_observation_that_costs_budget():
