@@ -125,6 +125,10 @@ class PathGenerator:
     lockstep = True
     decides_mid_segment = False
     speculates = False
+    max_length: int | None = None
+    """The longest sequence (prompt, completion and observations) the model takes: vLLM's ``max_model_len``, the
+    transformers model's ``max_position_embeddings`` (TRL bounds its own multi-turn rollouts by the same); None: no
+    known limit. The rollout engine never asks for tokens past it, and ends a path that reaches it as truncated."""
 
     def new_path(self, prompt_ids: list[int]) -> Path:
         return Path(list(prompt_ids), 0, None, len(prompt_ids))
@@ -182,6 +186,7 @@ class Generator(Protocol):
     def seed(self, seed: int) -> None: ...
 
     lockstep: bool
+    max_length: int | None
 
     def submit(self, path: Path, params: SamplingParams, key: Any, decide: Decide | None = None,
                speculative: Sequence[tuple[Any, Path, SamplingParams]] = ()) -> None: ...

@@ -56,6 +56,7 @@ class HFGenerator(PathGenerator):
         self.steps_per_poll = steps_per_poll
         self.model = model.eval()
         self.tokenizer = tokenizer
+        self.max_length = getattr(model.config, "max_position_embeddings", None)
         self.device = torch.device(device) if device else next(model.parameters()).device
         self.stats = GeneratorStats()
         self.eos_ids = _eos_ids(model, tokenizer)

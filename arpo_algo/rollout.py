@@ -380,10 +380,14 @@ class ARPORollout:
     # One path's turn ------------------------------------------------------------------------------------------------
     def _submit(self, x: _Live, params: SamplingParams, states: list[_TaskState], generating: dict[int, _Live]
                 ) -> None:
-        """Ask for the path's next segment (shorter near its token budget; a path at its budget ends truncated).
-        Its sampling seed is its own (task, node, turn): the same on an asynchronous backend whatever the order."""
+        """Ask for the path's next segment (shorter near its token budget or the model's context, the generator's
+        `max_length`; a path at either ends truncated). Its sampling seed is its own (task, node, turn): the same on
+        an asynchronous backend whatever the order."""
         cfg = self.config
         room = min(params.max_new_tokens, cfg.max_completion_tokens - len(x.completion))
+        limit = getattr(self.generator, "max_length", None)
+        if limit:  # the model's context: a long prompt or tool result can reach it before the token budget does
+            room = min(room, limit - len(x.path.tokens))
         if room <= 0:
             self._finish(x, states[x.task], truncated=True)
             return

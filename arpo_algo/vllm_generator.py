@@ -96,6 +96,7 @@ class VLLMGenerator(_CacheServedPaths):
         self.top_logprobs = top_logprobs
         self.stats = GeneratorStats()
         model_config = llm.llm_engine.model_config
+        self.max_length = int(model_config.max_model_len)
         self.log_vocab = math.log(model_config.get_vocab_size())
         self.logprobs_mode = str(getattr(model_config, "logprobs_mode", "processed_logprobs"))
         self._counter = 0
@@ -199,6 +200,15 @@ class VLLMGenerator(_CacheServedPaths):
                        stream.params.entropy_k)
 
 
+def _served_max_length(client: Any) -> int | None:
+    """The server's ``max_model_len`` (its ``/server_info``, which ``trl vllm-serve`` exposes in the development
+    mode that weight syncing needs); None when it does not say."""
+    try:
+        return int(client.get_server_info()["model_config"]["max_model_len"])
+    except Exception:  # noqa: BLE001 - an older server, or one without the endpoint: no known limit
+        return None
+
+
 class VLLMServerGenerator(_CacheServedPaths):
     """Generate through a ``trl vllm-serve`` server with TRL's `VLLMClient` (token-id prompts, top-k log-probs),
     one concurrent request per path.
@@ -215,6 +225,7 @@ class VLLMServerGenerator(_CacheServedPaths):
         self.log_vocab = math.log(len(tokenizer))
         self.eos_ids = {tokenizer.eos_token_id}
         self.max_concurrent_requests = 64
+        self.max_length = _served_max_length(client)
         self._pool: ThreadPoolExecutor | None = None
         self._requests_in_flight: dict[Any, tuple[Any, Path, SamplingParams]] = {}
         self._cancelled: list[tuple[Future, Path]] = []

@@ -80,6 +80,37 @@ def test_no_branching_when_alpha_and_beta_are_zero(agent, tokenizer):
     assert [n.kind for n in grpo.nodes] == ["global"] * 4 and grpo.algo == "grpo"
 
 
+def test_no_path_is_asked_past_the_models_context(agent, tokenizer):
+    # A long prompt or tool result can reach the model's context (vLLM's max_model_len, max_position_embeddings)
+    # before the token budget: the engine asks for no token past it and ends the path there, as truncated (vLLM
+    # refuses a request past max_model_len: the whole rollout stopped with a VLLMValidationError).
+    generator = HFGenerator(agent, tokenizer)
+    assert generator.max_length == agent.config.max_position_embeddings
+    env = make_env()
+    prompt = len(prompt_ids_of(env, tokenizer))
+    env.close()
+    generator.max_length = prompt + 40  # room for the first call, not for everything after its result
+    config = RolloutConfig(num_generations=4, num_global=2, alpha=1.0, beta=0.0, max_new_tokens=24,
+                           max_completion_tokens=400, temperature=0.3, seed=1)
+    (tree,) = ARPORollout(generator, make_env, config).run([TASK])
+    assert len(tree.trajectories) == 4
+    for t in tree.trajectories:
+        model_ends = [s["end"] for s in t.segments if s["kind"] == "model"]
+        assert model_ends and prompt + max(model_ends) <= generator.max_length, (prompt, model_ends)
+        assert t.truncated and t.tool_calls >= 1
+    generator.max_length = prompt  # a prompt that fills the context: nothing to generate, nothing breaks
+    (tree,) = GRPORollout(generator, make_env, config).run([TASK])
+    assert [len(t.completion_ids) for t in tree.trajectories] == [0] * 4
+    assert all(t.truncated for t in tree.trajectories)
+
+
+def prompt_ids_of(env, tokenizer):
+    from arpo_algo.models import prompt_ids
+
+    _, info = env.reset(options=TASK)
+    return prompt_ids(tokenizer, info["messages"])
+
+
 def test_exactly_m_per_task_with_several_tasks(agent, tokenizer):
     trees = rollout(agent, tokenizer, tasks=[TASK, {"question": "Something else entirely?", "answer": "7"}],
                     num_generations=5, num_global=2, branch_factor=3)

@@ -188,6 +188,23 @@ def record_events(generator, monkeypatch) -> list[tuple[str, object]]:
     return events
 
 
+def test_a_path_at_the_engines_context_ends_truncated(generator, tokenizer):
+    """vLLM refuses a request longer than its max_model_len (a VLLMValidationError that stopped the whole rollout):
+    the engine asks for no token past the context and ends a path that has reached it as truncated."""
+    import gymnasium as gym
+    from tiny_agent import TASK
+
+    import arpo_env  # noqa: F401
+    from arpo_algo.rollout import ARPORollout, RolloutConfig
+
+    assert generator.max_length == engine_kwargs()["max_model_len"]
+    long = {**TASK, "question": TASK["question"] + " Recall 12345." * 400}  # a prompt past 2,048 tokens
+    config = RolloutConfig(num_generations=2, num_global=2, max_new_tokens=32, max_completion_tokens=400, seed=0)
+    (tree,) = ARPORollout(generator, lambda: gym.make("ARPO-Math-v0").unwrapped, config).run([long])
+    assert len(tree.trajectories[0].prompt_ids) > generator.max_length
+    assert [(len(t.completion_ids), t.truncated) for t in tree.trajectories] == [(0, True)] * 2
+
+
 def test_early_top_ups_through_vllm(generator, monkeypatch):
     """Without spares, one tool call each, no branching: the top-ups are submitted while the first two paths are
     still generating (each path is its own request), and the task ends with exactly M."""
@@ -426,6 +443,7 @@ def test_a_served_engine_generates_each_path_as_its_own_request(server, tokenize
     from arpo_algo.vllm_generator import VLLMServerGenerator
 
     gen = VLLMServerGenerator(VLLMClient(base_url=server, connection_timeout=60), tokenizer)
+    assert gen.max_length == 2048  # the server's --max_model_len, from its /server_info
     ids = prompt(tokenizer)
     params = SamplingParams(max_new_tokens=32, temperature=1.0, stop=("</python>", "</answer>"))
     first = seeded_draws(gen, ids, params, n=4, seed=3)
