@@ -37,7 +37,9 @@ from arpo_env import tags
 
 
 def read_records(path: str) -> Iterator[dict[str, Any]]:
-    """Records of a JSONL file (``-`` is standard input)."""
+    """Records of a JSONL file (``-`` is standard input). A last line without its newline that is not JSON is what a
+    writer killed mid-line leaves (``arpo train`` stopped hard): it is skipped, and said so on stderr; any other line
+    that is not JSON is a `ValueError` naming it."""
     handle = sys.stdin if path == "-" else open(path, encoding="utf-8")
     try:
         for n, line in enumerate(handle, 1):
@@ -45,6 +47,10 @@ def read_records(path: str) -> Iterator[dict[str, Any]]:
                 try:
                     yield json.loads(line)
                 except json.JSONDecodeError as e:
+                    if not line.endswith("\n") and not handle.read(1):
+                        print(f"arpo sft: {path}:{n}: skipped a last line cut short ({len(line):,} characters; a "
+                              "writer stopped mid-line)", file=sys.stderr)
+                        return
                     raise ValueError(f"{path}:{n}: not a JSON line ({e.msg})") from None
     finally:
         if handle is not sys.stdin:
@@ -138,8 +144,12 @@ def rollout_records(path: str, min_reward: float | None = None) -> list[dict[str
     from arpo_algo.tree import RolloutTree
 
     kept, seen = [], set()
-    for record in read_records(path):
-        tree = RolloutTree.from_dict(record)
+    for n, record in enumerate(read_records(path), 1):
+        try:
+            tree = RolloutTree.from_dict(record)
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"{path}: record {n} is not a rollout tree (as arpo rollout and arpo train write them): "
+                             f"{type(exc).__name__}: {exc}") from None
         for tr in tree.trajectories:
             parts = tr.reward_parts
             if not (parts.get("correct") and parts.get("format_ok", True)) or tr.truncated:
@@ -244,7 +254,10 @@ def train(script: SFTScriptArguments, args: Any, model_args: Any) -> Any:
     model_name = model_args.model_name_or_path or "smollm2-135m"
     model, tokenizer = load_model(model_name, dtype=model_args.dtype if model_args.dtype not in (None, "auto")
                                   else None)
-    dataset = build_dataset(script, tokenizer)
+    try:
+        dataset = build_dataset(script, tokenizer)
+    except (ValueError, OSError) as exc:  # a file that is missing or not what it should be: one line, no traceback
+        raise SystemExit(f"arpo sft: {exc}") from None
     print(f"arpo sft: {len(dataset)} trajectories, {sum(map(sum, dataset['assistant_masks']))} trained tokens "
           f"(prompt and tool output masked)", file=sys.stderr)
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
