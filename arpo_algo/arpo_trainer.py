@@ -36,6 +36,7 @@ import torch
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
+from arpo_algo import jsonl
 from arpo_algo.advantages import grpo_advantages, hard_token_advantages, reinforce_pp_advantages
 from arpo_algo.arpo_config import ARPOConfig
 from arpo_algo.rollout import ARPORollout, GRPORollout, RolloutConfig
@@ -405,7 +406,7 @@ class MetricsFile(TrainerCallback):
         if not logs or not state.is_world_process_zero:
             return
         os.makedirs(args.output_dir, exist_ok=True)
-        with open(os.path.join(args.output_dir, "metrics.jsonl"), "a", encoding="utf-8") as f:
+        with jsonl.append(os.path.join(args.output_dir, "metrics.jsonl")) as f:
             f.write(json.dumps({"step": state.global_step, "time": round(time.time(), 3), **logs}, default=float)
                     + "\n")
 

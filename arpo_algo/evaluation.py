@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from arpo_algo import jsonl
 from arpo_env.tags import eval_answer
 
 
@@ -289,7 +290,7 @@ def evaluate(benchmarks: list[Benchmark], runner: Any, data_dir: str | None, lim
         todo = [(i, r) for i in range(n) for r in range(runs) if (bench.name, i, r) not in done]
         make_env = _maker(bench.env_id, kwargs)
         with tqdm(total=n * runs, initial=n * runs - len(todo), desc=bench.name, unit="sample") as bar, \
-                open(path, "a", encoding="utf-8") as sink:
+                jsonl.append(path) as sink:
             pending = sorted({i for i, _ in todo})
             for start in range(0, len(pending), chunk):
                 indices = pending[start:start + chunk]

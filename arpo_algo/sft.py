@@ -37,24 +37,28 @@ from arpo_env import tags
 
 
 def read_records(path: str) -> Iterator[dict[str, Any]]:
-    """Records of a JSONL file (``-`` is standard input). A last line without its newline that is not JSON is what a
-    writer killed mid-line leaves (``arpo train`` stopped hard): it is skipped, and said so on stderr; any other line
-    that is not JSON is a `ValueError` naming it."""
+    """Records of a JSONL file (``-`` is standard input). A line that is not JSON — what a writer killed mid-line
+    leaves (``arpo train`` stopped hard, then resumed: `arpo_algo.jsonl`) — is skipped and named on stderr, as
+    ``arpo view`` does; a file of nothing else is a `ValueError`."""
     handle = sys.stdin if path == "-" else open(path, encoding="utf-8")
+    read = skipped = 0
     try:
         for n, line in enumerate(handle, 1):
             if line.strip():
                 try:
-                    yield json.loads(line)
+                    record = json.loads(line)
                 except json.JSONDecodeError as e:
-                    if not line.endswith("\n") and not handle.read(1):
-                        print(f"arpo sft: {path}:{n}: skipped a last line cut short ({len(line):,} characters; a "
-                              "writer stopped mid-line)", file=sys.stderr)
-                        return
-                    raise ValueError(f"{path}:{n}: not a JSON line ({e.msg})") from None
+                    skipped += 1
+                    print(f"arpo sft: {path}:{n}: skipped a line that is not JSON ({e.msg}; {len(line):,} "
+                          "characters, a line cut short by a stopped writer?)", file=sys.stderr)
+                    continue
+                read += 1
+                yield record
     finally:
         if handle is not sys.stdin:
             handle.close()
+    if skipped and not read:
+        raise ValueError(f"{path}: no line is JSON ({skipped} skipped)")
 
 
 def env_messages(question: str, env_id: str = "ARPO-Math-v0", env_kwargs: dict[str, Any] | None = None

@@ -183,6 +183,26 @@ def test_jsonl_round_trip_appends(agent, tokenizer, tmp_path):
     assert back[0].to_dict() == trees[0].to_dict()
 
 
+def test_appending_after_a_cut_line_starts_a_line_of_its_own(tmp_path):
+    # A writer killed mid-line (a training run stopped hard) leaves no final newline: the next writer's first line,
+    # glued to it, would be lost with it by every reader that skips what is not JSON.
+    from arpo_algo import jsonl
+
+    path = tmp_path / "log.jsonl"
+    with jsonl.append(path) as f:  # a new file
+        f.write('{"a": 1}\n')
+    path.write_text(path.read_text() + '{"b": ')
+    for line in ('{"c": 3}\n', '{"d": 4}\n'):
+        with jsonl.append(path) as f:
+            f.write(line)
+    assert path.read_text().splitlines() == ['{"a": 1}', '{"b": ', '{"c": 3}', '{"d": 4}']
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with jsonl.append(empty) as f:
+        f.write("x\n")
+    assert empty.read_text() == "x\n"
+
+
 def test_cached_continuation_and_branching_equal_reencoding(agent, tokenizer):
     """Greedy: continuing a path (observation appended) and branching it from its cache produce the same tokens as
     encoding the whole prefix from scratch."""

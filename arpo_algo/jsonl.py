@@ -1,0 +1,29 @@
+"""Appending to JSON-lines logs (rollout trees, metrics, evaluation samples) so that a killed writer costs only its
+own last line.
+
+A process killed in the middle of a line (a training run stopped hard) leaves the file without its final newline.
+Opened in plain append mode, the next writer's first line would be glued to that cut one, and readers that skip
+what is not JSON (`arpo view`, `arpo eval`'s resume, `arpo sft --from_rollouts`) would lose it with it. `append`
+starts the next writer on a line of its own.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import IO
+
+
+def append(path: str | os.PathLike) -> IO[str]:
+    """`path` opened to append text lines (UTF-8), after a newline when its last line was cut short."""
+    cut = False
+    try:
+        with open(path, "rb") as f:
+            if f.seek(0, os.SEEK_END):
+                f.seek(-1, os.SEEK_END)
+                cut = f.read(1) != b"\n"
+    except FileNotFoundError:
+        pass
+    handle = open(path, "a", encoding="utf-8")
+    if cut:
+        handle.write("\n")
+    return handle
