@@ -10,8 +10,9 @@ So the expensive part of scoring — parsing and comparing with math-verify — 
 run here, in small pools of worker processes (``python -m arpo_env.bounded <kind>``, one pool per kind: a slow page
 never holds up scoring) that talk JSON lines over pipes. A call that does not answer within its bound has its worker
 killed (the whole process group) and replaced, and returns the caller's fallback; a worker that runs out of memory
-(its address space is capped) or crashes is replaced the same way. Any thread or process may call; the pools start
-lazily, and their workers exit when their parent does.
+(its address space is capped) or crashes is replaced the same way. A caller with a fallback of its own may also
+bound its wait for a free worker (reading a page does: the wait counts against its bound); scoring waits. Any thread
+or process may call; the pools start lazily, and their workers exit when their parent does.
 
 Settings: ``ARPO_SCORE_TIMEOUT`` (seconds per scoring call, default 5), ``ARPO_SCORE_WORKERS`` (workers per pool,
 default 2), ``ARPO_SCORE_MEMORY_MB`` (address-space cap of a worker, default 4096). The bound on reading a page is
@@ -43,7 +44,15 @@ def default_timeout() -> float:
 
 
 class BoundExceeded(Exception):
-    """The call ran past its bound, or its worker died; the worker has been replaced."""
+    """The call ran past its bound, or its worker died; the worker has been replaced. `bound_s`: the bound the call
+    ran under."""
+
+    bound_s: float | None = None
+
+
+class NoWorkerFree(BoundExceeded):
+    """Every worker of the pool stayed busy for the whole wait the caller allowed (`WorkerPool.call`'s `wait_s`):
+    the call did not run."""
 
 
 def _spawn(kind: str) -> subprocess.Popen:
@@ -136,6 +145,11 @@ class _Worker:
                 pass
 
 
+def _bounded(exc: BoundExceeded, bound_s: float) -> BoundExceeded:
+    exc.bound_s = bound_s
+    return exc
+
+
 class WorkerPool:
     """A few workers of one kind (``score``: math-verify; ``page``: trafilatura) shared by every thread of this
     process."""
@@ -152,10 +166,23 @@ class WorkerPool:
         self.lock = threading.Lock()
         self.workers: set[_Worker] = set()
 
-    def call(self, op: str, *args: Any, timeout_s: float | None = None) -> Any:
-        """Run `op` (a function of the worker's `OPS`) on JSON-able `args`; BoundExceeded past `timeout_s`."""
+    def call(self, op: str, *args: Any, timeout_s: float | None = None, wait_s: float | None = None) -> Any:
+        """Run `op` (a function of the worker's `OPS`) on JSON-able `args`; BoundExceeded past `timeout_s`. With
+        `wait_s`, it waits at most that long for a free worker (NoWorkerFree past it) and the wait is taken off
+        `timeout_s`, so a caller with a fallback of its own (reading a page) has its answer within `timeout_s` and
+        does not queue behind slow calls; without, it waits for a worker as long as it takes (scoring: a correct
+        answer must not be scored wrong because others were slow)."""
         timeout_s = default_timeout() if timeout_s is None else timeout_s
-        worker = self.idle.get()
+        began = time.monotonic()
+        try:
+            worker = self.idle.get(timeout=wait_s)
+        except queue.Empty:
+            raise NoWorkerFree(f"no {self.kind} worker was free within {wait_s:g} s") from None
+        if wait_s is not None:
+            timeout_s -= time.monotonic() - began
+            if timeout_s < 0.05:  # no time left to run: the worker is not killed for it
+                self.idle.put(worker)
+                raise NoWorkerFree(f"no {self.kind} worker was free in time")
         try:
             for attempt in range(2):
                 if worker is None:
@@ -168,11 +195,12 @@ class WorkerPool:
                     self._discard(worker)
                     worker = None
                     if attempt:
-                        raise BoundExceeded(f"the {self.kind} worker died: {exc}") from exc
+                        raise _bounded(BoundExceeded(f"the {self.kind} worker died: {exc}"), timeout_s) from exc
                 except (BoundExceeded, ValueError) as exc:
                     self._discard(worker)
                     worker = None
-                    raise exc if isinstance(exc, BoundExceeded) else BoundExceeded(str(exc)) from exc
+                    raise _bounded(exc if isinstance(exc, BoundExceeded) else BoundExceeded(str(exc)), timeout_s
+                                   ) from exc
         finally:
             self.idle.put(worker)
 

@@ -170,6 +170,36 @@ def test_a_plain_text_stand_in_is_not_cached_and_the_overrun_is_not_waited_out_a
     assert article.extra["extraction"] == "main" and tool.call(f"{server}/article").extra["cache"] == "hit"
 
 
+def test_a_page_waits_for_a_busy_page_worker_no_longer_than_its_bound(monkeypatch):
+    # Every page worker busy with slow pages (18 s each here, bounded at 4 s): another page does not queue behind
+    # them past its own bound; it is read as plain text, and not remembered as a page that overran.
+    from collections import OrderedDict
+
+    from conftest import wait_until
+
+    from arpo_env import bounded
+    from arpo_env.tools import browse
+
+    monkeypatch.setattr(browse, "_OVERRAN", OrderedDict())
+    slow = "<html><body>" + "".join(f"<p>PARA-{i} of the results</p>" for i in range(80_000)) + "</body></html>"
+    page_pool = bounded.pool("page")
+    browse.extract_text(ARTICLE, "http://example.org/warm", 30.0)  # the workers have started
+    busy = [threading.Thread(target=browse.extract_text, args=(slow, f"http://example.org/slow/{i}", 4.0))
+            for i in range(page_pool.size)]
+    for thread in busy:
+        thread.start()
+    try:
+        assert wait_until(lambda: page_pool.idle.qsize() == 0)
+        text, how = browse.extract_text(ARTICLE, "http://example.org/vasa", 0.5)
+        assert how == "plain" and "64 bronze cannons" in text and "SIDEBAR-PROMO" in text  # all of its text
+    finally:
+        for thread in busy:
+            thread.join()
+    assert len(browse._OVERRAN) == page_pool.size  # the slow pages, not the article
+    text, how = browse.extract_text(ARTICLE, "http://example.org/vasa", 5.0)
+    assert how == "main" and "SIDEBAR-PROMO" not in text
+
+
 def test_a_dead_page_worker_is_replaced(server):
     import os
     import signal

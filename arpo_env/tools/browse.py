@@ -90,22 +90,26 @@ class Summarizer:
 def extract_text(html: str, url: str | None = None, timeout_s: float = EXTRACT_TIMEOUT_S) -> tuple[str, str]:
     """A page's text and how it was read: ``("…", "main")`` — its main text (trafilatura, in a worker process
     bounded by `timeout_s`) — or ``("…", "plain")`` — all its text (`plain_text`), when trafilatura overran, ran out
-    of memory or crashed. Plain-text pages pass through as ``"main"``. A page (its HTML and URL) on which trafilatura
-    gave up within a bound at least `timeout_s` is read as plain text at once, without trying again."""
+    of memory or crashed, or when every page worker stayed busy for `timeout_s` (other pages' extractions: the wait
+    counts against the same bound). Plain-text pages pass through as ``"main"``. A page (its HTML and URL) on which
+    trafilatura gave up after running (nearly) `timeout_s` or longer is read as plain text at once, without trying
+    again."""
     if "<" not in html[:2000]:
         return html.strip(), "main"
-    from arpo_env.bounded import BoundExceeded, pool
+    from arpo_env.bounded import BoundExceeded, NoWorkerFree, pool
 
     page = hashlib.sha256(f"{url}\0{html}".encode("utf-8", "surrogatepass")).hexdigest()
     with _OVERRAN_LOCK:
-        if _OVERRAN.get(page, -1.0) >= timeout_s:
+        if _OVERRAN.get(page, -1.0) >= 0.9 * timeout_s:  # it ran (nearly) as long as it would now, in vain
             _OVERRAN.move_to_end(page)
             return plain_text(html), "plain"
     try:
-        return pool("page").call("page_text", html, url, timeout_s=timeout_s), "main"
-    except BoundExceeded:
+        return pool("page").call("page_text", html, url, timeout_s=timeout_s, wait_s=timeout_s), "main"
+    except NoWorkerFree:  # the page itself may be fine: not remembered
+        return plain_text(html), "plain"
+    except BoundExceeded as exc:  # remembered with the time it had (the bound, less the wait for a worker)
         with _OVERRAN_LOCK:
-            _OVERRAN[page] = max(timeout_s, _OVERRAN.get(page, 0.0))
+            _OVERRAN[page] = max(exc.bound_s or timeout_s, _OVERRAN.get(page, 0.0))
             _OVERRAN.move_to_end(page)
             while len(_OVERRAN) > _OVERRAN_MAX:
                 _OVERRAN.popitem(last=False)
@@ -113,7 +117,7 @@ def extract_text(html: str, url: str | None = None, timeout_s: float = EXTRACT_T
 
 
 _OVERRAN: OrderedDict[str, float] = OrderedDict()
-"""Pages trafilatura gave up on, by the hash of their URL and HTML: the largest bound it overran."""
+"""Pages trafilatura gave up on, by the hash of their URL and HTML: the longest it ran on one in vain."""
 _OVERRAN_MAX = 1024
 _OVERRAN_LOCK = threading.Lock()
 
