@@ -4,7 +4,9 @@ own last line.
 A process killed in the middle of a line (a training run stopped hard) leaves the file without its final newline.
 Opened in plain append mode, the next writer's first line would be glued to that cut one, and readers that skip
 what is not JSON (`arpo view`, `arpo eval`'s resume, `arpo sft --from_rollouts`) would lose it with it. `append`
-starts the next writer on a line of its own.
+starts the next writer on a line of its own. A string with lone surrogates (text from an environment that let
+them through: no UTF-8 encodes them) is written as the JSON escape ``\\udcff`` that ``json.dumps`` with ASCII
+output would write, instead of failing the whole write.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ def append(path: str | os.PathLike) -> IO[str]:
                 cut = f.read(1) != b"\n"
     except FileNotFoundError:
         pass
-    handle = open(path, "a", encoding="utf-8")
+    handle = open(path, "a", encoding="utf-8", errors="backslashreplace")
     if cut:
         handle.write("\n")
     return handle

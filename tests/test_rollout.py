@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import replace
 import time
@@ -196,6 +197,9 @@ def test_appending_after_a_cut_line_starts_a_line_of_its_own(tmp_path):
         with jsonl.append(path) as f:
             f.write(line)
     assert path.read_text().splitlines() == ['{"a": 1}', '{"b": ', '{"c": 3}', '{"d": 4}']
+    with jsonl.append(path) as f:  # a lone surrogate (no UTF-8 for it) is written as its JSON escape
+        f.write(json.dumps({"text": "a\udcff\\b é"}, ensure_ascii=False) + "\n")
+    assert json.loads(path.read_text(encoding="utf-8").splitlines()[-1]) == {"text": "a\udcff\\b é"}
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     with jsonl.append(empty) as f:
