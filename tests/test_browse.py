@@ -236,8 +236,8 @@ def test_a_private_address_is_refused_as_an_observation_and_the_episode_goes_on(
         obs, reward, term, trunc, info = env.step(f"<browse>{server}/article</browse>")
         assert "browse failed:" in obs and "not a public address" in obs and info["tool_failed"]
         assert not (term or trunc)
-        obs, *_ = env.step("<browse>http://no-such-host.invalid/page</browse>")
-        assert "browse failed: cannot resolve 'no-such-host.invalid'" in obs
+        obs, *_ = env.step("<browse>http://no-such-host.invalid/page</browse>")  # left to httpx (or a proxy)
+        assert "browse failed: ConnectError" in obs
     finally:
         env.close()
 

@@ -14,8 +14,8 @@ The URL is the model's, so by default only public addresses are fetched: a host 
 link-local or otherwise non-global address (``127.0.0.1:8000``, a vLLM server; ``169.254.169.254``, a cloud's
 metadata service with its credentials; an intranet) is refused, at every redirect too. ``private_hosts=True`` allows
 them (a local test server, an intranet wiki). The check resolves the name before httpx does, so a name whose
-address changes between the two (DNS rebinding) is not caught: for adversarial models, fetch through a proxy that
-enforces it.
+address changes between the two (DNS rebinding) is not caught, nor one this machine cannot resolve that a proxy
+(``HTTPS_PROXY``) then does: for adversarial models, fetch through a proxy that enforces the rule itself.
 """
 
 from __future__ import annotations
@@ -255,8 +255,8 @@ class BrowseTool(StatelessTool):
             raise BrowseError(f"{url[:200]!r} has no host")
         try:
             infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        except (socket.gaierror, UnicodeError) as exc:
-            raise BrowseError(f"cannot resolve {host[:200]!r}: {exc}") from exc
+        except (socket.gaierror, UnicodeError):  # not here: httpx fails on it too, or a proxy resolves it
+            return
         for info in infos:
             address = ipaddress.ip_address(str(info[4][0]).split("%")[0])
             mapped = getattr(address, "ipv4_mapped", None)
