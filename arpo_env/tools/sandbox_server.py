@@ -227,6 +227,8 @@ class Guard:
             if self.quota is not None:
                 if event == "os.mkdir":
                     self.quota.admit(args[0], directory=True)
+                elif event == "os.truncate" and not isinstance(args[0], int):  # it may grow a closed file
+                    self.quota.admit(args[0])
                 elif event in _FREEING_EVENTS:
                     self.quota.recount()
         elif event == "import" and args and args[0] in ("ctypes", "_ctypes", "cffi", "_cffi_backend"):
@@ -250,7 +252,8 @@ class DiskQuota:
     writing (this one included) at `file_cap` (the size limit, ``RLIMIT_FSIZE``, it may still grow to), and the
     opening fails with `DiskQuotaExceeded` when that sum is over the limit. So the directory never holds more than
     `limit`, whatever the cell writes. The sizes are kept between checks (a file not open for writing changes only
-    through an event the hook sees) and recounted after removals, renames and truncations."""
+    through an event the hook sees) and recounted after removals and renames; a file truncated by name counts as one
+    opened for writing until the next check."""
 
     def __init__(self, root: str, limit: int, file_cap: int) -> None:
         self.root, self.limit, self.file_cap = root, limit, min(file_cap, limit)
