@@ -109,7 +109,7 @@ def entropy_windows(segments: list[dict[str, Any]], entropies: list[float | None
 def write_jsonl(trees: Iterable[RolloutTree], path: str | os.PathLike, append: bool = True) -> int:
     """Write one tree per line; by default append (rollout logs are never rewritten). Returns the count."""
     n = 0
-    with jsonl.append(path) if append else open(path, "w", encoding="utf-8") as f:
+    with jsonl.append(path) if append else open(path, "w", encoding="utf-8", errors="backslashreplace") as f:
         for tree in trees:
             f.write(json.dumps(tree.to_dict(), ensure_ascii=False) + "\n")
             n += 1
