@@ -547,9 +547,9 @@ class Worker:
         """Whether a thread besides this one lives, as the kernel counts them: a raw `_thread` thread the cell started
         just before it ended may not have a Python frame yet, and `threading` never lists it."""
         try:
-            with self.guard.trusted(), open("/proc/self/stat", "rb") as stat:
-                return int(stat.read().rsplit(b")", 1)[1].split()[17]) > 1  # num_threads
-        except (OSError, ValueError, IndexError):
+            with self.guard.trusted():
+                return int(_stat_fields()[17]) > 1  # num_threads
+        except (TypeError, ValueError, IndexError):
             return threading.active_count() > 1 or len(sys._current_frames()) > 1
 
     def _next_message(self) -> tuple[dict, list[int]]:
@@ -807,12 +807,8 @@ def _end_workers(wait_s: float = 2.0) -> None:
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == me:
             continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == group:  # after the name: state, ppid, pgrp
+        fields = _stat_fields(name)
+        if fields and int(fields[2]) == group:  # state, ppid, pgrp
             others.append(int(name))
             try:
                 os.kill(int(name), signal.SIGKILL)
@@ -820,14 +816,15 @@ def _end_workers(wait_s: float = 2.0) -> None:
                 pass
     deadline = time.monotonic() + wait_s
     while others and time.monotonic() < deadline:
-        others = [pid for pid in others if _state(pid) not in ("Z", "X", None)]  # None: gone
+        others = [pid for pid in others if (_stat_fields(pid) or ["X"])[0] not in ("Z", "X")]  # none: gone
         time.sleep(0.01)
 
 
-def _state(pid: int) -> str | None:
+def _stat_fields(pid: int | str = "self") -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the process's name (its state first), or None when it is gone."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].decode().split()
     except OSError:
         return None
 
