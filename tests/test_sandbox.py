@@ -195,6 +195,29 @@ def test_a_disk_bomb_is_held_to_the_quota_and_the_sandbox_goes_on():
         box.close()
 
 
+def test_a_hard_link_neither_writes_outside_nor_passes_the_quota(tmp_path):
+    # A hard link is the file itself under a second name: one to a host file would let the cell write to it from
+    # inside its directory, and one to its own file is a second copy in every fork.
+    victim = tmp_path / "host-file.txt"
+    victim.write_text("the host's\n")
+    box = LocalSandbox(SandboxLimits(timeout_s=10.0, kill_grace_s=2.0, disk_mb=32, file_size_mb=8))
+    try:
+        out = box.call(f"import os\nos.link({str(victim)!r}, 'mine')\nopen('mine', 'a').write('changed')")
+        assert out.failed and "linking to files outside the working directory is not allowed" in out.text, out.text
+        assert victim.read_text() == "the host's\n"
+        out = box.call("open('big', 'wb').write(b'a' * 2**23)\nn = 0\ntry:\n    while True:\n"
+                       "        os.link('big', f'l{n}')\n        n += 1\nexcept OSError as e:\n    print(n, e.errno)")
+        assert out.text == "3 28", out.text  # four names of 8 MB fill the 32 MB
+        child = box.fork()
+        try:
+            assert child.call("len(os.listdir('.'))").text == "4"
+            assert _disk_usage(child) == 32 * 2**20  # the copy holds each name as a file of its own
+        finally:
+            child.close()
+    finally:
+        box.close()
+
+
 HOSTILE = {
     "busy loop": "while True: pass",
     "loop swallowing exceptions": "while True:\n    try:\n        sum(range(10))\n    except BaseException:\n        pass",

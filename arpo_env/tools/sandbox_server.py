@@ -163,7 +163,7 @@ _SIGNALS = {"os.kill", "os.killpg", "signal.pthread_kill"}
 # Events whose listed argument positions are paths that get modified.
 _PATH_EVENTS = {
     "os.remove": (0,), "os.rmdir": (0,), "os.mkdir": (0,), "os.chmod": (0,), "os.chown": (0,),
-    "os.rename": (0, 1), "os.link": (1,), "os.symlink": (1,), "os.truncate": (0,), "os.utime": (0,),
+    "os.rename": (0, 1), "os.link": (0, 1), "os.symlink": (1,), "os.truncate": (0,), "os.utime": (0,),
     "shutil.rmtree": (0,), "shutil.copyfile": (1,), "shutil.copytree": (1,), "shutil.move": (1,),
     "shutil.make_archive": (0,), "os.setxattr": (0,), "os.removexattr": (0,), "os.chflags": (0,),
 }
@@ -221,12 +221,16 @@ class Guard:
         elif event in _PATH_EVENTS:
             for i in _PATH_EVENTS[event]:
                 if i < len(args) and args[i] is not None and not self.inside(args[i]):
+                    what = "linking to" if event == "os.link" and i == 0 else "changing"  # a link writes through
                     raise SandboxViolation(
-                        f"sandbox: changing files outside the working directory is not allowed ({args[i]!r})"
+                        f"sandbox: {what} files outside the working directory is not allowed ({args[i]!r})"
                     )
             if self.quota is not None:
                 if event == "os.mkdir":
                     self.quota.admit(args[0], directory=True)
+                elif event == "os.link":  # a second name for a file: a fork copies it twice
+                    self.quota.admit(args[1], like=args[0])
+                    self.quota.recount()
                 elif event == "os.truncate" and not isinstance(args[0], int):  # it may grow a closed file
                     self.quota.admit(args[0])
                 elif event in _FREEING_EVENTS:
@@ -272,11 +276,15 @@ class DiskQuota:
         with self.lock:
             self.sizes = None
 
-    def admit(self, path: object, directory: bool = False) -> None:
+    def admit(self, path: object, directory: bool = False, like: object = None) -> None:
+        """Check that making or opening `path` for writing keeps the directory within the quota, or raise
+        `DiskQuotaExceeded`. `directory`: it is a directory to make; `like`: a file `path` becomes a new name of (a
+        hard link), which costs what that file does."""
         try:
             full = os.path.realpath(os.path.join(os.getcwd(), os.fsdecode(path)))  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            return
+            linked = _footprint(os.stat(like)) if like is not None else 0  # type: ignore[arg-type]
+        except (TypeError, ValueError, OSError):
+            return  # not a path, or nothing to link: the call fails on its own
         if not full.startswith(self.root + os.sep):
             return  # /dev/null, or the directory itself
         with self.lock:
@@ -294,6 +302,8 @@ class DiskQuota:
                 self.writing.add(p)
             if directory:
                 new = 0 if full in sizes else _BLOCK
+            elif like is not None:
+                new = 0 if full in sizes or full in self.writing else linked
             else:
                 new = 0 if full in self.writing else self.file_cap - sizes.get(full, 0)
             if self.total + new + len(self.writing) * self.file_cap > self.limit:
@@ -304,10 +314,10 @@ class DiskQuota:
                     f"{self.total / mb:.1f} MB are taken, and {len(self.writing)} file(s) open for writing count at "
                     f"the {self.file_cap / mb:g} MB each may grow to. Delete files, or close them",
                     os.fsdecode(path))  # type: ignore[arg-type]
-            if directory:
-                if full not in sizes:
-                    sizes[full] = _BLOCK
-                    self.total += _BLOCK
+            if directory or like is not None:
+                if full not in sizes and full not in self.writing:
+                    sizes[full] = new
+                    self.total += new
             else:
                 self.total -= sizes.pop(full, 0)
                 self.writing.add(full)
