@@ -7,21 +7,22 @@ capped; tracebacks are short. `fork()` forks the worker itself: the copy has the
 few milliseconds, whatever the history). `snapshot()` is the list of executed cells; `restore()` replays it in a
 fresh worker, in this process or another.
 
-What it contains (tested): runaway loops (per-cell wall-clock and CPU timers interrupt the cell and keep its
-state; a cell that ignores the interrupt is killed after a grace period), memory bombs (an address-space limit:
+What it contains (tested): runaway loops (per-cell wall-clock and CPU timers interrupt the cell and keep its state;
+a cell that ignores the interrupt is killed after a grace period), memory bombs (an address-space limit:
 ``MemoryError`` in the cell), process bombs and subprocesses, signals to other processes, network access, writes
-outside its own working directory, disk bombs (a quota on that directory, `SandboxLimits.disk_mb`: ``ENOSPC`` in
-the cell), floods of output (kept up to a cap, the rest counted), crashes and ``os._exit``
-(the worker is replaced by a clean one and the model is told its variables are gone), and threads a cell starts
-(interrupted with the cell when its time is up; while no cell runs they may use one cell's CPU time, then they are
-interrupted, and threads that go on using CPU take the worker down with them, the model told why).
+outside its own working directory (through hard links too), device nodes (no capabilities, even under root), disk
+bombs (a quota on that directory, `SandboxLimits.disk_mb`: ``ENOSPC`` in the cell), floods of output (kept up to a
+cap, the rest counted), crashes and ``os._exit`` (the worker is replaced by a clean one and the model is told its
+variables are gone), and threads a cell starts (interrupted with the cell when its time is up; while no cell runs
+they may use one cell's CPU time, then they are interrupted, and threads that go on using CPU take the worker down
+with them, the model told why).
 
 What it does **not** protect against: the checks on processes, signals, files and ctypes are a CPython audit hook
-(PEP 578) inside the worker, plus resource limits and, where the kernel allows, a private network namespace. Code
-that is built to escape CPython (a native extension written to disk and imported, an interpreter bug) is not
-contained, and reads of files the host user can read are allowed. Use it for the mistakes and excesses of a model
-under training, not for adversarial code: for that run the interpreter in a separate VM with ``sandbox="e2b"``
-(`arpo_env.tools.e2b`).
+(PEP 578) inside the worker, plus resource limits, no capabilities and, where the kernel allows, a private network
+namespace. Code that is built to escape CPython (a native extension written to disk and imported, an interpreter
+bug) is not contained, and reads of files the host user can read are allowed. Use it for the mistakes and excesses
+of a model under training, not for adversarial code: for that run the interpreter in a separate VM with
+``sandbox="e2b"`` (`arpo_env.tools.e2b`).
 """
 
 from __future__ import annotations
@@ -210,6 +211,7 @@ class _Template:
         self.sock.settimeout(300)
         hello, _ = recv_message(self.sock)
         self.network = hello.get("network", "")
+        self.capabilities = hello.get("capabilities", "")
 
     def alive(self) -> bool:
         return self.owner == os.getpid() and self.proc.poll() is None
@@ -311,8 +313,9 @@ class LocalSandbox:
     @property
     def protections(self) -> list[str]:
         """The containment layers active on this machine."""
-        network = _template(self.preload).network
-        return ["audit hook", "resource limits", "cell timers"] + ([network] if network else [])
+        template = _template(self.preload)
+        return ["audit hook", "resource limits", "cell timers"] + [p for p in (template.network,
+                                                                          template.capabilities) if p]
 
     def start(self) -> None:
         """Start the worker now rather than at the first call."""

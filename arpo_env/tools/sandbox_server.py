@@ -19,6 +19,9 @@ Containment, in layers (see ``arpo_env.tools.sandbox`` for what it does *not* pr
 * an audit hook (PEP 578), armed for the whole life of the worker, refuses process creation, signals to other
   processes, sockets, ctypes/FFI calls, garbage-collector introspection and writes outside the working directory;
 * resource limits: address space (memory), file size, open files, no core dumps;
+* no Linux capabilities: a template started by root gives them all up before any cell runs, so what the hook does
+  not see, such as ``os.mknod`` of a device node (a disk's, written to as a file in the directory), the kernel
+  refuses;
 * a disk quota on the working directory (what a fork copies): files are counted as they are opened for writing,
   directories as they are made, and an opening that could take the files past the quota fails with ``ENOSPC``;
 * a private network namespace with no interfaces up, when the kernel allows it (root, or user namespaces);
@@ -397,6 +400,35 @@ def _private_network() -> str:
     return ""
 
 
+def _drop_capabilities() -> str:
+    """Give up every Linux capability this process holds, for it and all it forks; return what was done.
+
+    A worker of a host that runs as root would otherwise keep root's powers that no audit hook sees: ``os.mknod``
+    raises no audit event, and a device node made in the working directory (a disk's, say) would be written to
+    as a file inside it. Without ``CAP_MKNOD`` the kernel refuses to make one. The capabilities go from the bounding
+    set first (that needs ``CAP_SETPCAP``, so it goes last), then from the effective, permitted and inheritable sets,
+    which a process may always lower. A process that holds none (a user's) changes nothing."""
+    try:
+        import ctypes  # loaded before the guard is armed; the guard refuses ctypes calls afterwards
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        with open("/proc/self/status") as f:
+            held = next((int(line.split()[1], 16) for line in f if line.startswith("CapEff:")), 0)
+        if not held:
+            return ""
+        pr_capbset_drop, cap_setpcap = 24, 8
+        last = int(open("/proc/sys/kernel/cap_last_cap").read())
+        for cap in [c for c in range(last + 1) if c != cap_setpcap] + [cap_setpcap]:
+            libc.prctl(pr_capbset_drop, cap, 0, 0, 0)  # fails without CAP_SETPCAP: the sets below still go
+        header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+        data = (ctypes.c_uint32 * 6)()  # two {effective, permitted, inheritable}, all zero
+        if libc.capset(header, data) != 0:
+            return ""
+        return "no capabilities"
+    except Exception:  # noqa: BLE001 - any failure means: the capabilities stay, the audit hook still checks
+        return ""
+
+
 def _set_subreaper() -> None:
     try:
         import ctypes
@@ -768,6 +800,7 @@ def template_main(fd: int, preload: list[str]) -> None:
             __import__(name)
         except Exception:  # noqa: BLE001 - a missing optional module must not stop the sandbox
             pass
+    capabilities = _drop_capabilities()  # after the namespace, which needs them, and the imports
     import gc
 
     gc.collect()
@@ -776,7 +809,7 @@ def template_main(fd: int, preload: list[str]) -> None:
     sys.addaudithook(guard)
     with guard.trusted():
         chan = socket.socket(fileno=fd)
-        send_message(chan, {"ok": True, "pid": os.getpid(), "network": network})
+        send_message(chan, {"ok": True, "pid": os.getpid(), "network": network, "capabilities": capabilities})
     while True:
         try:
             with guard.trusted():
