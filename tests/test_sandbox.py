@@ -132,6 +132,36 @@ def test_fork_copies_the_working_directory(box):
         child.close()
 
 
+def test_a_named_pipe_in_the_working_directory_is_forked_as_a_pipe(box):
+    # shutil.copytree refuses named pipes: one made by a cell made every later fork of its env raise.
+    box.call("import os, stat\nos.mkfifo('pipe')\nx = 5")
+    child = box.fork()
+    try:
+        assert child.call("x, stat.S_ISFIFO(os.lstat('pipe').st_mode)").text == "(5, True)"
+    finally:
+        child.close()
+
+
+def test_a_working_directory_that_cannot_be_copied_is_rebuilt_by_replay(box, monkeypatch):
+    # A copy can still fail (the host's disk full): the fork starts from a clean directory and replays the cells.
+    import arpo_env.tools.sandbox as sandbox
+
+    def full_disk(src, dst):
+        raise OSError(28, "No space left on device", dst)
+
+    box.call("x = 6\nopen('notes.txt', 'w').write('kept')")
+    monkeypatch.setattr(sandbox, "_copy_entry", full_disk)
+    root = os.path.dirname(box._slot.process.workdir)
+    before = set(os.listdir(root))
+    child = box.fork()
+    try:
+        assert child.call("x, open('notes.txt').read()").text == "(6, 'kept')"  # the cell that wrote it ran again
+        new = set(os.listdir(root)) - before
+        assert new == {os.path.basename(child._slot.process.workdir)}  # no half copy left behind
+    finally:
+        child.close()
+
+
 def test_snapshot_pickle_restore_in_a_new_process(box, tmp_path):
     box.call("x = 41")
     fork = box.fork()

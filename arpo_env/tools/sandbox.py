@@ -32,6 +32,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -68,6 +69,16 @@ class SandboxLimits:
     max_open_files: int = 256
     kill_grace_s: float = 3.0
     """How long after `timeout_s` the host waits for an interrupted cell before it kills the worker."""
+
+
+def _copy_entry(src: str, dst: str) -> None:
+    """Copy one entry of a working directory for a fork: a file with its data, a named pipe (which a cell may make
+    with ``os.mkfifo``, and which has no data to copy) as a new pipe; anything else (a socket's name) is left out."""
+    mode = os.lstat(src).st_mode
+    if stat.S_ISREG(mode):
+        shutil.copy2(src, dst)
+    elif stat.S_ISFIFO(mode):
+        os.mkfifo(dst, stat.S_IMODE(mode))
 
 
 class WorkerLost(RuntimeError):
@@ -377,7 +388,12 @@ class LocalSandbox:
             return child
         parent = self._worker()
         workdir = tempfile.mkdtemp(prefix="worker-", dir=os.path.dirname(parent.workdir))  # the template's root
-        shutil.copytree(parent.workdir, workdir, symlinks=True, dirs_exist_ok=True)
+        try:
+            shutil.copytree(parent.workdir, workdir, symlinks=True, dirs_exist_ok=True, copy_function=_copy_entry)
+        except OSError:  # the host's disk is full, or a file the cell made unreadable: the copy starts clean
+            shutil.rmtree(workdir, ignore_errors=True)
+            child.restore({"cells": child.history})
+            return child
         ours, theirs = socket.socketpair()
         try:
             parent.post({"op": "fork", "workdir": workdir}, fds=[theirs.fileno()])
