@@ -187,7 +187,7 @@ def _disk_usage(box: LocalSandbox) -> int:
 def test_a_disk_bomb_is_held_to_the_quota_and_the_sandbox_goes_on():
     # The working directory (what each fork copies) may take `disk_mb`: a file open for writing counts at the size it
     # may grow to (`file_size_mb`), an entry at a 4 KB block at least, and past the quota opening fails with ENOSPC.
-    box = LocalSandbox(SandboxLimits(timeout_s=10.0, kill_grace_s=2.0, disk_mb=32, file_size_mb=8))
+    box = LocalSandbox(SandboxLimits(timeout_s=10.0, kill_grace_s=2.0, disk_mb=32, file_size_mb=8, max_files=0))
     try:
         out = box.call("n = 0\nwhile True:\n    open(f'f{n}', 'wb').write(b'a' * 2**23)\n    n += 1")
         assert out.failed and "DiskQuotaExceeded: [Errno 28] No space left on device" in out.text, out.text
@@ -221,6 +221,27 @@ def test_a_disk_bomb_is_held_to_the_quota_and_the_sandbox_goes_on():
                         "\nopen('note').read()").text == "'ok'"
         out = box.call("with open('big', 'wb') as f:\n    f.write(b'a' * (2**23 + 1))")
         assert "File too large" in out.text and box.call("os.path.getsize('big')").text == str(2**23)  # file_size_mb
+    finally:
+        box.close()
+
+
+def test_the_working_directory_holds_at_most_max_files_entries():
+    # Empty files cost the disk quota little, but a fork copies each one (65,536 took 3-4 s a fork here).
+    box = LocalSandbox(SandboxLimits(timeout_s=10.0, kill_grace_s=2.0, max_files=50))
+    try:
+        out = box.call("import os\nos.mkdir('d')\nn = 0\ntry:\n    while True:\n"
+                       "        open(f'd/f{n}', 'w').close()\n        n += 1\nexcept OSError as e:\n    print(n, e.errno)")
+        assert out.text == "49 28", out.text  # the directory is one of the 50
+        for make in ("os.mkdir('e')", "os.symlink('d', 'e')", "os.link('d/f0', 'e')"):
+            out = box.call(make)
+            assert "may hold 50 files and directories in all" in out.text, (make, out.text)
+        assert box.call("open('d/f0', 'w').write('rewriting one is fine')").text == "21"
+        assert box.call("os.remove('d/f1')\nopen('new', 'w').close()\nlen(os.listdir('d'))").text == "48"
+        child = box.fork()
+        try:  # the copy holds as many, under the same limit
+            assert "may hold 50 files" in child.call("open('one-more', 'w')").text
+        finally:
+            child.close()
     finally:
         box.close()
 

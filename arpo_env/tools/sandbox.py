@@ -66,6 +66,10 @@ class SandboxLimits:
     """Disk space the worker's files may take together (its working directory, which a fork copies; 0: no limit).
     Each file open for writing counts at `file_size_mb`, so with the defaults four can be open at once in an empty
     directory; past the quota, opening a file for writing fails with ``ENOSPC`` (`DiskQuotaExceeded`)."""
+    max_files: int = 4096
+    """Files, directories and links the working directory may hold together (0: any number). A fork copies every
+    one, empty or not: 4,096 take about 0.3 s, 65,536 empty ones (what `disk_mb` alone allows) 3-4 s. Past it, making
+    another fails with ``ENOSPC`` (`DiskQuotaExceeded`)."""
     max_open_files: int = 256
     kill_grace_s: float = 3.0
     """How long after `timeout_s` the host waits for an interrupted cell before it kills the worker."""

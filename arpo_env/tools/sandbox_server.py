@@ -229,8 +229,8 @@ class Guard:
                         f"sandbox: {what} files outside the working directory is not allowed ({args[i]!r})"
                     )
             if self.quota is not None:
-                if event == "os.mkdir":
-                    self.quota.admit(args[0], directory=True)
+                if event in ("os.mkdir", "os.symlink"):  # an entry of a block, which a fork copies
+                    self.quota.admit(args[0 if event == "os.mkdir" else 1], directory=True)
                 elif event == "os.link":  # a second name for a file: a fork copies it twice
                     self.quota.admit(args[1], like=args[0])
                     self.quota.recount()
@@ -254,7 +254,7 @@ def _footprint(st: os.stat_result) -> int:
 
 
 class DiskQuota:
-    """Holds a worker's working directory to `limit` bytes. Checked, from the audit hook, at each opening of a file
+    """Holds a worker's working directory to `limit` bytes and `max_entries` entries. Checked, from the audit hook, at each opening of a file
     for writing and each directory made: the files not open for writing count at their size, every file open for
     writing (this one included) at `file_cap` (the size limit, ``RLIMIT_FSIZE``, it may still grow to), and the
     opening fails with `DiskQuotaExceeded` when that sum is over the limit. So the directory never holds more than
@@ -262,8 +262,11 @@ class DiskQuota:
     through an event the hook sees) and recounted after removals and renames; a file truncated by name counts as one
     opened for writing until the next check."""
 
-    def __init__(self, root: str, limit: int, file_cap: int) -> None:
+    def __init__(self, root: str, limit: int, file_cap: int, max_entries: int = 0) -> None:
         self.root, self.limit, self.file_cap = root, limit, min(file_cap, limit)
+        self.max_entries = max_entries
+        """Files, directories and links the directory may hold together (0: any number): a fork copies each one,
+        empty or not (some 70 microseconds an entry here)."""
         self.sizes: dict[str, int] | None = None
         """What each entry not open for writing costs (None: to be counted)."""
         self.total = 0
@@ -273,7 +276,7 @@ class DiskQuota:
 
     def moved_to(self, root: str) -> "DiskQuota":
         """The quota of a fork's copy of the directory, at `root`."""
-        return DiskQuota(root, self.limit, self.file_cap)
+        return DiskQuota(root, self.limit, self.file_cap, self.max_entries)
 
     def recount(self) -> None:
         with self.lock:
@@ -309,6 +312,13 @@ class DiskQuota:
                 new = 0 if full in sizes or full in self.writing else linked
             else:
                 new = 0 if full in self.writing else self.file_cap - sizes.get(full, 0)
+            entries = len(sizes) + len(self.writing)
+            if self.max_entries and full not in sizes and full not in self.writing and entries >= self.max_entries:
+                raise DiskQuotaExceeded(
+                    errno.ENOSPC,
+                    f"No space left on device: the sandbox may hold {self.max_entries} files and directories in all "
+                    f"(every fork copies each one), and it holds {entries}. Delete some",
+                    os.fsdecode(path))  # type: ignore[arg-type]
             if self.total + new + len(self.writing) * self.file_cap > self.limit:
                 mb = 2**20
                 raise DiskQuotaExceeded(
@@ -753,8 +763,9 @@ def _become_worker(sock: socket.socket, workdir: str, limits: dict, guard: Guard
     mem = int(limits.get("memory_mb", 1024)) * 2**20
     file_cap = int(limits.get("file_size_mb", 64)) * 2**20
     disk = int(limits.get("disk_mb", 256)) * 2**20
-    if disk > 0:
-        guard.quota = DiskQuota(guard.root, disk, file_cap)
+    entries = int(limits.get("max_files", 4096))
+    if disk > 0 or entries > 0:
+        guard.quota = DiskQuota(guard.root, disk if disk > 0 else sys.maxsize, file_cap, entries)
         file_cap = guard.quota.file_cap
     for name, value in (
         ("RLIMIT_AS", vm + mem if mem > 0 else resource.RLIM_INFINITY),
