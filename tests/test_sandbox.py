@@ -280,6 +280,26 @@ def test_a_cell_cannot_make_a_device_node(box):
         assert "no capabilities" in box.protections
 
 
+def test_sqlite_writes_only_inside_the_working_directory(box, tmp_path):
+    # SQLite opens and writes its files in C, where no "open" audit event is raised: a database anywhere, or one
+    # attached (ATTACH, VACUUM INTO), was written outside the sandbox.
+    outside = [str(tmp_path / f"{name}.db") for name in ("connected", "uri", "attached", "vacuumed")]
+    for code in (f"import sqlite3\nsqlite3.connect({outside[0]!r})",
+                 f"sqlite3.connect('file:{outside[1]}?mode=rwc', uri=True)"):
+        out = box.call(code)
+        assert out.failed and "a database outside the working directory is not allowed" in out.text, out.text
+    box.call("db = sqlite3.connect(':memory:')\ndb.execute('create table t (x)')")
+    out = box.call(f"db.execute(\"ATTACH DATABASE '{outside[2]}' AS other\")")
+    assert "DatabaseError: not authorized" in out.text, out.text
+    out = box.call(f"db.execute(\"VACUUM INTO '{outside[3]}'\")")
+    assert "DatabaseError: authorization denied" in out.text, out.text
+    assert os.listdir(tmp_path) == []
+    out = box.call("db.execute(\"VACUUM INTO 'copy.db'\")\nmine = sqlite3.connect('mine.db')\n"
+                   "mine.execute(\"ATTACH 'more.db' AS more\")\nmine.execute('create table more.u (y)')\n"
+                   "mine.commit()\nimport os\nsorted(os.listdir('.'))")
+    assert out.text == "['copy.db', 'mine.db', 'more.db']", out.text  # inside the directory, all of it works
+
+
 HOSTILE = {
     "busy loop": "while True: pass",
     "loop swallowing exceptions": "while True:\n    try:\n        sum(range(10))\n    except BaseException:\n        pass",

@@ -17,7 +17,8 @@ that runs model-written code). File descriptors for new channels travel with ``S
 Containment, in layers (see ``arpo_env.tools.sandbox`` for what it does *not* protect against):
 
 * an audit hook (PEP 578), armed for the whole life of the worker, refuses process creation, signals to other
-  processes, sockets, ctypes/FFI calls, garbage-collector introspection and writes outside the working directory;
+  processes, sockets, ctypes/FFI calls, garbage-collector introspection and writes outside the working directory
+  (hard links out of it included; SQLite, which writes in C, gets an authorizer for the files it attaches);
 * resource limits: address space (memory), file size, open files, no core dumps;
 * no Linux capabilities: a template started by root gives them all up before any cell runs, so what the hook does
   not see, such as ``os.mknod`` of a device node (a disk's, written to as a file in the directory), the kernel
@@ -148,6 +149,8 @@ _REFUSED = {
     "socket.gethostbyaddr": "network access",
     "socket.sendto": "network access",
     "socket.sendmsg": "network access",
+    "sqlite3.enable_load_extension": "loading native extensions (sqlite3)",
+    "sqlite3.load_extension": "loading native extensions (sqlite3)",
     "ctypes.dlopen": "foreign function calls (ctypes)",
     "ctypes.dlsym": "foreign function calls (ctypes)",
     "ctypes.dlsym/handle": "foreign function calls (ctypes)",
@@ -174,6 +177,19 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 _WRITABLE_DEVICES = {"/dev/null"}
 
 
+def _sqlite_file(database: object) -> str | None:
+    """The file SQLite opens for `database` (a path, or a ``file:`` URI), or None for an in-memory one."""
+    try:
+        name = os.fsdecode(database)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+    if name.startswith("file:"):  # taken as a URI whenever it could be one: the event does not say
+        from urllib.parse import unquote, urlsplit
+
+        name = unquote(urlsplit(name).path)
+    return None if name in ("", ":memory:") else name
+
+
 class Guard:
     """The audit hook and its state. One per process; `trusted()` opens it for the server's own operations."""
 
@@ -184,6 +200,14 @@ class Guard:
 
     def trusted(self) -> "_Trusted":
         return _Trusted(self)
+
+    def sqlite_authorizer(self, action: int, name: object, *_: object) -> int:
+        """A SQLite connection's authorizer: it denies attaching (``ATTACH``, ``VACUUM INTO``) a file outside."""
+        if action == 24 and name is not None:  # SQLITE_ATTACH
+            database = _sqlite_file(name)
+            if database is not None and not self.inside(database):
+                return 1  # SQLITE_DENY
+        return 0  # SQLITE_OK
 
     def inside(self, path: object) -> bool:
         if isinstance(path, int):  # an already-open descriptor: its opening was checked
@@ -238,6 +262,14 @@ class Guard:
                     self.quota.admit(args[0])
                 elif event in _FREEING_EVENTS:
                     self.quota.recount()
+        elif event == "sqlite3.connect":  # SQLite opens and writes its files in C, where no "open" event is raised
+            database = _sqlite_file(args[0])
+            if database is not None:
+                if not self.inside(database):
+                    raise SandboxViolation(
+                        f"sandbox: a database outside the working directory is not allowed ({database!r})")
+                if self.quota is not None:
+                    self.quota.admit(database)
         elif event == "import" and args and args[0] in ("ctypes", "_ctypes", "cffi", "_cffi_backend"):
             raise SandboxViolation(f"sandbox: foreign function calls ({args[0]}) are not allowed")
 
@@ -437,6 +469,27 @@ def _drop_capabilities() -> str:
         return "no capabilities"
     except Exception:  # noqa: BLE001 - any failure means: the capabilities stay, the audit hook still checks
         return ""
+
+
+def _guard_sqlite(guard: Guard) -> None:
+    """Make `sqlite3.connect` give each connection the guard's authorizer. SQLite writes its files in C: the guard
+    checks the database a connection opens (the ``sqlite3.connect`` event), but ``ATTACH`` and ``VACUUM INTO`` make
+    files that no event reports. (The event for a new connection comes before it can take an authorizer, so the
+    function that makes it is wrapped instead, in the template, for every worker.)"""
+    try:
+        import sqlite3
+        import sqlite3.dbapi2
+    except ImportError:
+        return
+    original = sqlite3.connect
+
+    def connect(*args: object, **kwargs: object) -> sqlite3.Connection:
+        connection = original(*args, **kwargs)  # type: ignore[arg-type]
+        connection.set_authorizer(guard.sqlite_authorizer)
+        return connection
+
+    connect.__doc__ = original.__doc__
+    sqlite3.connect = sqlite3.dbapi2.connect = connect  # type: ignore[assignment]
 
 
 def _set_subreaper() -> None:
@@ -817,6 +870,7 @@ def template_main(fd: int, preload: list[str]) -> None:
     gc.collect()
     gc.freeze()  # keep preloaded objects out of later collections: pages stay shared after fork
     guard = Guard()
+    _guard_sqlite(guard)
     sys.addaudithook(guard)
     with guard.trusted():
         chan = socket.socket(fileno=fd)
