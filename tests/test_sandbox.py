@@ -280,6 +280,28 @@ def test_a_cell_cannot_make_a_device_node(box):
         assert "no capabilities" in box.protections
 
 
+FORK_EXEC_311 = ("import _posixsubprocess, importlib.util, os\nr, w = os.pipe()\n"
+                 "ARGS = ([b'/bin/sh', b'-c', b'echo ran > {target}'], [b'/bin/sh'], True, (w,), None, None, -1, -1, -1,"
+                 " -1, -1, -1, r, w, True, False, -1, None, None, -1, -1, None, False)\n")
+
+
+@pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="fork_exec's arguments are CPython 3.11's")
+@pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64"), reason="the seccomp filter knows these two")
+def test_a_cell_cannot_run_a_program_through_posixsubprocess(box, tmp_path):
+    # subprocess raises its audit event in Python, then calls _posixsubprocess.fork_exec, which raises none; and a
+    # cell can load a fresh copy of that module. The worker's seccomp filter refuses execve whatever calls it.
+    target = tmp_path / "ran.txt"
+    box.call(FORK_EXEC_311.format(target=target))
+    out = box.call("_posixsubprocess.fork_exec(*ARGS)")
+    assert out.failed and "running programs is not allowed" in out.text, out.text
+    out = box.call("spec = importlib.util.find_spec('_posixsubprocess')\nfresh = importlib.util.module_from_spec(spec)\n"
+                   "spec.loader.exec_module(fresh)\npid = fresh.fork_exec(*ARGS)\nos.close(w)\nos.read(r, 200)")
+    assert "OSError:1:" in out.text, out.text  # the child's report: execve failed with EPERM
+    time.sleep(0.5)
+    assert not target.exists()
+    assert "no programs (seccomp)" in box.protections
+
+
 def test_sqlite_writes_only_inside_the_working_directory(box, tmp_path):
     # SQLite opens and writes its files in C, where no "open" audit event is raised: a database anywhere, or one
     # attached (ATTACH, VACUUM INTO), was written outside the sandbox.

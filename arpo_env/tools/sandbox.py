@@ -18,11 +18,11 @@ they may use one cell's CPU time, then they are interrupted, and threads that go
 with them, the model told why).
 
 What it does **not** protect against: the checks on processes, signals, files and ctypes are a CPython audit hook
-(PEP 578) inside the worker, plus resource limits, no capabilities and, where the kernel allows, a private network
-namespace. Code that is built to escape CPython (a native extension written to disk and imported, an interpreter
-bug) is not contained, and reads of files the host user can read are allowed. Use it for the mistakes and excesses
-of a model under training, not for adversarial code: for that run the interpreter in a separate VM with
-``sandbox="e2b"`` (`arpo_env.tools.e2b`).
+(PEP 578) inside the worker, plus resource limits, no capabilities, a seccomp filter against programs and, where the
+kernel allows, a private network namespace. Code that is built to escape CPython (a native extension written to disk
+and imported, an interpreter bug) is not contained, and reads of files the host user can read are allowed. Use it
+for the mistakes and excesses of a model under training, not for adversarial code: for that run the interpreter in a
+separate VM with ``sandbox="e2b"`` (`arpo_env.tools.e2b`).
 """
 
 from __future__ import annotations
@@ -227,6 +227,7 @@ class _Template:
         hello, _ = recv_message(self.sock)
         self.network = hello.get("network", "")
         self.capabilities = hello.get("capabilities", "")
+        self.programs = hello.get("programs", "")
 
     def alive(self) -> bool:
         return self.owner == os.getpid() and self.proc.poll() is None
@@ -329,8 +330,8 @@ class LocalSandbox:
     def protections(self) -> list[str]:
         """The containment layers active on this machine."""
         template = _template(self.preload)
-        return ["audit hook", "resource limits", "cell timers"] + [p for p in (template.network,
-                                                                          template.capabilities) if p]
+        layers = (template.network, template.capabilities, template.programs)
+        return ["audit hook", "resource limits", "cell timers"] + [layer for layer in layers if layer]
 
     def start(self) -> None:
         """Start the worker now rather than at the first call."""

@@ -23,6 +23,8 @@ Containment, in layers (see ``arpo_env.tools.sandbox`` for what it does *not* pr
 * no Linux capabilities: a template started by root gives them all up before any cell runs, so what the hook does
   not see, such as ``os.mknod`` of a device node (a disk's, written to as a file in the directory), the kernel
   refuses;
+* no programs: a seccomp filter makes ``execve`` fail (``EPERM``) whatever calls it (on x86_64 and aarch64), such as a
+  fresh copy of `_posixsubprocess`, whose ``fork_exec`` raises no audit event;
 * a disk quota on the working directory (what a fork copies): files are counted as they are opened for writing,
   directories as they are made, and an opening that could take the files past the quota fails with ``ENOSPC``;
 * a private network namespace with no interfaces up, when the kernel allows it (root, or user namespaces);
@@ -471,6 +473,70 @@ def _drop_capabilities() -> str:
         return ""
 
 
+_SECCOMP_ARCHES = {"x86_64": (0xC000003E, 59, 322, 0x40000000), "aarch64": (0xC00000B7, 221, 281, 0xFFFFFFFF)}
+"""Per machine: the audit architecture, the numbers of execve and execveat, and the lowest number of another ABI
+(x86_64's x32 calls, all refused; none on aarch64)."""
+
+
+def _forbid_programs() -> str:
+    """Forbid this process and all it forks to run a program (execve), by a seccomp filter; return what was done.
+
+    The audit hook refuses the ways Python's own modules start programs, but `_posixsubprocess.fork_exec`, which
+    `subprocess` calls after its audit event, raises none, and a cell can load a fresh copy of that module whatever
+    is done to the loaded one. The kernel's filter holds whatever the cell calls: execve fails with ``EPERM``."""
+    arch = _SECCOMP_ARCHES.get(os.uname().machine)
+    if arch is None:
+        return ""
+    audit_arch, execve, execveat, other_abi = arch
+    try:
+        import ctypes  # loaded before the guard is armed; the guard refuses ctypes calls afterwards
+
+        class Filter(ctypes.Structure):
+            _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
+                        ("k", ctypes.c_uint32)]
+
+        class Program(ctypes.Structure):
+            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Filter))]
+
+        load, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, ..JGE.., BPF_RET
+        deny, allow = 0x00050000 | errno.EPERM, 0x7FFF0000  # SECCOMP_RET_ERRNO | EPERM, SECCOMP_RET_ALLOW
+        code = [
+            (load, 0, 0, 4),  # seccomp_data.arch
+            (jeq, 0, 5, audit_arch),  # another architecture's call: allowed (to 7)
+            (load, 0, 0, 0),  # seccomp_data.nr
+            (jge, 2, 0, other_abi),  # to 6
+            (jeq, 1, 0, execve),  # to 6
+            (jeq, 0, 1, execveat),  # to 6, else to 7
+            (ret, 0, 0, deny),
+            (ret, 0, 0, allow),
+        ]
+        filters = (Filter * len(code))(*[Filter(*op) for op in code])
+        program = Program(len(code), filters)
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_no_new_privs, pr_set_seccomp, seccomp_mode_filter = 38, 22, 2
+        if libc.prctl(pr_set_no_new_privs, 1, 0, 0, 0) != 0:
+            return ""
+        if libc.prctl(pr_set_seccomp, seccomp_mode_filter, ctypes.byref(program), 0, 0) != 0:
+            return ""
+        return "no programs (seccomp)"
+    except Exception:  # noqa: BLE001 - any failure means: no filter, the audit hook still refuses the usual ways
+        return ""
+
+
+def _refuse_fork_exec() -> None:
+    """Make the loaded `_posixsubprocess.fork_exec` say what it is refused (a fresh copy of the module still gets
+    past this, but not past `_forbid_programs`)."""
+    try:
+        import _posixsubprocess
+    except ImportError:
+        return
+
+    def fork_exec(*args: object, **kwargs: object) -> None:
+        raise SandboxViolation("sandbox: running programs is not allowed (_posixsubprocess.fork_exec)")
+
+    _posixsubprocess.fork_exec = fork_exec  # type: ignore[attr-defined]
+
+
 def _guard_sqlite(guard: Guard) -> None:
     """Make `sqlite3.connect` give each connection the guard's authorizer. SQLite writes its files in C: the guard
     checks the database a connection opens (the ``sqlite3.connect`` event), but ``ATTACH`` and ``VACUUM INTO`` make
@@ -869,12 +935,15 @@ def template_main(fd: int, preload: list[str]) -> None:
 
     gc.collect()
     gc.freeze()  # keep preloaded objects out of later collections: pages stay shared after fork
+    programs = _forbid_programs()
     guard = Guard()
     _guard_sqlite(guard)
+    _refuse_fork_exec()
     sys.addaudithook(guard)
     with guard.trusted():
         chan = socket.socket(fileno=fd)
-        send_message(chan, {"ok": True, "pid": os.getpid(), "network": network, "capabilities": capabilities})
+        send_message(chan, {"ok": True, "pid": os.getpid(), "network": network, "capabilities": capabilities,
+                            "programs": programs})
     while True:
         try:
             with guard.trusted():
