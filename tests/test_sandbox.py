@@ -302,6 +302,25 @@ def test_a_cell_cannot_run_a_program_through_posixsubprocess(box, tmp_path):
     assert "no programs (seccomp)" in box.protections
 
 
+def test_no_path_relative_to_a_directory_descriptor_gets_out(box, tmp_path):
+    # The "open" audit event does not carry `dir_fd`: with a descriptor of a directory outside, os.open(name,
+    # dir_fd=...) (or open(..., opener=...)) wrote there. No directory is opened as a descriptor, inside or out.
+    for where in (str(tmp_path), ".", "sub"):
+        out = box.call(f"import os\nos.makedirs('sub', exist_ok=True)\nos.open({where!r}, os.O_RDONLY)")
+        assert out.failed and "opening a directory as a file descriptor is not allowed" in out.text, out.text
+    # os.mknod and os.mkfifo raise no audit event: they are checked like the calls that do.
+    for make in ("mkfifo", "mknod"):
+        out = box.call(f"os.{make}({str(tmp_path / make)!r})")
+        assert out.failed and "making files outside the working directory is not allowed" in out.text, out.text
+    assert os.listdir(tmp_path) == []
+    # What needs directories by path still works: a tree removed, walked, listed; a pipe made inside.
+    out = box.call("import shutil, tempfile\nos.makedirs('a/b/c')\nopen('a/b/c/f', 'w').write('x')\n"
+                   "with tempfile.TemporaryDirectory() as t:\n    open(os.path.join(t, 'g'), 'w').write('y')\n"
+                   "n = sum(len(files) for _, _, files in os.walk('a'))\nshutil.rmtree('a')\nos.mkfifo('p')\n"
+                   "n, sorted(os.listdir('.'))")
+    assert out.text == "(1, ['p', 'sub'])", out.text
+
+
 def test_sqlite_writes_only_inside_the_working_directory(box, tmp_path):
     # SQLite opens and writes its files in C, where no "open" audit event is raised: a database anywhere, or one
     # attached (ATTACH, VACUUM INTO), was written outside the sandbox.

@@ -18,7 +18,9 @@ Containment, in layers (see ``arpo_env.tools.sandbox`` for what it does *not* pr
 
 * an audit hook (PEP 578), armed for the whole life of the worker, refuses process creation, signals to other
   processes, sockets, ctypes/FFI calls, garbage-collector introspection and writes outside the working directory
-  (hard links out of it included; SQLite, which writes in C, gets an authorizer for the files it attaches);
+  (hard links out of it included; no directory is opened as a descriptor, since a path relative to one would get
+  past the checks; ``os.mknod`` and ``os.mkfifo``, which raise no event, are checked the same way; SQLite, which
+  writes in C, gets an authorizer for the files it attaches);
 * resource limits: address space (memory), file size, open files, no core dumps;
 * no Linux capabilities: a template started by root gives them all up before any cell runs, so what the hook does
   not see, such as ``os.mknod`` of a device node (a disk's, written to as a file in the directory), the kernel
@@ -240,6 +242,11 @@ class Guard:
                 raise SandboxViolation(f"sandbox: signalling other processes is not allowed ({event})")
         elif event == "open":
             path, mode, flags = (tuple(args) + (None, None, None))[:3]
+            if path is not None and not isinstance(path, int) and os.path.isdir(path):  # type: ignore[arg-type]
+                # With a directory's descriptor as `dir_fd`, a relative path reaches wherever that directory is, and
+                # the "open" event does not carry it: no directory is opened, inside or outside (use its path).
+                raise SandboxViolation(f"sandbox: opening a directory as a file descriptor is not allowed ({path!r}); "
+                                       "use its path")
             writes = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
                 isinstance(flags, int) and flags & _WRITE_FLAGS
             )
@@ -535,6 +542,34 @@ def _refuse_fork_exec() -> None:
         raise SandboxViolation("sandbox: running programs is not allowed (_posixsubprocess.fork_exec)")
 
     _posixsubprocess.fork_exec = fork_exec  # type: ignore[attr-defined]
+
+
+def _guard_node_makers(guard: Guard) -> None:
+    """Check `os.mknod` and `os.mkfifo`, which raise no audit event, like the calls that do: only inside the working
+    directory, and within its quota. (Device nodes the kernel refuses anyway: the workers hold no capabilities.)
+    And have `shutil.rmtree` work by path: its descriptor-based way opens directories, which the guard refuses."""
+    import posix
+    import shutil
+
+    shutil._use_fd_functions = False  # type: ignore[attr-defined]
+
+    def checked(original):  # noqa: ANN001, ANN202
+        def make(path, *args, dir_fd=None, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+            if dir_fd is not None or not guard.inside(path):
+                raise SandboxViolation(f"sandbox: making files outside the working directory is not allowed "
+                                       f"({path!r})")
+            if guard.quota is not None:
+                guard.quota.admit(path, directory=True)
+            return original(path, *args, **kwargs)
+
+        make.__doc__, make.__name__ = original.__doc__, original.__name__
+        return make
+
+    for name in ("mknod", "mkfifo"):
+        original = getattr(posix, name, None)
+        if original is not None:
+            setattr(posix, name, checked(original))
+            setattr(os, name, getattr(posix, name))
 
 
 def _guard_sqlite(guard: Guard) -> None:
@@ -938,6 +973,7 @@ def template_main(fd: int, preload: list[str]) -> None:
     programs = _forbid_programs()
     guard = Guard()
     _guard_sqlite(guard)
+    _guard_node_makers(guard)
     _refuse_fork_exec()
     sys.addaudithook(guard)
     with guard.trusted():
