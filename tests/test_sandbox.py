@@ -162,6 +162,16 @@ def test_a_working_directory_that_cannot_be_copied_is_rebuilt_by_replay(box, mon
         child.close()
 
 
+def test_a_template_that_dies_at_start_says_so(tmp_path, monkeypatch):
+    # A preloaded module that ends the process (or a crash) used to surface as "EOFError: channel closed".
+    (tmp_path / "ends_the_process.py").write_text("import os\nos._exit(3)\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    box = LocalSandbox(preload=("ends_the_process",))
+    with pytest.raises(RuntimeError, match=r"template process .* did not start: .*\(exit status 3\); run it by hand"):
+        box.call("1")
+    box.close()
+
+
 def test_snapshot_pickle_restore_in_a_new_process(box, tmp_path):
     box.call("x = 41")
     fork = box.fork()
@@ -299,7 +309,7 @@ def test_a_cell_cannot_run_a_program_through_posixsubprocess(box, tmp_path):
     assert "OSError:1:" in out.text, out.text  # the child's report: execve failed with EPERM
     time.sleep(0.5)
     assert not target.exists()
-    assert "no programs (seccomp)" in box.protections
+    assert "no programs or memory files (seccomp)" in box.protections
 
 
 def test_no_path_relative_to_a_directory_descriptor_gets_out(box, tmp_path):
@@ -319,6 +329,26 @@ def test_no_path_relative_to_a_directory_descriptor_gets_out(box, tmp_path):
                    "n = sum(len(files) for _, _, files in os.walk('a'))\nshutil.rmtree('a')\nos.mkfifo('p')\n"
                    "n, sorted(os.listdir('.'))")
     assert out.text == "(1, ['p', 'sub'])", out.text
+
+
+@pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64"), reason="the seccomp filter knows these two")
+def test_a_cell_cannot_hold_memory_past_its_limit_in_files():
+    # A memory file's pages are not the process's address space: 40 of 64 MB each took 2.6 GB past memory_mb=1024.
+    # POSIX shared memory lives in /dev/shm, outside the directory, and outlasts the worker. Neither raises an audit
+    # event; the loaded functions say they are refused, and the kernel refuses memfd_create from a fresh copy of os.
+    box = LocalSandbox(SandboxLimits(memory_mb=256))
+    try:
+        out = box.call("import os\nos.memfd_create('big')")
+        assert out.failed and "making memory files is not allowed" in out.text, out.text
+        out = box.call("import importlib.util\nspec = importlib.util.find_spec('posix')\n"
+                       "fresh = importlib.util.module_from_spec(spec)\nfresh.memfd_create('big')")
+        assert out.failed and "PermissionError: [Errno 1] Operation not permitted" in out.text, out.text
+        out = box.call("import _posixshmem\n_posixshmem.shm_open('/arpo-test', os.O_CREAT | os.O_RDWR, 0o600)")
+        assert out.failed and "shared memory is not allowed" in out.text, out.text
+        assert not os.path.exists("/dev/shm/arpo-test")
+        assert box.call("print('still here')").text == "still here"
+    finally:
+        box.close()
 
 
 def test_sqlite_writes_only_inside_the_working_directory(box, tmp_path):

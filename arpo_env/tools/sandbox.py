@@ -18,11 +18,11 @@ they may use one cell's CPU time, then they are interrupted, and threads that go
 with them, the model told why).
 
 What it does **not** protect against: the checks on processes, signals, files and ctypes are a CPython audit hook
-(PEP 578) inside the worker, plus resource limits, no capabilities, a seccomp filter against programs and, where the
-kernel allows, a private network namespace. Code that is built to escape CPython (a native extension written to disk
-and imported, an interpreter bug) is not contained, and reads of files the host user can read are allowed. Use it
-for the mistakes and excesses of a model under training, not for adversarial code: for that run the interpreter in a
-separate VM with ``sandbox="e2b"`` (`arpo_env.tools.e2b`).
+(PEP 578) inside the worker, plus resource limits, no capabilities, a seccomp filter against programs and memory
+files and, where the kernel allows, a private network namespace. Code that is built to escape CPython (a native
+extension written to disk and imported, an interpreter bug) is not contained, and reads of files the host user can
+read are allowed. Use it for the mistakes and excesses of a model under training, not for adversarial code: for that
+run the interpreter in a separate VM with ``sandbox="e2b"`` (`arpo_env.tools.e2b`).
 """
 
 from __future__ import annotations
@@ -224,7 +224,16 @@ class _Template:
         self.owner = os.getpid()
         self.lock = threading.Lock()
         self.sock.settimeout(300)
-        hello, _ = recv_message(self.sock)
+        try:
+            hello, _ = recv_message(self.sock)
+        except (EOFError, OSError, ValueError) as exc:  # it died before its first word: say so, not "channel closed"
+            self.proc.kill()
+            status = self.proc.wait()
+            self.sock.close()
+            shutil.rmtree(self.root, ignore_errors=True)
+            raise RuntimeError(f"the Python sandbox's template process ({SERVER}) did not start: {exc or 'no answer'} "
+                               f"(exit status {status}); run it by hand to see why: "
+                               f"{sys.executable} {SERVER} template 0 {' '.join(preload)}") from exc
         self.network = hello.get("network", "")
         self.capabilities = hello.get("capabilities", "")
         self.programs = hello.get("programs", "")

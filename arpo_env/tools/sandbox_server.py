@@ -25,8 +25,9 @@ Containment, in layers (see ``arpo_env.tools.sandbox`` for what it does *not* pr
 * no Linux capabilities: a template started by root gives them all up before any cell runs, so what the hook does
   not see, such as ``os.mknod`` of a device node (a disk's, written to as a file in the directory), the kernel
   refuses;
-* no programs: a seccomp filter makes ``execve`` fail (``EPERM``) whatever calls it (on x86_64 and aarch64), such as a
-  fresh copy of `_posixsubprocess`, whose ``fork_exec`` raises no audit event;
+* no programs and no memory files: a seccomp filter makes ``execve`` and ``memfd_create`` fail (``EPERM``) whatever
+  calls them (on x86_64 and aarch64), such as a fresh copy of `_posixsubprocess`, whose ``fork_exec`` raises no audit
+  event (a memory file's pages are past the address-space limit); POSIX shared memory is refused;
 * a disk quota on the working directory (what a fork copies): files are counted as they are opened for writing,
   directories as they are made, and an opening that could take the files past the quota fails with ``ENOSPC``;
 * a private network namespace with no interfaces up, when the kernel allows it (root, or user namespaces);
@@ -480,21 +481,27 @@ def _drop_capabilities() -> str:
         return ""
 
 
-_SECCOMP_ARCHES = {"x86_64": (0xC000003E, 59, 322, 0x40000000), "aarch64": (0xC00000B7, 221, 281, 0xFFFFFFFF)}
-"""Per machine: the audit architecture, the numbers of execve and execveat, and the lowest number of another ABI
-(x86_64's x32 calls, all refused; none on aarch64)."""
+_SECCOMP_ARCHES = {
+    "x86_64": (0xC000003E, 0x40000000, (59, 322, 319)),
+    "aarch64": (0xC00000B7, 0xFFFFFFFF, (221, 281, 279)),
+}
+"""Per machine: the audit architecture, the lowest number of another ABI (x86_64's x32 calls, all refused; none on
+aarch64), and the numbers of the calls refused: execve, execveat, memfd_create."""
 
 
-def _forbid_programs() -> str:
-    """Forbid this process and all it forks to run a program (execve), by a seccomp filter; return what was done.
+def _seccomp_filter() -> str:
+    """Forbid this process and all it forks to run a program or make a memory file, by a seccomp filter; return what
+    was done.
 
     The audit hook refuses the ways Python's own modules start programs, but `_posixsubprocess.fork_exec`, which
     `subprocess` calls after its audit event, raises none, and a cell can load a fresh copy of that module whatever
-    is done to the loaded one. The kernel's filter holds whatever the cell calls: execve fails with ``EPERM``."""
+    is done to the loaded one. ``os.memfd_create`` raises none either, and the memory its files hold is not the
+    process's address space: past `memory_mb` (40 of 64 MB each took 2.6 GB). The kernel's filter holds whatever the
+    cell calls: those calls fail with ``EPERM``."""
     arch = _SECCOMP_ARCHES.get(os.uname().machine)
     if arch is None:
         return ""
-    audit_arch, execve, execveat, other_abi = arch
+    audit_arch, other_abi, refused = arch
     try:
         import ctypes  # loaded before the guard is armed; the guard refuses ctypes calls afterwards
 
@@ -506,16 +513,15 @@ def _forbid_programs() -> str:
             _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Filter))]
 
         load, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, ..JGE.., BPF_RET
-        deny, allow = 0x00050000 | errno.EPERM, 0x7FFF0000  # SECCOMP_RET_ERRNO | EPERM, SECCOMP_RET_ALLOW
+        allow_at, deny_at = 4 + len(refused), 5 + len(refused)  # the two returns, after the checks
         code = [
             (load, 0, 0, 4),  # seccomp_data.arch
-            (jeq, 0, 5, audit_arch),  # another architecture's call: allowed (to 7)
+            (jeq, 0, allow_at - 2, audit_arch),  # another architecture's call: allowed
             (load, 0, 0, 0),  # seccomp_data.nr
-            (jge, 2, 0, other_abi),  # to 6
-            (jeq, 1, 0, execve),  # to 6
-            (jeq, 0, 1, execveat),  # to 6, else to 7
-            (ret, 0, 0, deny),
-            (ret, 0, 0, allow),
+            (jge, deny_at - 4, 0, other_abi),
+            *[(jeq, deny_at - i - 5, 0, nr) for i, nr in enumerate(refused)],
+            (ret, 0, 0, 0x7FFF0000),  # SECCOMP_RET_ALLOW: none of them
+            (ret, 0, 0, 0x00050000 | errno.EPERM),  # SECCOMP_RET_ERRNO
         ]
         filters = (Filter * len(code))(*[Filter(*op) for op in code])
         program = Program(len(code), filters)
@@ -525,23 +531,38 @@ def _forbid_programs() -> str:
             return ""
         if libc.prctl(pr_set_seccomp, seccomp_mode_filter, ctypes.byref(program), 0, 0) != 0:
             return ""
-        return "no programs (seccomp)"
+        return "no programs or memory files (seccomp)"
     except Exception:  # noqa: BLE001 - any failure means: no filter, the audit hook still refuses the usual ways
         return ""
 
 
-def _refuse_fork_exec() -> None:
-    """Make the loaded `_posixsubprocess.fork_exec` say what it is refused (a fresh copy of the module still gets
-    past this, but not past `_forbid_programs`)."""
+def _refuse_unaudited() -> None:
+    """Have the loaded C functions that raise no audit event and that the sandbox refuses say so: running a program
+    (`_posixsubprocess.fork_exec`), a memory file (``os.memfd_create``), POSIX shared memory (its files live in
+    /dev/shm, outside the working directory, and outlast the worker). A fresh copy of such a module still gets past
+    this, but not past `_seccomp_filter`, except to shared memory."""
+    import posix
+
+    def refuse(what: str, name: str):  # noqa: ANN202
+        def refused(*args: object, **kwargs: object) -> None:
+            raise SandboxViolation(f"sandbox: {what} is not allowed ({name})")
+
+        return refused
+
+    try:
+        import _posixshmem
+    except ImportError:
+        _posixshmem = None
     try:
         import _posixsubprocess
     except ImportError:
-        return
-
-    def fork_exec(*args: object, **kwargs: object) -> None:
-        raise SandboxViolation("sandbox: running programs is not allowed (_posixsubprocess.fork_exec)")
-
-    _posixsubprocess.fork_exec = fork_exec  # type: ignore[attr-defined]
+        _posixsubprocess = None
+    for module, name, what in ((_posixsubprocess, "fork_exec", "running programs"),
+                               (posix, "memfd_create", "making memory files"),
+                               (os, "memfd_create", "making memory files"),
+                               (_posixshmem, "shm_open", "shared memory")):
+        if module is not None and hasattr(module, name):
+            setattr(module, name, refuse(what, f"{module.__name__}.{name}"))
 
 
 def _guard_node_makers(guard: Guard) -> None:
@@ -970,11 +991,11 @@ def template_main(fd: int, preload: list[str]) -> None:
 
     gc.collect()
     gc.freeze()  # keep preloaded objects out of later collections: pages stay shared after fork
-    programs = _forbid_programs()
+    programs = _seccomp_filter()
     guard = Guard()
     _guard_sqlite(guard)
     _guard_node_makers(guard)
-    _refuse_fork_exec()
+    _refuse_unaudited()
     sys.addaudithook(guard)
     with guard.trusted():
         chan = socket.socket(fileno=fd)
