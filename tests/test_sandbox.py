@@ -172,6 +172,22 @@ def test_a_template_that_dies_at_start_says_so(tmp_path, monkeypatch):
     box.close()
 
 
+def test_the_hosts_keys_are_not_in_the_sandboxs_environment(monkeypatch):
+    # The model's code printed os.environ into its rollout: HF_TOKEN, WANDB_API_KEY and the like with it.
+    monkeypatch.setenv("HF_TOKEN", "hf_not_for_the_model")
+    monkeypatch.setenv("ARPO_TEST_SETTING", "wanted")
+    monkeypatch.setenv("ARPO_SANDBOX_ENV", "ARPO_TEST_SETTING")  # what a user asks to pass
+    box = LocalSandbox(preload=("math",))  # a template of its own, started with this environment
+    try:
+        out = box.call("import os\nos.environ.get('HF_TOKEN'), os.environ.get('ARPO_TEST_SETTING'), 'PATH' in os.environ")
+        assert out.text == "(None, 'wanted', True)", out.text
+        if os.geteuid() == 0:  # nor the host's own, by /proc: a worker without capabilities may not read a root's
+            out = box.call(f"open('/proc/{os.getpid()}/environ', 'rb').read()")
+            assert out.failed and "Permission denied" in out.text, out.text
+    finally:
+        box.close()
+
+
 def test_snapshot_pickle_restore_in_a_new_process(box, tmp_path):
     box.call("x = 41")
     fork = box.fork()

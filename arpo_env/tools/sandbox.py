@@ -201,6 +201,20 @@ class _Process:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
+_PASSED_ENV = ("PATH", "HOME", "LANG", "LANGUAGE", "TZ", "PYTHONPATH", "PYTHONHOME", "PYTHONUTF8", "PYTHONIOENCODING",
+               "LD_LIBRARY_PATH", "VIRTUAL_ENV", "CONDA_PREFIX")
+
+
+def _worker_environment() -> dict[str, str]:
+    """The environment the template and its workers get: what running Python and its libraries needs (the names in
+    `_PASSED_ENV`, the locale's ``LC_*``), plus the names listed, comma-separated, in ``ARPO_SANDBOX_ENV``. Not the
+    rest: the host's variables hold its keys (``HF_TOKEN``, ``WANDB_API_KEY``, ``E2B_API_KEY``...), and a model that
+    prints ``os.environ`` would write them into its rollouts and logs."""
+    extra = {name.strip() for name in os.environ.get("ARPO_SANDBOX_ENV", "").split(",") if name.strip()}
+    return {name: value for name, value in os.environ.items()
+            if name in _PASSED_ENV or name.startswith("LC_") or name in extra}
+
+
 class _Template:
     """The process that preloads modules and forks fresh workers. One per (host process, preload list)."""
 
@@ -209,7 +223,8 @@ class _Template:
         self.root = tempfile.mkdtemp(prefix="arpo-sandbox-")
         """Every worker's working directory is made in here; the template removes it when it exits (its host gone or
         shut down), so a killed host leaves no files behind."""
-        env = dict(os.environ, ARPO_SANDBOX_ROOT=self.root)
+        env = _worker_environment()
+        env["ARPO_SANDBOX_ROOT"] = self.root
         # One thread per worker (no BLAS thread pools to lose at fork); stable hashing so replay rebuilds the same
         # set and dict orders; no bytecode files written from inside the sandbox.
         env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONHASHSEED="0",
