@@ -229,6 +229,28 @@ def test_local_and_private_addresses_are_refused_by_default(server, host):
     assert sum(Handler.hits.values()) == before  # nothing reached the server
 
 
+def test_a_name_that_rebinds_to_a_private_address_gets_nowhere(server, monkeypatch):
+    # DNS rebinding: the name resolves to a public address when it is checked and to a local one when the connection
+    # is made. The connection now goes to the addresses that were checked, resolved once more and checked again.
+    import socket
+
+    port = int(server.rsplit(":", 1)[1])
+    real, lookups = socket.getaddrinfo, []
+
+    def rebinding(host, *args, **kwargs):
+        if host != "rebinding.example":
+            return real(host, *args, **kwargs)
+        lookups.append(host)
+        address = "93.184.216.34" if len(lookups) == 1 else "127.0.0.1"  # public first, then the machine itself
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    before = sum(Handler.hits.values())
+    out = BrowseTool(cache=None).call(f"http://rebinding.example:{port}/article")
+    assert out.failed and "rebinding.example is not a public address (127.0.0.1)" in out.text, out.text
+    assert len(lookups) == 2 and sum(Handler.hits.values()) == before  # nothing reached the server
+
+
 def test_a_private_address_is_refused_as_an_observation_and_the_episode_goes_on(server):
     env = gym.make("ARPO-DeepSearch-v0", browse_options={"cache": False})
     env.reset(options={"question": "When did the Vasa sink?", "answer": "1628"})

@@ -13,9 +13,10 @@ overrun can be the machine's load of the moment. Every failure is an observation
 The URL is the model's, so by default only public addresses are fetched: a host that resolves to a loopback, private,
 link-local or otherwise non-global address (``127.0.0.1:8000``, a vLLM server; ``169.254.169.254``, a cloud's
 metadata service with its credentials; an intranet) is refused, at every redirect too. ``private_hosts=True`` allows
-them (a local test server, an intranet wiki). The check resolves the name before httpx does, so a name whose
-address changes between the two (DNS rebinding) is not caught, nor one this machine cannot resolve that a proxy
-(``HTTPS_PROXY``) then does: for adversarial models, fetch through a proxy that enforces the rule itself.
+them (a local test server, an intranet wiki). The connection is made to the very addresses checked, so a name whose
+address changes between a check and the connection (DNS rebinding) gets nowhere; a name this machine cannot resolve
+and a proxy (``HTTPS_PROXY``) then does is not checked: for adversarial models, fetch through a proxy that enforces
+the rule itself.
 """
 
 from __future__ import annotations
@@ -224,6 +225,7 @@ class BrowseTool(StatelessTool):
         deadline = time.monotonic() + self.timeout_s
         seen: set[str] = set()
         with httpx.Client(timeout=httpx.Timeout(self.timeout_s), follow_redirects=False,
+                          transport=None if self.private_hosts else _public_transport(),
                           headers={"User-Agent": USER_AGENT, "Accept": "text/html,text/plain;q=0.9,*/*;q=0.1"}) as client:
             for _ in range(self.max_redirects + 1):
                 if url in seen:
@@ -258,12 +260,8 @@ class BrowseTool(StatelessTool):
         except (socket.gaierror, UnicodeError):  # not here: httpx fails on it too, or a proxy resolves it
             return
         for info in infos:
-            address = ipaddress.ip_address(str(info[4][0]).split("%")[0])
-            mapped = getattr(address, "ipv4_mapped", None)
-            address = mapped or address
-            if not address.is_global or address.is_multicast:
-                raise BrowseError(f"{host[:200]} is not a public address ({address}); browsing local and private "
-                                  "networks is off")
+            if not _is_public(info[4][0]):
+                raise BrowseError(_not_public(host, info[4][0]))
 
     def _body(self, response: Any, deadline: float) -> str:
         if response.status_code >= 400:
@@ -283,6 +281,53 @@ class BrowseTool(StatelessTool):
         if not ctype and b"\x00" in body[:4096]:
             raise BrowseError("not a text page (binary content)")
         return body.decode(response.encoding or "utf-8", errors="replace")
+
+
+def _is_public(address: object) -> bool:
+    """Whether an address from getaddrinfo is a global unicast one (an IPv4-mapped IPv6 address read as its IPv4)."""
+    ip = ipaddress.ip_address(str(address).split("%")[0])
+    ip = getattr(ip, "ipv4_mapped", None) or ip
+    return ip.is_global and not ip.is_multicast
+
+
+def _not_public(host: str, address: object) -> str:
+    return f"{host[:200]} is not a public address ({address}); browsing local and private networks is off"
+
+
+def _public_transport() -> Any:
+    """An httpx transport that connects only to public addresses: it resolves the host itself and connects to the
+    addresses it checked, so a name that resolves to a public address for `BrowseTool._check_address` and to a
+    private one a moment later (DNS rebinding) gets nowhere. TLS still names the host (SNI, the certificate).
+    Requests through a proxy (``HTTPS_PROXY``) go through httpx's own transport: the proxy resolves those."""
+    import httpcore
+    import httpx
+
+    class PublicOnly(httpcore.SyncBackend):
+        def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
+                        socket_options: Any = None) -> Any:
+            try:
+                infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            except (socket.gaierror, UnicodeError) as exc:
+                raise httpcore.ConnectError(f"cannot resolve {host[:200]}: {exc}") from exc
+            addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+            for address in addresses:
+                if not _is_public(address):
+                    raise httpcore.ConnectError(_not_public(host, address))
+            error: Exception = httpcore.ConnectError(f"no address for {host[:200]}")
+            for address in addresses:
+                try:
+                    return super().connect_tcp(address, port, timeout, local_address, socket_options)
+                except httpcore.ConnectError as exc:  # the next address, as a resolver-driven connect would
+                    error = exc
+            raise error
+
+    transport = httpx.HTTPTransport()
+    pool = getattr(transport, "_pool", None)  # httpx does not take a network backend: its pool's is replaced
+    if not isinstance(getattr(pool, "_network_backend", None), httpcore.NetworkBackend):
+        raise RuntimeError(f"httpx {httpx.__version__} / httpcore {httpcore.__version__}: the transport's connection "
+                           "pool has no network backend to replace; browse with private_hosts=True or pin httpx<1")
+    pool._network_backend = PublicOnly()  # type: ignore[union-attr]
+    return transport
 
 
 def browse_tool_factory(options: dict[str, Any] | None = None) -> Callable[[], BrowseTool]:
