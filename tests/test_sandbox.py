@@ -186,6 +186,9 @@ def test_the_hosts_keys_are_not_in_the_sandboxs_environment(monkeypatch):
             assert out.failed and "Permission denied" in out.text, out.text
     finally:
         box.close()
+        import arpo_env.tools.sandbox as sandbox
+
+        sandbox._templates.pop(("math",)).shutdown()  # the other tests count one template
 
 
 def test_snapshot_pickle_restore_in_a_new_process(box, tmp_path):
