@@ -173,6 +173,19 @@ def resolve(name: str, data_dir: str | os.PathLike | None = None) -> Path:
     raise DataNotFound(f"dataset {name!r} not found under {data_dir}; looked for: " + ", ".join(map(str, tried)))
 
 
+def task_paths(name: str, data_dir: str | os.PathLike | None = None) -> list[str]:
+    """The folders that hold dataset `name`'s file and `data_dir`, for the sandbox to hide (its cells may not read
+    the answers). None for a generated or a hub dataset (the hub's cache is hidden anyway)."""
+    paths = [os.path.abspath(data_dir)] if data_dir else []
+    if name.startswith("hub:"):
+        return paths
+    try:
+        paths.append(os.path.abspath(resolve(name, data_dir).parent))
+    except DataError:  # a generated family, or a name load_tasks reports on itself
+        pass
+    return paths
+
+
 def load_tasks(name: str = "default", data_dir: str | os.PathLike | None = None, kind: str | None = None,
                limit: int | None = None) -> list[Task]:
     """Load dataset `name` as tasks; `kind` ('math' or 'qa') keeps only rows of that ability in mixed files."""

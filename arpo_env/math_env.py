@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from arpo_env.datasets import load_tasks
+from arpo_env.datasets import load_tasks, task_paths
 from arpo_env.env import ToolEnv
 from arpo_env.rewards import HierarchicalReward, math_score
 from arpo_env.tools import build_tools
@@ -92,7 +92,8 @@ class MathEnv(ToolEnv):
                  max_tool_calls: int = 5, max_turns: int | None = None,
                  max_chars: int = 32000, strict_think: bool = False, tool_bonus: float = 0.1,
                  tasks: Sequence[Any] | None = None, render_mode: str | None = None) -> None:
-        factories = build_tools(tools, sandbox, sandbox_options, search, search_options, browse_options)
+        factories = build_tools(tools, sandbox, sandbox_options, search, search_options, browse_options,
+                                hide=task_paths(dataset, data_dir) if tasks is None else ())
         super().__init__(
             tasks if tasks is not None else load_tasks(dataset, data_dir, kind="math"),
             factories,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from arpo_env.datasets import load_tasks
+from arpo_env.datasets import load_tasks, task_paths
 from arpo_env.env import ToolEnv
 from arpo_env.qa_metrics import LLMJudge, qa_score
 from arpo_env.rewards import HierarchicalReward
@@ -81,7 +81,8 @@ class QAEnv(ToolEnv):
         super().__init__(
             tasks if tasks is not None else load_tasks(dataset or self.default_dataset, data_dir, kind="qa"),
             build_tools(tools or self.default_tools, sandbox, sandbox_options, search, search_options,
-                        browse_options),
+                        browse_options, hide=task_paths(dataset or self.default_dataset, data_dir) if tasks is None
+                        else ()),
             HierarchicalReward(scorer, strict_think=strict_think, tool_bonus=tool_bonus),
             max_tool_calls=max_tool_calls, max_turns=max_turns, max_chars=max_chars, render_mode=render_mode,
         )

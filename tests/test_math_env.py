@@ -192,6 +192,26 @@ def test_training_parquet_math_rows(data_dir):
     assert "\x08" not in "".join(t.question for t in tasks)
 
 
+def test_the_sandbox_cannot_read_the_tasks_answers(tmp_path):
+    # The model is rewarded for the answer in the task's file: a cell that reads it (an agent exploring the file
+    # system) would be rewarded for that. The env hides its data folder and the package's own datasets.
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "test.jsonl").write_text('{"question": "What is 6 * 7?", "answer": "42"}\n')
+    env = gym.make("ARPO-Math-v0", dataset="mine", data_dir=str(tmp_path))
+    env.reset(seed=0)
+    try:
+        packaged = Path(arpo_env.__file__).parent / "data" / "math_default.jsonl"
+        for path in (tmp_path / "mine" / "test.jsonl", packaged):
+            obs, *_ = env.unwrapped.step(f"<python>print(open({str(path)!r}).read())</python>")
+            assert "is hidden from the sandbox" in obs and '"answer"' not in obs, obs
+        obs, *_ = env.unwrapped.step(f"<python>import os\nos.listdir({str(tmp_path)!r})</python>")
+        assert "is hidden from the sandbox" in obs, obs
+        obs, *_ = env.unwrapped.step("<python>print(6 * 7)</python>")  # computing is what it is for
+        assert "42" in obs and "hidden" not in obs
+    finally:
+        env.close()
+
+
 def test_missing_data_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.delenv("ARPO_DATA_DIR", raising=False)
     with pytest.raises(DataNotFound, match="data directory"):

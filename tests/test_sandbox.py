@@ -191,6 +191,28 @@ def test_the_hosts_keys_are_not_in_the_sandboxs_environment(monkeypatch):
         sandbox._templates.pop(("math",)).shutdown()  # the other tests count one template
 
 
+def test_the_hosts_key_stores_and_listed_paths_are_hidden(tmp_path, monkeypatch):
+    # Keys in files (the Hugging Face token, ~/.ssh...) are as much the host's as its environment; a symlink made
+    # in the working directory does not reach them either.
+    hf_home, secret = tmp_path / "hf", tmp_path / "secret"
+    hf_home.mkdir()
+    secret.mkdir()
+    (hf_home / "token").write_text("hf_not_for_the_model")
+    (secret / "notes.txt").write_text("private")
+    monkeypatch.setenv("HF_HOME", str(hf_home))
+    box = LocalSandbox(SandboxLimits(hidden_paths=(str(secret),)))
+    try:
+        for code in (f"open({str(hf_home / 'token')!r}).read()", f"open({str(secret / 'notes.txt')!r}).read()",
+                     f"import os\nos.symlink({str(secret)!r}, 'link')\nopen('link/notes.txt').read()",
+                     f"os.listdir({str(secret)!r})", "list(os.scandir('link'))"):
+            out = box.call(code)
+            assert out.failed and "is hidden from the sandbox" in out.text, (code, out.text)
+        assert box.call(f"open({str(tmp_path / 'other.txt')!r}, 'w')").failed  # writes outside: refused as before
+        assert box.call("open('mine.txt', 'w').write('ok')\nopen('mine.txt').read()").text == "'ok'"
+    finally:
+        box.close()
+
+
 def test_snapshot_pickle_restore_in_a_new_process(box, tmp_path):
     box.call("x = 41")
     fork = box.fork()

@@ -20,13 +20,16 @@ from arpo_env.tools.protocol import StatelessTool, Tool, ToolOutput
 __all__ = ["StatelessTool", "Tool", "ToolOutput", "build_tools", "python_tool_factory"]
 
 
-def python_tool_factory(sandbox: str = "local", options: dict[str, Any] | None = None) -> Callable[[], Tool]:
-    """A factory of ``<python>`` tools: the local sandbox (default) or E2B, with their options."""
+def python_tool_factory(sandbox: str = "local", options: dict[str, Any] | None = None,
+                        hide: Sequence[str] = ()) -> Callable[[], Tool]:
+    """A factory of ``<python>`` tools: the local sandbox (default) or E2B, with their options. `hide`: paths the
+    local sandbox's cells may not read, besides its options' ``hidden_paths`` (an environment's task files)."""
     options = dict(options or {})
     if sandbox == "local":
         from arpo_env.tools.sandbox import LocalSandbox, SandboxLimits
 
         preload = tuple(options.pop("preload", ())) or None
+        options["hidden_paths"] = tuple(options.get("hidden_paths", ())) + tuple(hide)
         limits = SandboxLimits(**options)
         return (lambda: LocalSandbox(limits, preload)) if preload else (lambda: LocalSandbox(limits))
     if sandbox == "e2b":
@@ -38,12 +41,14 @@ def python_tool_factory(sandbox: str = "local", options: dict[str, Any] | None =
 
 def build_tools(tools: Sequence[str], sandbox: str = "local", sandbox_options: dict[str, Any] | None = None,
                 search: str = "local", search_options: dict[str, Any] | None = None,
-                browse_options: dict[str, Any] | None = None) -> dict[str, Callable[[], Tool]]:
-    """Tool factories by tag, from the tool names and backend options an environment was given."""
+                browse_options: dict[str, Any] | None = None,
+                hide: Sequence[str] = ()) -> dict[str, Callable[[], Tool]]:
+    """Tool factories by tag, from the tool names and backend options an environment was given; `hide`: paths the
+    local sandbox may not read (the files of the environment's tasks)."""
     factories: dict[str, Callable[[], Tool]] = {}
     for name in tools:
         if name == "python":
-            factories[name] = python_tool_factory(sandbox, sandbox_options)
+            factories[name] = python_tool_factory(sandbox, sandbox_options, hide)
         elif name == "search":
             from arpo_env.tools.search import search_tool_factory
 

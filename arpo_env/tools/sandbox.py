@@ -70,9 +70,27 @@ class SandboxLimits:
     """Files, directories and links the working directory may hold together (0: any number). A fork copies every
     one, empty or not: 4,096 take about 0.3 s, 65,536 empty ones (what `disk_mb` alone allows) 3-4 s. Past it, making
     another fails with ``ENOSPC`` (`DiskQuotaExceeded`)."""
+    hidden_paths: tuple[str, ...] = ()
+    """Files and directories no cell may open or list, besides those hidden by default (`hidden_by_default`: the
+    tasks' answers, the host's keys). The environments add the directory of the tasks they read."""
     max_open_files: int = 256
     kill_grace_s: float = 3.0
     """How long after `timeout_s` the host waits for an interrupted cell before it kills the worker."""
+
+
+def hidden_by_default() -> list[str]:
+    """What no cell may read, on this host: the tasks' answers and the host's keys. The package's embedded datasets,
+    ``$ARPO_DATA_DIR``, the Hugging Face cache (``$HF_HOME``, by default ~/.cache/huggingface: its datasets hold
+    answers, and its token), and the usual homes of credentials (~/.ssh, ~/.aws, ~/.config, ~/.netrc,
+    ~/.git-credentials, ~/.kaggle). A model that explores the file system would otherwise find the answers it is
+    rewarded for, or keys to write into its rollouts."""
+    home = os.path.expanduser("~")
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
+    paths = [os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data"),
+             os.environ.get("HF_HOME") or os.path.join(cache, "huggingface")]
+    paths += [os.environ["ARPO_DATA_DIR"]] if os.environ.get("ARPO_DATA_DIR") else []
+    return paths + [os.path.join(home, name) for name in (".ssh", ".aws", ".config", ".netrc", ".git-credentials",
+                                                           ".kaggle")]
 
 
 def _copy_entry(src: str, dst: str) -> None:
@@ -262,7 +280,10 @@ class _Template:
         try:
             with self.lock:
                 self.sock.settimeout(60)
-                send_message(self.sock, {"op": "spawn", "workdir": workdir, "limits": asdict(limits)},
+                hidden = [os.path.abspath(os.path.expanduser(path))
+                          for path in hidden_by_default() + list(limits.hidden_paths)]
+                send_message(self.sock, {"op": "spawn", "workdir": workdir,
+                                         "limits": {**asdict(limits), "hidden_paths": hidden}},
                              [theirs.fileno()])
                 reply, _ = recv_message(self.sock)
         finally:

@@ -20,7 +20,8 @@ Containment, in layers (see ``arpo_env.tools.sandbox`` for what it does *not* pr
   processes, sockets, ctypes/FFI calls, garbage-collector introspection and writes outside the working directory
   (hard links out of it included; no directory is opened as a descriptor, since a path relative to one would get
   past the checks; ``os.mknod`` and ``os.mkfifo``, which raise no event, are checked the same way; SQLite, which
-  writes in C, gets an authorizer for the files it attaches);
+  writes in C, gets an authorizer for the files it attaches), and reading or listing the hidden paths (the tasks'
+  answers, the host's keys: `arpo_env.tools.sandbox.hidden_by_default`);
 * resource limits: address space (memory), file size, open files, no core dumps;
 * no Linux capabilities: a template started by root gives them all up before any cell runs, so what the hook does
   not see, such as ``os.mknod`` of a device node (a disk's, written to as a file in the directory), the kernel
@@ -201,6 +202,8 @@ class Guard:
     def __init__(self) -> None:
         self.root = os.getcwd()
         self.quota: DiskQuota | None = None
+        self.hidden: tuple[str, ...] = ()
+        """Real paths no cell may open or list (the tasks' answers, the host's keys)."""
         self._local = threading.local()  # trust and re-entry are per thread: a cell's threads never share them
 
     def trusted(self) -> "_Trusted":
@@ -213,6 +216,16 @@ class Guard:
             if database is not None and not self.inside(database):
                 return 1  # SQLITE_DENY
         return 0  # SQLITE_OK
+
+    def hides(self, path: object) -> bool:
+        """Whether `path` is, or is under, a hidden path (after symlinks)."""
+        if not self.hidden or isinstance(path, int):
+            return False
+        try:
+            full = os.path.realpath(os.path.join(os.getcwd(), os.fsdecode(path)))  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return False
+        return any(full == hidden or full.startswith(hidden + os.sep) for hidden in self.hidden)
 
     def inside(self, path: object) -> bool:
         if isinstance(path, int):  # an already-open descriptor: its opening was checked
@@ -241,8 +254,14 @@ class Guard:
             target = args[0] if event != "signal.pthread_kill" else os.getpid()
             if target != os.getpid():
                 raise SandboxViolation(f"sandbox: signalling other processes is not allowed ({event})")
+        elif event in ("os.listdir", "os.scandir") and self.hides(args[0] if args and args[0] is not None else "."):
+            raise SandboxViolation(f"sandbox: {args[0]!r} is hidden from the sandbox (the tasks' data or the host's "
+                                   "keys)")
         elif event == "open":
             path, mode, flags = (tuple(args) + (None, None, None))[:3]
+            if self.hides(path):
+                raise SandboxViolation(f"sandbox: {path!r} is hidden from the sandbox (the tasks' data or the host's "
+                                       "keys)")
             if path is not None and not isinstance(path, int) and os.path.isdir(path):  # type: ignore[arg-type]
                 # With a directory's descriptor as `dir_fd`, a relative path reaches wherever that directory is, and
                 # the "open" event does not carry it: no directory is opened, inside or outside (use its path).
@@ -939,6 +958,9 @@ def _become_worker(sock: socket.socket, workdir: str, limits: dict, guard: Guard
     file_cap = int(limits.get("file_size_mb", 64)) * 2**20
     disk = int(limits.get("disk_mb", 256)) * 2**20
     entries = int(limits.get("max_files", 4096))
+    kept = [os.path.realpath(p) for p in (guard.root, sys.prefix, sys.base_prefix, os.path.dirname(__file__))]
+    guard.hidden = tuple(h for h in (os.path.realpath(p) for p in limits.get("hidden_paths", ()))
+                         if not any(k == h or k.startswith(h + os.sep) for k in kept))  # what would hide Python itself
     if disk > 0 or entries > 0:
         guard.quota = DiskQuota(guard.root, disk if disk > 0 else sys.maxsize, file_cap, entries)
         file_cap = guard.quota.file_cap
