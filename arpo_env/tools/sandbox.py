@@ -20,9 +20,10 @@ with them, the model told why).
 What it does **not** protect against: the checks on processes, signals, files and ctypes are a CPython audit hook
 (PEP 578) inside the worker, plus resource limits, no capabilities, a seccomp filter against programs and memory
 files and, where the kernel allows, a private network namespace. Code that is built to escape CPython (a native
-extension written to disk and imported, an interpreter bug) is not contained, and reads of files the host user can
-read are allowed. Use it for the mistakes and excesses of a model under training, not for adversarial code: for that
-run the interpreter in a separate VM with ``sandbox="e2b"`` (`arpo_env.tools.e2b`).
+extension written to disk and imported, an interpreter bug) is not contained, and reads of the files the host user
+can read, past the hidden paths (`hidden_by_default`), are allowed. Use it for the mistakes and excesses of a model
+under training, not for adversarial code: for that run the interpreter in a separate VM with ``sandbox="e2b"``
+(`arpo_env.tools.e2b`).
 """
 
 from __future__ import annotations
