@@ -350,7 +350,7 @@ def test_a_cell_cannot_run_a_program_through_posixsubprocess(box, tmp_path):
     assert "OSError:1:" in out.text, out.text  # the child's report: execve failed with EPERM
     time.sleep(0.5)
     assert not target.exists()
-    assert "no programs or memory files (seccomp)" in box.protections
+    assert "no programs, memory files or new sessions (seccomp)" in box.protections
 
 
 def test_no_path_relative_to_a_directory_descriptor_gets_out(box, tmp_path):
@@ -390,6 +390,20 @@ def test_a_cell_cannot_hold_memory_past_its_limit_in_files():
         assert box.call("print('still here')").text == "still here"
     finally:
         box.close()
+
+
+@pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64"), reason="the seccomp filter knows these two")
+def test_a_worker_cannot_leave_the_templates_process_group(box):
+    # The template takes its whole group down when its host dies; a worker with a session of its own (os.setsid,
+    # which raises no audit event) would be left running a cell that ignores its interrupts, with nobody to kill it.
+    group = box.call("import os\nos.getpgrp()").text
+    for call in ("os.setsid()", "os.setpgid(0, 0)", "os.setpgrp()"):
+        out = box.call(call)
+        assert out.failed and "leaving the sandbox's process group is not allowed" in out.text, (call, out.text)
+    out = box.call("import importlib.util\nspec = importlib.util.find_spec('posix')\n"
+                   "fresh = importlib.util.module_from_spec(spec)\nfresh.setsid()")
+    assert out.failed and "PermissionError: [Errno 1] Operation not permitted" in out.text, out.text
+    assert box.call("os.getpgrp()").text == group
 
 
 def test_sqlite_writes_only_inside_the_working_directory(box, tmp_path):

@@ -26,9 +26,10 @@ Containment, in layers (see ``arpo_env.tools.sandbox`` for what it does *not* pr
 * no Linux capabilities: a template started by root gives them all up before any cell runs, so what the hook does
   not see, such as ``os.mknod`` of a device node (a disk's, written to as a file in the directory), the kernel
   refuses;
-* no programs and no memory files: a seccomp filter makes ``execve`` and ``memfd_create`` fail (``EPERM``) whatever
-  calls them (on x86_64 and aarch64), such as a fresh copy of `_posixsubprocess`, whose ``fork_exec`` raises no audit
-  event (a memory file's pages are past the address-space limit); POSIX shared memory is refused;
+* no programs, memory files or new sessions: a seccomp filter makes ``execve``, ``memfd_create``, ``setsid`` and
+  ``setpgid`` fail (``EPERM``) whatever calls them (on x86_64 and aarch64), such as a fresh copy of
+  `_posixsubprocess`, whose ``fork_exec`` raises no audit event (a memory file's pages are past the address-space
+  limit; a worker out of the template's group outlives a killed host); POSIX shared memory is refused;
 * a disk quota on the working directory (what a fork copies): files are counted as they are opened for writing,
   directories as they are made, and an opening that could take the files past the quota fails with ``ENOSPC``;
 * a private network namespace with no interfaces up, when the kernel allows it (root, or user namespaces);
@@ -501,11 +502,11 @@ def _drop_capabilities() -> str:
 
 
 _SECCOMP_ARCHES = {
-    "x86_64": (0xC000003E, 0x40000000, (59, 322, 319)),
-    "aarch64": (0xC00000B7, 0xFFFFFFFF, (221, 281, 279)),
+    "x86_64": (0xC000003E, 0x40000000, (59, 322, 319, 112, 109)),
+    "aarch64": (0xC00000B7, 0xFFFFFFFF, (221, 281, 279, 157, 154)),
 }
 """Per machine: the audit architecture, the lowest number of another ABI (x86_64's x32 calls, all refused; none on
-aarch64), and the numbers of the calls refused: execve, execveat, memfd_create."""
+aarch64), and the numbers of the calls refused: execve, execveat, memfd_create, setsid, setpgid."""
 
 
 def _seccomp_filter() -> str:
@@ -515,8 +516,10 @@ def _seccomp_filter() -> str:
     The audit hook refuses the ways Python's own modules start programs, but `_posixsubprocess.fork_exec`, which
     `subprocess` calls after its audit event, raises none, and a cell can load a fresh copy of that module whatever
     is done to the loaded one. ``os.memfd_create`` raises none either, and the memory its files hold is not the
-    process's address space: past `memory_mb` (40 of 64 MB each took 2.6 GB). The kernel's filter holds whatever the
-    cell calls: those calls fail with ``EPERM``."""
+    process's address space: past `memory_mb` (40 of 64 MB each took 2.6 GB). Nor do ``os.setsid`` and
+    ``os.setpgid``, and a worker out of the template's process group outlives it (a cell that ignores its interrupts
+    ran on after its host was killed). The kernel's filter holds whatever the cell calls: those calls fail with
+    ``EPERM``."""
     arch = _SECCOMP_ARCHES.get(os.uname().machine)
     if arch is None:
         return ""
@@ -550,15 +553,16 @@ def _seccomp_filter() -> str:
             return ""
         if libc.prctl(pr_set_seccomp, seccomp_mode_filter, ctypes.byref(program), 0, 0) != 0:
             return ""
-        return "no programs or memory files (seccomp)"
+        return "no programs, memory files or new sessions (seccomp)"
     except Exception:  # noqa: BLE001 - any failure means: no filter, the audit hook still refuses the usual ways
         return ""
 
 
 def _refuse_unaudited() -> None:
     """Have the loaded C functions that raise no audit event and that the sandbox refuses say so: running a program
-    (`_posixsubprocess.fork_exec`), a memory file (``os.memfd_create``), POSIX shared memory (its files live in
-    /dev/shm, outside the working directory, and outlast the worker). A fresh copy of such a module still gets past
+    (`_posixsubprocess.fork_exec`), a memory file (``os.memfd_create``), a session or process group of its own
+    (``os.setsid``, ``os.setpgid``, ``os.setpgrp``), POSIX shared memory (its files live in /dev/shm, outside the
+    working directory, and outlast the worker). A fresh copy of such a module still gets past
     this, but not past `_seccomp_filter`, except to shared memory."""
     import posix
 
@@ -579,6 +583,12 @@ def _refuse_unaudited() -> None:
     for module, name, what in ((_posixsubprocess, "fork_exec", "running programs"),
                                (posix, "memfd_create", "making memory files"),
                                (os, "memfd_create", "making memory files"),
+                               (posix, "setsid", "leaving the sandbox's process group"),
+                               (os, "setsid", "leaving the sandbox's process group"),
+                               (posix, "setpgid", "leaving the sandbox's process group"),
+                               (os, "setpgid", "leaving the sandbox's process group"),
+                               (posix, "setpgrp", "leaving the sandbox's process group"),
+                               (os, "setpgrp", "leaving the sandbox's process group"),
                                (_posixshmem, "shm_open", "shared memory")):
         if module is not None and hasattr(module, name):
             setattr(module, name, refuse(what, f"{module.__name__}.{name}"))
