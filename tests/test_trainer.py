@@ -226,6 +226,33 @@ def test_hard_attribution_keeps_a_shared_prefix_when_its_first_trajectory_is_tru
     assert sum(int(k.sum()) for k in keep) == 22
 
 
+def test_the_runs_rollout_trees_are_hidden_from_the_sandbox(tmp_path):
+    # rollouts.jsonl holds every task with its answer, and a task comes back each epoch: a cell that read it would
+    # be rewarded for copying. The trainer's envs hide the output folder (besides what they hide themselves).
+    import gymnasium as gym
+
+    from arpo_algo.arpo_trainer import ARPOTrainer
+
+    args = config(tmp_path)
+    os.makedirs(args.output_dir)
+    trees = os.path.join(args.output_dir, "rollouts.jsonl")
+    with open(trees, "w") as f:
+        f.write(json.dumps({"task": TASK}) + "\n")
+    kwargs = ARPOTrainer.env_kwargs(args)
+    assert kwargs["sandbox_options"]["timeout_s"] == 5 and kwargs["max_tool_calls"] == 4  # the user's stay
+    env = gym.make(args.env_id, **kwargs).unwrapped
+    try:
+        env.reset(seed=0)
+        obs, *_ = env.step(f"<python>print(open({trees!r}).read())</python>")
+        assert "is hidden from the sandbox" in obs and '"answer"' not in obs, obs
+    finally:
+        env.close()
+    e2b = config(tmp_path, env_kwargs={"sandbox": "e2b", "sandbox_options": {"template": "x"}})
+    assert ARPOTrainer.env_kwargs(e2b)["sandbox_options"] == {"template": "x"}  # E2B takes no such option
+    other = config(tmp_path, env_id="CartPole-v1", env_kwargs={})
+    assert ARPOTrainer.env_kwargs(other) == {}  # nor does an env that is not ours
+
+
 def test_settings_the_rollout_cannot_honour_are_refused(tmp_path):
     common = dict(output_dir=str(tmp_path), num_generations=4, num_global=2, per_device_train_batch_size=4,
                   use_cpu=True, report_to="none")
