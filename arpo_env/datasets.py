@@ -175,7 +175,7 @@ def resolve(name: str, data_dir: str | os.PathLike | None = None) -> Path:
 
 def task_paths(name: str, data_dir: str | os.PathLike | None = None) -> list[str]:
     """The folders that hold dataset `name`'s file and `data_dir`, for the sandbox to hide (its cells may not read
-    the answers). None for a generated or a hub dataset (the hub's cache is hidden anyway)."""
+    the answers). A generated or a hub dataset has no file of its own here (the hub's cache is hidden anyway)."""
     paths = [os.path.abspath(data_dir)] if data_dir else []
     if name.startswith("hub:"):
         return paths

@@ -218,15 +218,16 @@ class Guard:
                 return 1  # SQLITE_DENY
         return 0  # SQLITE_OK
 
-    def hides(self, path: object) -> bool:
-        """Whether `path` is, or is under, a hidden path (after symlinks)."""
-        if not self.hidden or isinstance(path, int):
-            return False
+    def refuse_hidden(self, path: object) -> None:
+        """Raise `SandboxViolation` if `path` is, or is under, a hidden path (after symlinks)."""
+        if not self.hidden or path is None or isinstance(path, int):
+            return
         try:
             full = os.path.realpath(os.path.join(os.getcwd(), os.fsdecode(path)))  # type: ignore[arg-type]
         except (TypeError, ValueError):
-            return False
-        return any(full == hidden or full.startswith(hidden + os.sep) for hidden in self.hidden)
+            return
+        if any(full == hidden or full.startswith(hidden + os.sep) for hidden in self.hidden):
+            raise SandboxViolation(f"sandbox: {path!r} is hidden from the sandbox (the tasks' data or the host's keys)")
 
     def inside(self, path: object) -> bool:
         if isinstance(path, int):  # an already-open descriptor: its opening was checked
@@ -255,14 +256,11 @@ class Guard:
             target = args[0] if event != "signal.pthread_kill" else os.getpid()
             if target != os.getpid():
                 raise SandboxViolation(f"sandbox: signalling other processes is not allowed ({event})")
-        elif event in ("os.listdir", "os.scandir") and self.hides(args[0] if args and args[0] is not None else "."):
-            raise SandboxViolation(f"sandbox: {args[0]!r} is hidden from the sandbox (the tasks' data or the host's "
-                                   "keys)")
+        elif event in ("os.listdir", "os.scandir"):
+            self.refuse_hidden(args[0] if args and args[0] is not None else ".")
         elif event == "open":
             path, mode, flags = (tuple(args) + (None, None, None))[:3]
-            if self.hides(path):
-                raise SandboxViolation(f"sandbox: {path!r} is hidden from the sandbox (the tasks' data or the host's "
-                                       "keys)")
+            self.refuse_hidden(path)
             if path is not None and not isinstance(path, int) and os.path.isdir(path):  # type: ignore[arg-type]
                 # With a directory's descriptor as `dir_fd`, a relative path reaches wherever that directory is, and
                 # the "open" event does not carry it: no directory is opened, inside or outside (use its path).
