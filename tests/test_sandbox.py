@@ -179,7 +179,8 @@ def test_the_hosts_keys_are_not_in_the_sandboxs_environment(monkeypatch):
     monkeypatch.setenv("ARPO_SANDBOX_ENV", "ARPO_TEST_SETTING")  # what a user asks to pass
     box = LocalSandbox(preload=("math",))  # a template of its own, started with this environment
     try:
-        out = box.call("import os\nos.environ.get('HF_TOKEN'), os.environ.get('ARPO_TEST_SETTING'), 'PATH' in os.environ")
+        out = box.call("import os\n"
+                       "os.environ.get('HF_TOKEN'), os.environ.get('ARPO_TEST_SETTING'), 'PATH' in os.environ")
         assert out.text == "(None, 'wanted', True)", out.text
         if os.geteuid() == 0:  # nor the host's own, by /proc: a worker without capabilities may not read a root's
             out = box.call(f"open('/proc/{os.getpid()}/environ', 'rb').read()")
@@ -281,7 +282,8 @@ def test_the_working_directory_holds_at_most_max_files_entries():
     box = LocalSandbox(SandboxLimits(timeout_s=10.0, kill_grace_s=2.0, max_files=50))
     try:
         out = box.call("import os\nos.mkdir('d')\nn = 0\ntry:\n    while True:\n"
-                       "        open(f'd/f{n}', 'w').close()\n        n += 1\nexcept OSError as e:\n    print(n, e.errno)")
+                       "        open(f'd/f{n}', 'w').close()\n        n += 1\n"
+                       "except OSError as e:\n    print(n, e.errno)")
         assert out.text == "49 28", out.text  # the directory is one of the 50
         for make in ("os.mkdir('e')", "os.symlink('d', 'e')", "os.link('d/f0', 'e')"):
             out = box.call(make)
@@ -332,7 +334,8 @@ def test_a_cell_cannot_make_a_device_node(box):
 
 
 FORK_EXEC_311 = ("import _posixsubprocess, importlib.util, os\nr, w = os.pipe()\n"
-                 "ARGS = ([b'/bin/sh', b'-c', b'echo ran > {target}'], [b'/bin/sh'], True, (w,), None, None, -1, -1, -1,"
+                 "ARGS = ([b'/bin/sh', b'-c', b'echo ran > {target}'], [b'/bin/sh'], True, (w,), None, None,"
+                 " -1, -1, -1,"
                  " -1, -1, -1, r, w, True, False, -1, None, None, -1, -1, None, False)\n")
 
 
@@ -345,7 +348,8 @@ def test_a_cell_cannot_run_a_program_through_posixsubprocess(box, tmp_path):
     box.call(FORK_EXEC_311.format(target=target))
     out = box.call("_posixsubprocess.fork_exec(*ARGS)")
     assert out.failed and "running programs is not allowed" in out.text, out.text
-    out = box.call("spec = importlib.util.find_spec('_posixsubprocess')\nfresh = importlib.util.module_from_spec(spec)\n"
+    out = box.call("spec = importlib.util.find_spec('_posixsubprocess')\n"
+                   "fresh = importlib.util.module_from_spec(spec)\n"
                    "spec.loader.exec_module(fresh)\npid = fresh.fork_exec(*ARGS)\nos.close(w)\nos.read(r, 200)")
     assert "OSError:1:" in out.text, out.text  # the child's report: execve failed with EPERM
     time.sleep(0.5)

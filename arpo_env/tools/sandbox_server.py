@@ -314,13 +314,13 @@ def _footprint(st: os.stat_result) -> int:
 
 
 class DiskQuota:
-    """Holds a worker's working directory to `limit` bytes and `max_entries` entries. Checked, from the audit hook, at each opening of a file
-    for writing and each directory made: the files not open for writing count at their size, every file open for
-    writing (this one included) at `file_cap` (the size limit, ``RLIMIT_FSIZE``, it may still grow to), and the
-    opening fails with `DiskQuotaExceeded` when that sum is over the limit. So the directory never holds more than
-    `limit`, whatever the cell writes. The sizes are kept between checks (a file not open for writing changes only
-    through an event the hook sees) and recounted after removals and renames; a file truncated by name counts as one
-    opened for writing until the next check."""
+    """Holds a worker's working directory to `limit` bytes and `max_entries` entries. Checked, from the audit hook, at
+    each opening of a file for writing and each directory made: the files not open for writing count at their size,
+    every file open for writing (this one included) at `file_cap` (the size limit, ``RLIMIT_FSIZE``, it may still grow
+    to), and the opening fails with `DiskQuotaExceeded` when that sum is over the limit. So the directory never holds
+    more than `limit`, whatever the cell writes. The sizes are kept between checks (a file not open for writing
+    changes only through an event the hook sees) and recounted after removals and renames; a file truncated by name
+    counts as one opened for writing until the next check."""
 
     def __init__(self, root: str, limit: int, file_cap: int, max_entries: int = 0) -> None:
         self.root, self.limit, self.file_cap = root, limit, min(file_cap, limit)
@@ -559,9 +559,9 @@ def _seccomp_filter() -> str:
 def _refuse_unaudited() -> None:
     """Have the loaded C functions that raise no audit event and that the sandbox refuses say so: running a program
     (`_posixsubprocess.fork_exec`), a memory file (``os.memfd_create``), a session or process group of its own
-    (``os.setsid``, ``os.setpgid``, ``os.setpgrp``), POSIX shared memory (its files live in /dev/shm, outside the
-    working directory, and outlast the worker). A fresh copy of such a module still gets past
-    this, but not past `_seccomp_filter`, except to shared memory."""
+    (``os.setsid``, ``os.setpgid``, ``os.setpgrp``), POSIX shared memory (its files live in /dev/shm, outside
+    the working directory, and outlast the worker). A fresh copy of such a module still gets past this, but not
+    past `_seccomp_filter`, except to shared memory."""
     import posix
 
     def refuse(what: str, name: str):  # noqa: ANN202
@@ -578,16 +578,10 @@ def _refuse_unaudited() -> None:
         import _posixsubprocess
     except ImportError:
         _posixsubprocess = None
-    for module, name, what in ((_posixsubprocess, "fork_exec", "running programs"),
-                               (posix, "memfd_create", "making memory files"),
-                               (os, "memfd_create", "making memory files"),
-                               (posix, "setsid", "leaving the sandbox's process group"),
-                               (os, "setsid", "leaving the sandbox's process group"),
-                               (posix, "setpgid", "leaving the sandbox's process group"),
-                               (os, "setpgid", "leaving the sandbox's process group"),
-                               (posix, "setpgrp", "leaving the sandbox's process group"),
-                               (os, "setpgrp", "leaving the sandbox's process group"),
-                               (_posixshmem, "shm_open", "shared memory")):
+    refusals = [(_posixsubprocess, "fork_exec", "running programs"), (_posixshmem, "shm_open", "shared memory")]
+    refusals += [(module, name, "making memory files" if name == "memfd_create" else "leaving the sandbox's process "
+                  "group") for module in (posix, os) for name in ("memfd_create", "setsid", "setpgid", "setpgrp")]
+    for module, name, what in refusals:
         if module is not None and hasattr(module, name):
             setattr(module, name, refuse(what, f"{module.__name__}.{name}"))
 
