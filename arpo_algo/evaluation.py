@@ -113,8 +113,12 @@ class Settings:
     seed: int = 0
 
 
-def env_kwargs(bench: Benchmark, data_dir: str | None, s: Settings) -> dict[str, Any]:
+def env_kwargs(bench: Benchmark, data_dir: str | None, s: Settings, out: Path | None = None) -> dict[str, Any]:
+    """gym.make keyword arguments for a benchmark; `out`, the output folder, is hidden from the sandbox (its samples
+    hold the gold answers)."""
     kwargs: dict[str, Any] = {"dataset": bench.name, "data_dir": data_dir}
+    if out is not None:
+        kwargs["sandbox_options"] = {"hidden_paths": (str(Path(out).resolve()),)}
     kwargs["max_tool_calls"] = s.max_tool_calls or (5 if bench.group == "mathematical" else 10)
     if s.mode == "direct":
         kwargs["tools"] = ()
@@ -284,7 +288,7 @@ def evaluate(benchmarks: list[Benchmark], runner: Any, data_dir: str | None, lim
     done = load_done(path)
     results: dict[str, list[dict[str, Any]]] = {}
     for bench in benchmarks:
-        kwargs = env_kwargs(bench, data_dir, s)
+        kwargs = env_kwargs(bench, data_dir, s, out)
         n = sizes[bench.name] if sizes else dataset_size(bench, kwargs)
         n = min(n, limit if limit else (bench.default_limit or n))
         todo = [(i, r) for i in range(n) for r in range(runs) if (bench.name, i, r) not in done]
