@@ -248,11 +248,7 @@ class _TextTrajectory:
 def load_done(path: Path) -> dict[tuple[str, int, int], dict[str, Any]]:
     done: dict[tuple[str, int, int], dict[str, Any]] = {}
     if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:  # a line cut short by an interruption
-                continue
+        for _, rec in jsonl.records(path.read_text(encoding="utf-8").splitlines()):  # past a line cut short
             if rec.get("error") is None:
                 done[(rec["benchmark"], rec["index"], rec["run"])] = rec
     return done

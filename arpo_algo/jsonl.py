@@ -1,5 +1,5 @@
 """Appending to JSON-lines logs (rollout trees, metrics, evaluation samples) so that a killed writer costs only its
-own last line.
+own last line, and reading them past such a line.
 
 A process killed in the middle of a line (a training run stopped hard) leaves the file without its final newline.
 Opened in plain append mode, the next writer's first line would be glued to that cut one, and readers that skip
@@ -11,8 +11,9 @@ output would write, instead of failing the whole write.
 
 from __future__ import annotations
 
+import json
 import os
-from typing import IO
+from typing import IO, Any, Callable, Iterable, Iterator
 
 
 def append(path: str | os.PathLike) -> IO[str]:
@@ -29,3 +30,20 @@ def append(path: str | os.PathLike) -> IO[str]:
     if cut:
         handle.write("\n")
     return handle
+
+
+def records(lines: Iterable[str], skipped: Callable[[int, str, ValueError], None] | None = None
+            ) -> Iterator[tuple[int, Any]]:
+    """``(line number, value)`` of each JSON line of `lines` (an open file, standard input), blank lines passed
+    over. A line that is not JSON (one cut short by a killed writer) is skipped, and given to `skipped` with its
+    number and the error when the reader reports such lines."""
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError as exc:
+            if skipped is not None:
+                skipped(n, line, exc)
+            continue
+        yield n, value

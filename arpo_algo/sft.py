@@ -23,13 +23,13 @@ Trajectory sources (JSONL, one record per line; any mix):
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from arpo_algo import jsonl
 from arpo_algo.models import prompt_ids
 from arpo_env import tags
 
@@ -41,24 +41,22 @@ def read_records(path: str) -> Iterator[dict[str, Any]]:
     leaves (``arpo train`` stopped hard, then resumed: `arpo_algo.jsonl`) — is skipped and named on stderr, as
     ``arpo view`` does; a file of nothing else is a `ValueError`."""
     handle = sys.stdin if path == "-" else open(path, encoding="utf-8")
-    read = skipped = 0
+    read, skipped = 0, []
+
+    def skip(n: int, line: str, exc: ValueError) -> None:
+        skipped.append(n)
+        print(f"arpo sft: {path}:{n}: skipped a line that is not JSON ({getattr(exc, 'msg', exc)}; {len(line):,} "
+              "characters, a line cut short by a stopped writer?)", file=sys.stderr)
+
     try:
-        for n, line in enumerate(handle, 1):
-            if line.strip():
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as e:
-                    skipped += 1
-                    print(f"arpo sft: {path}:{n}: skipped a line that is not JSON ({e.msg}; {len(line):,} "
-                          "characters, a line cut short by a stopped writer?)", file=sys.stderr)
-                    continue
-                read += 1
-                yield record
+        for _, record in jsonl.records(handle, skip):
+            read += 1
+            yield record
     finally:
         if handle is not sys.stdin:
             handle.close()
     if skipped and not read:
-        raise ValueError(f"{path}: no line is JSON ({skipped} skipped)")
+        raise ValueError(f"{path}: no line is JSON ({len(skipped)} skipped)")
 
 
 def env_messages(question: str, env_id: str = "ARPO-Math-v0", env_kwargs: dict[str, Any] | None = None

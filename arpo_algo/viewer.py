@@ -29,6 +29,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from arpo_algo import jsonl
 from arpo_algo.tree import entropy_windows
 
 SCHEMA = 1
@@ -73,15 +74,12 @@ def read_trees(source: Source, limit: int | None = None) -> list[dict[str, Any]]
     trees: list[dict[str, Any]] = []
     for f in source.rollout_files:
         with open(f, encoding="utf-8", errors="replace") as fh:
-            for n, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    tree = json.loads(line)
-                    if not isinstance(tree, dict) or "trajectories" not in tree or "nodes" not in tree:
-                        raise ValueError("not a rollout tree (no nodes and trajectories)")
-                except ValueError as e:
-                    source.bad_lines.append(f"{f.name}:{n}: {str(e)[:120]}")
+            def bad(n: int, _line: str, exc: ValueError, name: str = f.name) -> None:
+                source.bad_lines.append(f"{name}:{n}: {str(exc)[:120]}")
+
+            for n, tree in jsonl.records(fh, bad):
+                if not isinstance(tree, dict) or "trajectories" not in tree or "nodes" not in tree:
+                    source.bad_lines.append(f"{f.name}:{n}: not a rollout tree (no nodes and trajectories)")
                     continue
                 tree.setdefault("stats", {})["file"] = f.name
                 trees.append(tree)
@@ -97,11 +95,7 @@ def read_metrics(path: Path | None) -> list[dict[str, Any]]:
     if path is None:
         return []
     by_step: dict[int, dict[str, Any]] = {}
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
+    for _, entry in jsonl.records(path.read_text(encoding="utf-8", errors="replace").splitlines()):
         if isinstance(entry, dict) and "reward" in entry and "step" in entry:
             by_step[int(entry["step"])] = entry
     return [by_step[s] for s in sorted(by_step)]
