@@ -31,6 +31,7 @@ import json
 import math
 import re
 import statistics
+import itertools
 import sys
 import threading
 import time
@@ -111,6 +112,8 @@ class Settings:
     judge: str | None = None
     search: str = "local"
     seed: int = 0
+    judge_model: str | None = None
+    """None: the model the judge's endpoint serves."""
 
 
 def env_kwargs(bench: Benchmark, data_dir: str | None, s: Settings, out: Path | None = None) -> dict[str, Any]:
@@ -127,12 +130,27 @@ def env_kwargs(bench: Benchmark, data_dir: str | None, s: Settings, out: Path | 
     return kwargs
 
 
-def score_sample(bench: Benchmark, transcript: str, task: dict[str, Any], judge: str | None
-                 ) -> tuple[str | None, float, bool | None]:
+_JUDGES: dict[tuple[str, str | None], Any] = {}
+_JUDGES_LOCK = threading.Lock()
+
+
+def llm_judge(url: str, model: str | None = None) -> Any:
+    """The run's `arpo_env.qa_metrics.LLMJudge` for an endpoint and model: one per run, so that it asks which model
+    is served once, and a judge that is down costs its retries once."""
+    from arpo_env.qa_metrics import LLMJudge
+
+    with _JUDGES_LOCK:
+        if (url, model) not in _JUDGES:
+            _JUDGES[url, model] = LLMJudge(url, model)
+        return _JUDGES[url, model]
+
+
+def score_sample(bench: Benchmark, transcript: str, task: dict[str, Any], judge: str | None,
+                 judge_model: str | None = None) -> tuple[str | None, float, bool | None]:
     """``(prediction, score, judged)`` of a transcript: the answer extracted as benchmarks do
     (`arpo_env.tags.eval_answer`), scored by the column's metric; `judged` is None when no judge was asked, False
     when F1 stood in for an unreachable judge."""
-    from arpo_env.qa_metrics import LLMJudge, qa_score
+    from arpo_env.qa_metrics import qa_score
     from arpo_env.rewards import math_score
 
     prediction = eval_answer(transcript)
@@ -143,15 +161,15 @@ def score_sample(bench: Benchmark, transcript: str, task: dict[str, Any], judge:
     if bench.metric == "math":
         return prediction, math_score(prediction, gold), None
     if bench.metric == "judge" and judge:
-        score, judged = LLMJudge(judge).judge(prediction, gold, meta)
+        score, judged = llm_judge(judge, judge_model).judge(prediction, gold, meta)
         return prediction, score, judged
     return prediction, qa_score(prediction, gold, meta), None
 
 
 def sample_record(bench: Benchmark, index: int, run: int, task: dict[str, Any], traj: Any,
-                  judge: str | None = None) -> dict[str, Any]:
+                  judge: str | None = None, judge_model: str | None = None) -> dict[str, Any]:
     parts = traj.reward_parts
-    prediction, score, judged = score_sample(bench, traj.completion_text, task, judge)
+    prediction, score, judged = score_sample(bench, traj.completion_text, task, judge, judge_model)
     return {"benchmark": bench.name, "index": index, "run": run, "question": task.get("question"),
             "gold": task.get("answer"), "prediction": prediction, "score": score,
             "correct": score > 0 if bench.metric == "math" else score >= 1.0,
@@ -177,50 +195,97 @@ class RolloutRunner:
                                top_p=s.top_p, branching=False, seed=s.seed + indices[0])
         with self.lock:
             trees = GRPORollout(self.generator, make_env, config).run(indices)
-        return [sample_record(bench, i, run, tree.task, traj, s.judge)
+        return [sample_record(bench, i, run, tree.task, traj, s.judge, s.judge_model)
                 for i, tree in zip(indices, trees) for run, traj in zip(runs, tree.trajectories)]
 
 
 class OpenAIRunner:
-    """Any OpenAI-compatible chat endpoint: the transcript as messages (tool results as user turns), stopping
-    at the closing tags; episodes run in threads."""
+    """Any OpenAI-compatible chat endpoint (`arpo_env.openai_chat`: retries, clear errors); episodes run in threads.
 
-    def __init__(self, base_url: str, model: str, api_key: str | None = None, workers: int = 8) -> None:
-        import httpx
+    How the episode reaches the server (``transcript``):
 
-        self.url = base_url.rstrip("/") + ("/chat/completions" if base_url.rstrip("/").endswith("/v1")
-                                           else "/v1/chat/completions")
-        self.model = model
-        self.client = httpx.Client(timeout=600, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
-        self.workers = workers
+    * ``"continue"`` (the default): the episode so far is one assistant message, which the server continues
+      (``continue_final_message``, as vLLM and SGLang do): the model reads the very tokens it was trained on and that
+      the hf and vllm backends give it, its own text with the tool results inline;
+    * ``"messages"``: each of the model's turns an assistant message and each tool result a user message, for chat
+      APIs that cannot continue a message (OpenAI's). A model trained with arpo reads a format it never saw there.
 
-    def complete(self, messages: list[dict[str, str]], s: Settings, stop: list[str], seed: int) -> str:
-        body = {"model": self.model, "messages": messages, "temperature": s.temperature, "top_p": s.top_p,
-                "max_tokens": s.max_new_tokens, "stop": stop, "seed": seed}
-        response = self.client.post(self.url, json=body)
-        response.raise_for_status()
-        choice = response.json()["choices"][0]
-        text = choice["message"]["content"] or ""
-        if choice.get("finish_reason") == "stop":  # the server strips the stop string: put the closing tag back
-            opened = [t for t in stop if text.rfind("<" + t[2:]) > text.rfind(t)]
-            if opened:
-                text += opened[0]
-        return text
+    Each turn asks for at most ``max_new_tokens``, and an episode ends truncated, as on the other backends, once
+    its transcript after the prompt reaches ``max_completion_tokens`` (counted from the server's usage reports, so to
+    within the last tool result) or outgrows the model's context. A server that refuses the run (a wrong key,
+    address or model name, or one that cannot continue a message) stops it with its own words (`ServerRefused`).
+    """
+
+    def __init__(self, base_url: str, model: str, api_key: str | None = None, workers: int = 8,
+                 transcript: str = "continue", retries: int = 4) -> None:
+        from arpo_env.openai_chat import ChatClient
+
+        if transcript not in ("continue", "messages"):
+            raise ValueError(f"transcript must be 'continue' or 'messages', not {transcript!r}")
+        self.client = ChatClient(base_url, model, api_key, timeout_s=600.0, retries=retries)
+        self.workers, self.transcript = workers, transcript
+
+    def complete(self, messages: list[dict[str, str]], s: Settings, stop: list[str], seed: int,
+                 max_tokens: int | None = None) -> tuple[str, dict[str, Any]]:
+        """The model's next turn, with its closing tag (a server drops the stop string it stopped at), and the
+        request's usage report."""
+        from arpo_env.openai_chat import ChatError
+
+        body: dict[str, Any] = {"temperature": s.temperature, "top_p": s.top_p, "stop": stop, "seed": seed,
+                                "max_tokens": max_tokens or s.max_new_tokens}
+        if messages[-1]["role"] == "assistant":
+            body.update(continue_final_message=True, add_generation_prompt=False)
+        try:
+            response = self.client.chat(messages, **body)
+        except ChatError as exc:
+            if exc.status == 400 and re.search(r"continue_final_message|add_generation_prompt", str(exc)):
+                raise ServerRefused(f"{exc}. This server cannot continue a message; run with --transcript messages "
+                                    "(each tool result a user turn)") from exc
+            if exc.refused:
+                raise ServerRefused(str(exc)) from exc
+            raise
+        choice = response["choices"][0]
+        text = str(choice["message"].get("content") or "")
+        if choice.get("finish_reason") == "stop" and not any(text.endswith(t) for t in stop):
+            matched = choice.get("stop_reason")  # vLLM says which stop string it was
+            if not isinstance(matched, str) or matched not in stop:  # else the tag the text left open last
+                opened = {t: text.rfind("<" + t[2:]) for t in stop if text.rfind("<" + t[2:]) > text.rfind(t)}
+                matched = max(opened, key=opened.__getitem__) if opened else None
+            text += matched or ""
+        usage = response.get("usage")
+        return text, usage if isinstance(usage, dict) else {}
 
     def episode(self, make_env: Callable[[], Any], index: int, s: Settings, seed: int) -> tuple[dict, Any]:
         from arpo_algo.rollout import _stop_strings
+        from arpo_env.openai_chat import ChatError
 
         env = make_env()
         try:
             _, info = env.reset(seed=seed, options={"index": index})
             messages = list(info["messages"])
-            while True:
-                action = self.complete(messages, s, _stop_strings(), seed)
+            first_prompt: int | None = None
+            used = 0  # tokens of the transcript after the prompt, as of the last usage report
+            for turn in itertools.count():
+                room = min(s.max_new_tokens, s.max_completion_tokens - used)
+                if room <= 0:
+                    return info["task"], _TextTrajectory(env, {}, truncated=True)
+                try:
+                    action, usage = self.complete(messages, s, _stop_strings(), seed + 104729 * turn, room)
+                except ChatError as exc:
+                    if exc.context_overflow:  # the conversation has outgrown the model's context
+                        return info["task"], _TextTrajectory(env, {}, truncated=True)
+                    raise
+                if isinstance(usage.get("prompt_tokens"), int) and isinstance(usage.get("completion_tokens"), int):
+                    first_prompt = usage["prompt_tokens"] if first_prompt is None else first_prompt
+                    used = usage["prompt_tokens"] - first_prompt + usage["completion_tokens"]
                 obs, _, terminated, truncated, step = env.step(action)
-                messages.append({"role": "assistant", "content": action})
                 if terminated or truncated:
                     return info["task"], _TextTrajectory(env, step, truncated)
-                messages.append({"role": "user", "content": obs})
+                if self.transcript == "continue":  # the system and user turns, and the episode as one assistant turn
+                    messages = env.messages
+                else:
+                    messages += [{"role": "assistant", "content": action}, {"role": "user", "content": obs}]
+            raise AssertionError("unreachable")
         finally:
             env.close()
 
@@ -230,7 +295,13 @@ class OpenAIRunner:
         with ThreadPoolExecutor(self.workers) as pool:
             results = list(pool.map(lambda job: self.episode(make_env, job[0], s, s.seed + 7919 * job[1] + job[0]),
                                     jobs))
-        return [sample_record(bench, i, r, task, traj, s.judge) for (i, r), (task, traj) in zip(jobs, results)]
+        return [sample_record(bench, i, r, task, traj, s.judge, s.judge_model)
+                for (i, r), (task, traj) in zip(jobs, results)]
+
+
+class ServerRefused(RuntimeError):
+    """The model's server refused the run (a wrong key, address or model name, or it cannot continue a message): no
+    sample can succeed, so `arpo eval` stops with this message instead of writing an error for every sample."""
 
 
 class _TextTrajectory:
@@ -316,6 +387,8 @@ def _run_chunk(runner: Any, bench: Benchmark, make_env: Callable[[], Any], indic
     """A chunk together; if it fails, each sample alone, so that one crash is one error record."""
     try:
         return runner.run(bench, make_env, indices, runs, s)
+    except ServerRefused:  # no sample can succeed
+        raise
     except Exception:  # noqa: BLE001 - a sample's crash must not end the run
         if len(indices) == 1 and len(runs) == 1:
             return [{"benchmark": bench.name, "index": indices[0], "run": runs[0], "score": 0.0, "tool_calls": 0,
@@ -425,7 +498,13 @@ def make_parser() -> argparse.ArgumentParser:
                                                           "all elsewhere)")
     p.add_argument("--runs", type=int, default=1, help="K: pass@1 is the mean over K runs")
     p.add_argument("--mode", choices=["tir", "direct"], default="tir", help="tool-integrated, or no tools")
+    p.add_argument("--transcript", choices=["continue", "messages"], default="continue",
+                   help="openai backend: the episode as one assistant message that the server continues (vLLM, "
+                        "SGLang: the tokens the model trained on), or each tool result a user message (chat APIs "
+                        "that cannot continue a message)")
     p.add_argument("--judge", default=None, help="OpenAI-compatible URL of an LLM judge (WebWalker, deep search)")
+    p.add_argument("--judge-model", default=None, help="the judge's model name (default: the one its endpoint "
+                                                       "serves)")
     p.add_argument("--search", default="local", help="search backend for QA: local (offline BM25), ddgs, recorded")
     p.add_argument("--temperature", type=float, default=0.6)
     p.add_argument("--top-p", type=float, default=0.95)
@@ -470,7 +549,7 @@ def make_runner(args: argparse.Namespace) -> Any:
 
     if args.backend == "openai":
         return OpenAIRunner(args.base_url, args.model, args.api_key or os.environ.get("OPENAI_API_KEY"),
-                            workers=args.concurrency)
+                            workers=args.concurrency, transcript=args.transcript)
     from arpo_algo.cli import make_generator
 
     return RolloutRunner(make_generator(args.model, args.backend))
@@ -485,7 +564,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                              f"arpo. Download it and put its test set at DATA_DIR/{b.name}/test.jsonl.")
     max_new, max_completion = token_budget(args)
     settings = Settings(args.mode, args.temperature, args.top_p, args.max_tool_calls, max_new, max_completion,
-                        args.judge, args.search, args.seed)
+                        args.judge, args.search, args.seed, args.judge_model)
     out = Path(args.out) if args.out else default_out(args.model)
     print(f"arpo eval → {out} | {args.backend} | temperature {settings.temperature}, top-p {settings.top_p}, "
           f"{max_new} tokens per turn, {max_completion} per episode", file=sys.stderr)
@@ -502,6 +581,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\narpo eval: interrupted; {n} finished samples are in {saved}. Run the same command again to do "
               "only the missing ones.", file=sys.stderr)
         return 130
+    except ServerRefused as exc:
+        raise SystemExit(f"arpo eval: the model's server refused the run: {exc}") from None
     summary = summarise(results, args.runs)
     compare = []
     if args.compare == "paper":
@@ -511,7 +592,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                   "Qwen2.5-3B-Instruct, Llama3.1-8B-Instruct and Qwen2.5-7B-Instruct", file=sys.stderr)
     label = f"{args.model} ({args.mode})"
     md, rows = table(summary, benchmarks, args.judge, label, args.runs, compare)
-    md += (f"\n\nSettings: backend {args.backend}, mode {settings.mode}, temperature {settings.temperature}, top-p "
+    backend = args.backend + (f" (transcript: {args.transcript})" if args.backend == "openai" else "")
+    md += (f"\n\nSettings: backend {backend}, mode {settings.mode}, temperature {settings.temperature}, top-p "
            f"{settings.top_p}, tool calls per episode {settings.max_tool_calls or '5 (math) / 10 (search tasks)'}, "
            f"{max_new} tokens per turn, {max_completion} per episode, seed {settings.seed}.")
     (out / "results.md").write_text(md + "\n", encoding="utf-8")

@@ -50,7 +50,7 @@ class QAEnv(ToolEnv):
       ``search_options["cache"]`` (SQLite tool cache).
     * ``browse_options`` when ``"browse"`` is among the tools (see `arpo_env.tools.browse.browse_tool_factory`).
     * ``sandbox``/``sandbox_options``, ``max_tool_calls`` (5), ``max_turns``, ``max_chars``, ``strict_think``,
-      ``tool_bonus``, ``judge_url``/``judge_model``.
+      ``tool_bonus``, ``judge_url``/``judge_model`` (None: the model the endpoint serves).
 
     ## Example
     ```python
@@ -75,7 +75,7 @@ class QAEnv(ToolEnv):
                  browse_options: dict[str, Any] | None = None, sandbox: str = "local",
                  sandbox_options: dict[str, Any] | None = None, max_tool_calls: int = 5,
                  max_turns: int | None = None, max_chars: int = 32000, strict_think: bool = False,
-                 tool_bonus: float = 0.1, judge_url: str | None = None, judge_model: str = "default",
+                 tool_bonus: float = 0.1, judge_url: str | None = None, judge_model: str | None = None,
                  tasks: Sequence[Any] | None = None, render_mode: str | None = None) -> None:
         scorer = LLMJudge(judge_url, judge_model) if judge_url else qa_score
         super().__init__(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import string
+import time
 from collections import Counter
 from typing import Any, Mapping
 
@@ -118,18 +119,25 @@ class LLMJudge:
 
     The score is 1 when the judge says the prediction means the same as a gold answer, else 0 (`judge_verdict`
     reads the reply; a reply that says neither counts as a failure of the judge). `judge` also says whether the
-    judge decided or F1 stood in for it; `fallbacks` counts the stand-ins.
+    judge decided or F1 stood in for it; `fallbacks` counts the stand-ins. `model`: the judge's model name; None (the
+    default) asks the endpoint which model it serves (`arpo_env.openai_chat`). A request that fails for a passing
+    reason is tried `retries` more times; once the judge was unreachable, F1 stands in without asking for
+    `down_s` seconds, so that a judge that is down costs a run its retries once, not at every sample.
     """
 
     PROMPT = ("You are grading an answer to a question.\nQuestion: {question}\nGold answer(s): {gold}\n"
               "Predicted answer: {prediction}\nDoes the predicted answer mean the same as a gold answer? "
               "Reply with exactly one word: Correct or Incorrect.")
 
-    def __init__(self, base_url: str, model: str = "default", api_key: str | None = None,
-                 timeout_s: float = 60.0) -> None:
-        self.base_url, self.model, self.timeout_s = base_url.rstrip("/"), model, timeout_s
-        self.api_key = api_key or os.environ.get("OPENAI_API_KEY", "EMPTY")
+    def __init__(self, base_url: str, model: str | None = None, api_key: str | None = None,
+                 timeout_s: float = 60.0, retries: int = 2, down_s: float = 30.0) -> None:
+        from arpo_env.openai_chat import ChatClient
+
+        self.client = ChatClient(base_url, model, api_key or os.environ.get("OPENAI_API_KEY", "EMPTY"), timeout_s,
+                                 retries)
+        self.down_s = down_s
         self.fallbacks = 0
+        self._down_until = 0.0
 
     def __call__(self, prediction: str | None, gold: Any, meta: Mapping[str, Any] | None = None) -> float:
         return self.judge(prediction, gold, meta)[0]
@@ -139,21 +147,19 @@ class LLMJudge:
         incorrect, and the score is then F1 (`qa_score`)."""
         if prediction is None:
             return 0.0, True
-        import httpx
-
+        from arpo_env.openai_chat import ChatError
         from arpo_env.tags import unwrap_text
 
         prompt = self.PROMPT.format(question=(meta or {}).get("question", ""), gold=" | ".join(aliases(gold)),
                                     prediction=unwrap_text(prediction))
-        try:
-            reply = httpx.post(f"{self.base_url}/chat/completions", timeout=self.timeout_s,
-                               headers={"Authorization": f"Bearer {self.api_key}"},
-                               json={"model": self.model, "temperature": 0.0, "max_tokens": 16,
-                                     "messages": [{"role": "user", "content": prompt}]})
-            reply.raise_for_status()
-            verdict = judge_verdict(reply.json()["choices"][0]["message"]["content"] or "")
-        except Exception:  # noqa: BLE001 - an unreachable judge must not stop training or evaluation
-            verdict = None
+        verdict = None
+        if time.monotonic() >= self._down_until:
+            try:
+                reply = self.client.chat([{"role": "user", "content": prompt}], temperature=0.0, max_tokens=16)
+                verdict = judge_verdict(reply["choices"][0]["message"].get("content") or "")
+            except ChatError as exc:  # an unreachable judge must not stop training or evaluation
+                if exc.unreachable or exc.refused:
+                    self._down_until = time.monotonic() + self.down_s
         if verdict is None:
             self.fallbacks += 1
             return qa_score(prediction, gold, meta), False

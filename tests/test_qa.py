@@ -67,8 +67,29 @@ def test_mixed_reward_dispatches_on_ability():
 
 
 def test_judge_falls_back_to_f1_when_unreachable():
-    judge = qm.LLMJudge("http://127.0.0.1:9", timeout_s=1)
+    judge = qm.LLMJudge("http://127.0.0.1:9", timeout_s=1, retries=0)
     assert judge("Eiffel Tower", ["Eiffel Tower"], {"question": "q"}) == 1.0 and judge.fallbacks == 1
+
+
+def test_judge_asks_the_endpoint_for_its_model_and_retries_passing_errors():
+    """A judge served by vLLM answers 404 to the model "default": the judge asks which model is served. An
+    overloaded endpoint (503) is asked again; one that stays down is not asked again for a while."""
+    server = serve_replies([503, "Correct", "Incorrect", 503, 503, "Correct"], model="Qwen/Qwen2.5-72B-Instruct")
+    try:
+        url = f"http://127.0.0.1:{server.server_port}"  # without /v1: the same endpoint
+        judge = qm.LLMJudge(url, timeout_s=10, retries=1)
+        assert judge.judge("Eiffel Tower", ["Eiffel Tower"], {"question": "q"}) == (1.0, True)
+        assert judge.client.model == "Qwen/Qwen2.5-72B-Instruct"
+        assert judge.judge("Eiffel Tower", ["Eiffel Tower"], {"question": "q"}) == (0.0, True)
+        assert judge.judge("Eiffel Tower", ["Eiffel Tower"], {"question": "q"}) == (1.0, False)  # 503 twice: F1
+        assert judge.judge("Eiffel Tower", ["Eiffel Tower"], {"question": "q"}) == (1.0, False)  # down: not asked
+        assert judge.fallbacks == 2
+        judge._down_until = 0.0
+        assert judge.judge("Paris", ["Eiffel Tower"], {"question": "q"}) == (1.0, True)  # the next reply: Correct
+        named = qm.LLMJudge(url + "/v1", model="default", timeout_s=10, retries=0)  # a model it does not serve
+        assert named.judge("Eiffel Tower", ["Eiffel Tower"], {"question": "q"}) == (1.0, False)
+    finally:
+        server.shutdown()
 
 
 @pytest.mark.parametrize("name, kind, n", [("train", "qa", 5000), ("hard_search", "qa", 1071),
@@ -107,22 +128,37 @@ def test_deepsearch_default_budget():
     env.close()
 
 
-def serve_replies(replies):
-    """An OpenAI-compatible chat endpoint on 127.0.0.1 that answers each request with the next scripted reply."""
+def serve_replies(replies, model="judge-model"):
+    """An OpenAI-compatible chat endpoint on 127.0.0.1 serving `model` (listed at /v1/models; a request for another
+    model is answered 404, as vLLM does) that answers each chat request with the next scripted reply: a string is the
+    message, an int an error status (with ``Retry-After: 0``)."""
     import http.server
     import threading
 
     queue = list(replies)
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802
-            self.rfile.read(int(self.headers["Content-Length"]))
-            body = json.dumps({"choices": [{"message": {"content": queue.pop(0)}}]}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
+        def answer(self, status, payload, headers=()):
+            body = json.dumps(payload).encode()
+            self.send_response(status)
+            for name, value in (("Content-Type", "application/json"), ("Content-Length", str(len(body))), *headers):
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(body)
+
+        def do_GET(self):  # noqa: N802
+            if self.path != "/v1/models":
+                return self.answer(404, {"detail": "Not Found"})
+            self.answer(200, {"object": "list", "data": [{"id": model, "object": "model"}]})
+
+        def do_POST(self):  # noqa: N802
+            asked = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["model"]
+            if asked != model:
+                return self.answer(404, {"error": {"message": f"The model `{asked}` does not exist.", "code": 404}})
+            reply = queue.pop(0)
+            if isinstance(reply, int):
+                return self.answer(reply, {"error": {"message": "overloaded", "code": reply}}, [("Retry-After", "0")])
+            self.answer(200, {"choices": [{"message": {"content": reply}}]})
 
         def log_message(self, *args):
             pass

@@ -392,44 +392,50 @@ def assert_synced(initial: list[float], synced: list[float], trained: list[float
 
 
 # Server mode: a real `trl vllm-serve` on 127.0.0.1 ------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def server(model_dir, tmp_path_factory):
+def serve(command, tmp_path_factory, health="/health", env=None):
+    """Start a server (``command`` followed by ``--port P``, P a free port) in a session of its own, wait until
+    ``health`` answers 200; yields its address, then stops it."""
     import socket
     import subprocess
-    import sys
     import time
-    from pathlib import Path
 
     import httpx
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    trl = Path(sys.executable).parent / "trl"
-    share = str(engine_kwargs()["gpu_memory_utilization"])
     log = tmp_path_factory.mktemp("server") / "serve.log"
-    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}
     with open(log, "w") as out:
-        proc = subprocess.Popen([str(trl), "vllm-serve", "--model", str(model_dir), "--host", "127.0.0.1", "--port",
-                                 str(port), "--enforce_eager", "--dtype", "float32", "--gpu_memory_utilization", share,
-                                 "--max_model_len", "2048", "--worker-extension-cls",
-                                 "arpo_algo.vllm_weights.WeightReload"],
-                                stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen([*command, "--port", str(port)], stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, **(env or {})}, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         assert proc.poll() is None, log.read_text()[-3000:]
         try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+            if httpx.get(url + health, timeout=2).status_code == 200:
                 break
         except httpx.HTTPError:
             pass
         time.sleep(1)
     else:
-        raise AssertionError("trl vllm-serve did not come up:\n" + log.read_text()[-3000:])
+        raise AssertionError(f"{command[0]} did not come up:\n" + log.read_text()[-3000:])
     yield url
     os.killpg(proc.pid, 15)
     proc.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def server(model_dir, tmp_path_factory):
+    import sys
+    from pathlib import Path
+
+    trl = Path(sys.executable).parent / "trl"
+    share = str(engine_kwargs()["gpu_memory_utilization"])
+    yield from serve([str(trl), "vllm-serve", "--model", str(model_dir), "--host", "127.0.0.1", "--enforce_eager",
+                      "--dtype", "float32", "--gpu_memory_utilization", share, "--max_model_len", "2048",
+                      "--worker-extension-cls", "arpo_algo.vllm_weights.WeightReload"], tmp_path_factory,
+                     env={"VLLM_SERVER_DEV_MODE": "1"})
 
 
 def test_a_served_engine_generates_each_path_as_its_own_request(server, tokenizer):
@@ -497,3 +503,113 @@ def server_logprobs(client, ids: list[int]) -> list[float]:
     """The server's log-prob of each token of `ids` after its prefix (teacher-forced)."""
     out = client.get_sequence_logprobs([ids], [1], top_logprobs=1)
     return [float(v[0]) for v in out["actual_logprobs"][0]]
+
+
+# `arpo eval --backend openai`: a real `vllm serve` (OpenAI-compatible) on 127.0.0.1 ---------------------------------
+@pytest.fixture(scope="module")
+def openai_server(model_dir, tmp_path_factory):
+    import sys
+    from pathlib import Path
+
+    vllm = Path(sys.executable).parent / "vllm"
+    yield from serve([str(vllm), "serve", str(model_dir), "--served-model-name", "tiny-agent", "--host", "127.0.0.1",
+                      "--enforce-eager", "--dtype", "float32", "--max-model-len", "2048",
+                      "--gpu-memory-utilization", str(engine_kwargs()["gpu_memory_utilization"])], tmp_path_factory)
+
+
+def eval_data(tmp_path, questions):
+    """A data folder whose GSM8K test set is `questions` (answer 42 each)."""
+    import json
+
+    (tmp_path / "data" / "gsm8k").mkdir(parents=True)
+    (tmp_path / "data" / "gsm8k" / "test.jsonl").write_text(
+        "".join(json.dumps({"question": q, "answer": "#### 42"}) + "\n" for q in questions))
+    return str(tmp_path / "data")
+
+
+def openai_eval(url, data, out, *flags):
+    import json
+
+    from arpo_algo import evaluation
+
+    evaluation.main(["--model", "tiny-agent", "--backend", "openai", "--base-url", url, "--benchmarks", "gsm8k",
+                     "--data-dir", data, "--out", str(out), "--concurrency", "4", *flags])
+    return [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+
+
+def test_eval_through_a_served_model_reads_the_episode_as_it_was_trained(openai_server, tmp_path):
+    """The episode reaches the server as one assistant message that it continues: the model reads its tool results
+    inline, as in training and on the other backends, and keeps the format. As chat turns (each tool result a user
+    message, ``--transcript messages``) the same model breaks it."""
+    from tiny_agent import TASK
+
+    data = eval_data(tmp_path, [TASK["question"]] * 4)
+    records = openai_eval(openai_server, data, tmp_path / "continue")
+    assert [r["error"] for r in records] == [None] * 4
+    assert all(r["format_ok"] and r["tool_calls"] == 2 for r in records), [r["transcript"] for r in records]
+    assert sum(r["correct"] for r in records) >= 2  # it answers 42 or 43
+    as_turns = openai_eval(openai_server, data, tmp_path / "messages", "--transcript", "messages")
+    assert sum(not r["format_ok"] for r in as_turns) >= 2, [r["transcript"] for r in as_turns]
+
+
+def test_openai_eval_retries_passing_errors_and_truncates_what_outgrows_its_budget(openai_server, tmp_path):
+    """Behind a proxy that answers each request 503 the first time (and drops one connection), every sample still
+    finishes; an episode past --max-completion-tokens, or a question longer than the model's context, ends
+    truncated, as on the other backends, not as an error; a wrong model name stops the run with the server's
+    words."""
+    import http.server
+    import threading
+    from collections import Counter
+
+    import httpx
+    from tiny_agent import TASK
+
+    from arpo_algo import evaluation
+
+    seen, lock, dropped = Counter(), threading.Lock(), []
+
+    class Flaky(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            with lock:
+                seen[body] += 1
+                drop = seen[body] == 2 and not dropped
+                if drop:
+                    dropped.append(body)
+            if drop:  # no answer at all
+                self.close_connection = True
+                self.connection.shutdown(2)
+                return
+            if seen[body] == 1:
+                status, content = 503, b'{"error": {"message": "busy"}}'
+            else:
+                reply = httpx.post(openai_server + self.path, content=body, timeout=300,
+                                   headers={"Content-Type": "application/json"})
+                status, content = reply.status_code, reply.content
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(content)))
+            self.end_headers()
+            self.wfile.write(content)
+
+        def log_message(self, *args):
+            pass
+
+    proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Flaky)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    data = eval_data(tmp_path, [TASK["question"]] * 3 + ["Add one to forty-one. " * 300])
+    try:
+        records = openai_eval(f"http://127.0.0.1:{proxy.server_port}/v1", data, tmp_path / "flaky")
+    finally:
+        proxy.shutdown()
+    assert [r["error"] for r in records] == [None] * 4 and len(dropped) == 1 and len(seen) >= 7
+    assert all(r["format_ok"] for r in records[:3]) and records[3]["truncated"]
+    assert records[3]["transcript"] == "" and records[3]["tool_calls"] == 0  # the question alone overflows
+    short = openai_eval(openai_server, data, tmp_path / "short", "--max-completion-tokens", "5", "--limit", "3")
+    assert [r["error"] for r in short] == [None] * 3 and all(r["truncated"] for r in short)
+    assert all(r["tool_calls"] == 0 for r in short), [r["transcript"] for r in short]  # no room for a call
+    with pytest.raises(SystemExit, match="refused the run.*no-such-model"):
+        evaluation.main(["--model", "no-such-model", "--backend", "openai", "--base-url", openai_server,
+                         "--benchmarks", "gsm8k", "--data-dir", data, "--out", str(tmp_path / "wrong"), "--limit", "1"])
+    wrong = tmp_path / "wrong" / "samples.jsonl"
+    assert not wrong.exists() or not wrong.read_text()  # no error written for each sample
