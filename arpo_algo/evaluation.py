@@ -130,27 +130,12 @@ def env_kwargs(bench: Benchmark, data_dir: str | None, s: Settings, out: Path | 
     return kwargs
 
 
-_JUDGES: dict[tuple[str, str | None], Any] = {}
-_JUDGES_LOCK = threading.Lock()
-
-
-def llm_judge(url: str, model: str | None = None) -> Any:
-    """The run's `arpo_env.qa_metrics.LLMJudge` for an endpoint and model: one per run, so that it asks which model
-    is served once, and a judge that is down costs its retries once."""
-    from arpo_env.qa_metrics import LLMJudge
-
-    with _JUDGES_LOCK:
-        if (url, model) not in _JUDGES:
-            _JUDGES[url, model] = LLMJudge(url, model)
-        return _JUDGES[url, model]
-
-
 def score_sample(bench: Benchmark, transcript: str, task: dict[str, Any], judge: str | None,
                  judge_model: str | None = None) -> tuple[str | None, float, bool | None]:
     """``(prediction, score, judged)`` of a transcript: the answer extracted as benchmarks do
     (`arpo_env.tags.eval_answer`), scored by the column's metric; `judged` is None when no judge was asked, False
     when F1 stood in for an unreachable judge."""
-    from arpo_env.qa_metrics import qa_score
+    from arpo_env.qa_metrics import qa_score, shared_judge
     from arpo_env.rewards import math_score
 
     prediction = eval_answer(transcript)
@@ -161,7 +146,7 @@ def score_sample(bench: Benchmark, transcript: str, task: dict[str, Any], judge:
     if bench.metric == "math":
         return prediction, math_score(prediction, gold), None
     if bench.metric == "judge" and judge:
-        score, judged = llm_judge(judge, judge_model).judge(prediction, gold, meta)
+        score, judged = shared_judge(judge, judge_model).judge(prediction, gold, meta)
         return prediction, score, judged
     return prediction, qa_score(prediction, gold, meta), None
 

@@ -68,13 +68,18 @@ class ChatClient:
 
     def __init__(self, base_url: str, model: str | None = None, api_key: str | None = None,
                  timeout_s: float = 600.0, retries: int = 4, backoff_s: float = 1.0) -> None:
-        import httpx
-
         self.root = api_root(base_url)
-        self.retries, self.backoff_s = retries, backoff_s
-        self._model = model
+        self.retries, self.backoff_s, self.timeout_s = retries, backoff_s, timeout_s
+        self._api_key, self._model = api_key, model
         self._lock = threading.Lock()
-        self._http = httpx.Client(timeout=timeout_s, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
+        self._http: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Picklable (an env that holds a judge may be): the connection pool and the lock are made anew."""
+        return {**self.__dict__, "_lock": None, "_http": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _lock=threading.Lock())
 
     @property
     def model(self) -> str:
@@ -101,6 +106,9 @@ class ChatClient:
         import httpx
 
         url = self.root + path
+        if self._http is None:
+            headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+            self._http = httpx.Client(timeout=self.timeout_s, headers=headers)
         for attempt in range(self.retries + 1):
             wait = self.backoff_s * 2 ** attempt
             try:
@@ -129,7 +137,8 @@ class ChatClient:
         raise AssertionError("unreachable")
 
     def close(self) -> None:
-        self._http.close()
+        if self._http is not None:
+            self._http.close()
 
 
 def _server_message(reply: Any) -> str:

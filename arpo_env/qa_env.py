@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 from arpo_env.datasets import load_tasks, task_paths
 from arpo_env.env import ToolEnv
-from arpo_env.qa_metrics import LLMJudge, qa_score
+from arpo_env.qa_metrics import qa_score, shared_judge
 from arpo_env.rewards import HierarchicalReward
 from arpo_env.tools import build_tools
 
@@ -77,7 +77,7 @@ class QAEnv(ToolEnv):
                  max_turns: int | None = None, max_chars: int = 32000, strict_think: bool = False,
                  tool_bonus: float = 0.1, judge_url: str | None = None, judge_model: str | None = None,
                  tasks: Sequence[Any] | None = None, render_mode: str | None = None) -> None:
-        scorer = LLMJudge(judge_url, judge_model) if judge_url else qa_score
+        scorer = shared_judge(judge_url, judge_model) if judge_url else qa_score
         super().__init__(
             tasks if tasks is not None else load_tasks(dataset or self.default_dataset, data_dir, kind="qa"),
             build_tools(tools or self.default_tools, sandbox, sandbox_options, search, search_options,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import string
+import threading
 import time
 from collections import Counter
 from typing import Any, Mapping
@@ -164,3 +165,16 @@ class LLMJudge:
             self.fallbacks += 1
             return qa_score(prediction, gold, meta), False
         return (1.0 if verdict else 0.0), True
+
+
+_JUDGES: dict[tuple[str, str | None], LLMJudge] = {}
+_JUDGES_LOCK = threading.Lock()
+
+
+def shared_judge(url: str, model: str | None = None) -> LLMJudge:
+    """The process's `LLMJudge` for an endpoint and model, shared by every env and sample that asks for it: it asks
+    which model is served once, and a judge that is down costs its retries once."""
+    with _JUDGES_LOCK:
+        if (url, model) not in _JUDGES:
+            _JUDGES[url, model] = LLMJudge(url, model)
+        return _JUDGES[url, model]
