@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from arpo_algo import jsonl
 
@@ -116,8 +116,10 @@ def write_jsonl(trees: Iterable[RolloutTree], path: str | os.PathLike, append: b
     return n
 
 
-def read_jsonl(path: str | os.PathLike) -> Iterator[RolloutTree]:
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                yield RolloutTree.from_dict(json.loads(line))
+def read_jsonl(path: str | os.PathLike, skipped: Callable[[int, str, ValueError], None] | None = None
+               ) -> Iterator[RolloutTree]:
+    """The trees of a file `write_jsonl` wrote (a run's ``rollouts.jsonl``, ``arpo rollout``'s output), past a line
+    cut short by a killed writer: such a line is skipped, and given to `skipped` (its number, text and error)."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for _, value in jsonl.records(f, skipped):
+            yield RolloutTree.from_dict(value)

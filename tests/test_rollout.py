@@ -182,6 +182,11 @@ def test_jsonl_round_trip_appends(agent, tokenizer, tmp_path):
     back = list(read_jsonl(path))
     assert len(back) == 2 and isinstance(back[0], RolloutTree)
     assert back[0].to_dict() == trees[0].to_dict()
+    path.write_text(path.read_text() + path.read_text().splitlines()[0][:200])  # a writer killed mid-line
+    write_jsonl(trees, path)
+    cut: list[int] = []
+    back = list(read_jsonl(path, skipped=lambda n, line, error: cut.append(n)))
+    assert len(back) == 3 and cut == [3] and back[2].to_dict() == trees[0].to_dict()
 
 
 def test_appending_after_a_cut_line_starts_a_line_of_its_own(tmp_path):
