@@ -36,7 +36,7 @@ import sys
 import threading
 import time
 import traceback
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -163,25 +163,39 @@ def sample_record(bench: Benchmark, index: int, run: int, task: dict[str, Any], 
             "transcript": traj.completion_text, "error": None}
 
 
+Record = Callable[[dict[str, Any]], None]
+"""What a runner hands each sample's record to, as soon as the sample is done (`evaluate` writes it at once, so
+that an interrupted run loses only the samples under way)."""
+
+
 class RolloutRunner:
-    """hf and vllm backends: the rollout engine with K independent samples per question (one tree per question)."""
+    """hf and vllm backends: the rollout engine with K independent samples per question (one tree per question);
+    a question's samples are recorded as soon as its tree is complete."""
 
     def __init__(self, generator: Any) -> None:
         self.generator = generator
         self.lock = threading.Lock()
 
     def run(self, bench: Benchmark, make_env: Callable[[], Any], indices: list[int], runs: list[int],
-            s: Settings) -> list[dict[str, Any]]:
+            s: Settings, record: Record) -> None:
         from arpo_algo.rollout import GRPORollout, RolloutConfig
 
         k = len(runs)
         config = RolloutConfig(num_generations=k, num_global=k, max_new_tokens=s.max_new_tokens,
                                max_completion_tokens=s.max_completion_tokens, temperature=s.temperature,
                                top_p=s.top_p, branching=False, seed=s.seed + indices[0])
+        recorded: set[int] = set()
+
+        def on_tree(t: int, tree: Any) -> None:
+            recorded.add(t)
+            for run, traj in zip(runs, tree.trajectories):
+                record(sample_record(bench, indices[t], run, tree.task, traj, s.judge, s.judge_model))
+
         with self.lock:
-            trees = GRPORollout(self.generator, make_env, config).run(indices)
-        return [sample_record(bench, i, run, tree.task, traj, s.judge, s.judge_model)
-                for i, tree in zip(indices, trees) for run, traj in zip(runs, tree.trajectories)]
+            trees = GRPORollout(self.generator, make_env, config).run(indices, on_tree=on_tree)
+        for t, tree in enumerate(trees):
+            if t not in recorded:
+                on_tree(t, tree)
 
 
 class OpenAIRunner:
@@ -240,7 +254,9 @@ class OpenAIRunner:
         usage = response.get("usage")
         return text, usage if isinstance(usage, dict) else {}
 
-    def episode(self, make_env: Callable[[], Any], index: int, s: Settings, seed: int) -> tuple[dict, Any]:
+    def episode(self, make_env: Callable[[], Any], index: int, s: Settings, seed: int,
+                stop: threading.Event | None = None) -> tuple[dict, Any]:
+        """One sample: ``(task, trajectory)``. `stop`, once set, ends it before its next turn (`EpisodeStopped`)."""
         from arpo_algo.rollout import _stop_strings
         from arpo_env.openai_chat import ChatError
 
@@ -251,6 +267,8 @@ class OpenAIRunner:
             first_prompt: int | None = None
             used = 0  # tokens of the transcript after the prompt, as of the last usage report
             for turn in itertools.count():
+                if stop is not None and stop.is_set():
+                    raise EpisodeStopped(f"sample {index} stopped with the run")
                 room = min(s.max_new_tokens, s.max_completion_tokens - used)
                 if room <= 0:
                     return info["task"], _TextTrajectory(env, {}, truncated=True)
@@ -275,13 +293,35 @@ class OpenAIRunner:
             env.close()
 
     def run(self, bench: Benchmark, make_env: Callable[[], Any], indices: list[int], runs: list[int],
-            s: Settings) -> list[dict[str, Any]]:
-        jobs = [(i, r) for i in indices for r in runs]
-        with ThreadPoolExecutor(self.workers) as pool:
-            results = list(pool.map(lambda job: self.episode(make_env, job[0], s, s.seed + 7919 * job[1] + job[0]),
-                                    jobs))
-        return [sample_record(bench, i, r, task, traj, s.judge, s.judge_model)
-                for (i, r), (task, traj) in zip(jobs, results)]
+            s: Settings, record: Record) -> None:
+        """The samples in threads, each recorded as it ends. A sample that fails does not stop the others (the
+        first failure is raised after them); an interrupt, or a server that refuses the run, stops the samples under
+        way at their next turn and drops those not started, so that Ctrl-C does not wait for the whole chunk."""
+        stop = threading.Event()
+        pool = ThreadPoolExecutor(self.workers)
+        jobs = {pool.submit(self.episode, make_env, i, s, s.seed + 7919 * r + i, stop): (i, r)
+                for i in indices for r in runs}
+        failed: Exception | None = None
+        try:
+            for future in as_completed(jobs):
+                i, r = jobs[future]
+                try:
+                    task, traj = future.result()
+                except ServerRefused:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - recorded by `_run_chunk`, after the others
+                    failed = failed or exc
+                    continue
+                record(sample_record(bench, i, r, task, traj, s.judge, s.judge_model))
+        finally:
+            stop.set()
+            pool.shutdown(wait=False, cancel_futures=True)
+        if failed is not None:
+            raise failed
+
+
+class EpisodeStopped(RuntimeError):
+    """A sample stopped because its run was interrupted."""
 
 
 class ServerRefused(RuntimeError):
@@ -347,20 +387,22 @@ def evaluate(benchmarks: list[Benchmark], runner: Any, data_dir: str | None, lim
         make_env = _maker(bench.env_id, kwargs)
         with tqdm(total=n * runs, initial=n * runs - len(todo), desc=bench.name, unit="sample") as bar, \
                 jsonl.append(path) as sink:
+            def record(rec: dict[str, Any]) -> None:  # written as each sample ends: an interrupt loses no other
+                if (bench.name, rec["index"], rec["run"]) in done:
+                    return
+                sink.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                sink.flush()
+                bar.update(1)
+                if rec["error"] is None:
+                    done[(bench.name, rec["index"], rec["run"])] = rec
+                else:
+                    bar.write(f"{bench.name} #{rec['index']} run {rec['run']}: error: {rec['error']}")
+
             pending = sorted({i for i, _ in todo})
             for start in range(0, len(pending), chunk):
                 indices = pending[start:start + chunk]
                 run_ids = sorted({r for i, r in todo if i in indices})
-                for rec in _run_chunk(runner, bench, make_env, indices, run_ids, s):
-                    if (bench.name, rec["index"], rec["run"]) in done:
-                        continue
-                    sink.write(json.dumps(rec, ensure_ascii=False) + "\n")
-                    sink.flush()
-                    bar.update(1)
-                    if rec["error"] is None:
-                        done[(bench.name, rec["index"], rec["run"])] = rec
-                    else:
-                        bar.write(f"{bench.name} #{rec['index']} run {rec['run']}: error: {rec['error']}")
+                _run_chunk(runner, bench, make_env, indices, run_ids, s, record)
         results[bench.name] = [done.get((bench.name, i, r)) or {"benchmark": bench.name, "index": i, "run": r,
                                                                   "score": 0.0, "tool_calls": 0, "error": "failed"}
                                for i in range(n) for r in range(runs)]
@@ -368,17 +410,28 @@ def evaluate(benchmarks: list[Benchmark], runner: Any, data_dir: str | None, lim
 
 
 def _run_chunk(runner: Any, bench: Benchmark, make_env: Callable[[], Any], indices: list[int], runs: list[int],
-               s: Settings) -> list[dict[str, Any]]:
-    """A chunk together; if it fails, each sample alone, so that one crash is one error record."""
+               s: Settings, record: Record) -> None:
+    """A chunk together; if it fails, each sample it did not record alone, so that one crash is one error record."""
+    recorded: set[tuple[int, int]] = set()
+
+    def mine(rec: dict[str, Any]) -> None:
+        recorded.add((rec["index"], rec["run"]))
+        record(rec)
+
     try:
-        return runner.run(bench, make_env, indices, runs, s)
+        runner.run(bench, make_env, indices, runs, s, mine)
     except ServerRefused:  # no sample can succeed
         raise
     except Exception:  # noqa: BLE001 - a sample's crash must not end the run
         if len(indices) == 1 and len(runs) == 1:
-            return [{"benchmark": bench.name, "index": indices[0], "run": runs[0], "score": 0.0, "tool_calls": 0,
-                     "error": traceback.format_exc(limit=3).strip().splitlines()[-1]}]
-        return [rec for i in indices for r in runs for rec in _run_chunk(runner, bench, make_env, [i], [r], s)]
+            if (indices[0], runs[0]) not in recorded:
+                record({"benchmark": bench.name, "index": indices[0], "run": runs[0], "score": 0.0, "tool_calls": 0,
+                        "error": traceback.format_exc(limit=3).strip().splitlines()[-1]})
+            return
+        for i in indices:
+            for r in runs:
+                if (i, r) not in recorded:
+                    _run_chunk(runner, bench, make_env, [i], [r], s, record)
 
 
 def _maker(env_id: str, kwargs: dict[str, Any]) -> Callable[[], Any]:

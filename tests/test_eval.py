@@ -128,6 +128,40 @@ def test_an_interrupted_eval_finishes_only_the_missing_samples(agent, tokenizer,
     assert (out / "results.csv").read_text().startswith("model,GSM8K,Bamboogle")
 
 
+def test_each_sample_is_written_as_it_ends_so_an_interrupt_loses_only_those_under_way(agent, tokenizer, tmp_path):
+    """Ctrl-C in the middle of a chunk: the samples already done are in samples.jsonl (not only whole chunks), and
+    the next run does the others, each once."""
+    from tiny_agent import TASK
+
+    from arpo_algo import evaluation
+    from arpo_algo.hf_generator import HFGenerator
+
+    (tmp_path / "data" / "gsm8k").mkdir(parents=True)
+    (tmp_path / "data" / "gsm8k" / "test.jsonl").write_text(
+        "".join(json.dumps({"question": TASK["question"], "answer": "#### 42"}) + "\n" for _ in range(3)))
+
+    class InterruptedAfterOne(evaluation.RolloutRunner):  # Ctrl-C as the first sample is written
+        def run(self, bench, make_env, indices, runs, s, record):
+            def then_interrupt(rec):
+                record(rec)
+                raise KeyboardInterrupt
+
+            super().run(bench, make_env, indices, runs, s, then_interrupt)
+
+    s = evaluation.Settings(max_new_tokens=24, max_completion_tokens=256)
+    args = ([evaluation.BENCHMARKS["gsm8k"]], None, str(tmp_path / "data"), None, 2, s, tmp_path / "eval")
+    with pytest.raises(KeyboardInterrupt):
+        evaluation.evaluate(args[0], InterruptedAfterOne(HFGenerator(agent, tokenizer)), *args[2:])
+    lines = (tmp_path / "eval" / "samples.jsonl").read_text().splitlines()
+    assert len(lines) == 1  # the chunk holds all six samples: before, none was written until all were done
+    results = evaluation.evaluate(args[0], evaluation.RolloutRunner(HFGenerator(agent, tokenizer)), *args[2:])
+    after = (tmp_path / "eval" / "samples.jsonl").read_text().splitlines()
+    assert after[0] == lines[0] and len(after) == 6
+    assert sorted((json.loads(x)["index"], json.loads(x)["run"]) for x in after) == [(i, r) for i in range(3)
+                                                                                    for r in range(2)]
+    assert all(r["error"] is None and r["tool_calls"] == 2 for r in results["gsm8k"])
+
+
 def test_the_output_folder_is_hidden_from_the_sandbox(tmp_path):
     # samples.jsonl holds every question's gold answer: a later benchmark, or a run started again, could read it.
     kwargs = env_kwargs(BENCHMARKS["aime24"], None, Settings(), out=tmp_path / "eval")
