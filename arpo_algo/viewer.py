@@ -78,10 +78,12 @@ def read_trees(source: Source, limit: int | None = None) -> list[dict[str, Any]]
                 source.bad_lines.append(f"{name}:{n}: {str(exc)[:120]}")
 
             for n, tree in jsonl.records(fh, bad):
-                if not isinstance(tree, dict) or "trajectories" not in tree or "nodes" not in tree:
+                if not isinstance(tree, dict) or "trajectories" not in tree or "nodes" not in tree or \
+                        not isinstance(tree.get("stats", {}), dict):
                     source.bad_lines.append(f"{f.name}:{n}: not a rollout tree (no nodes and trajectories)")
                     continue
                 tree.setdefault("stats", {})["file"] = f.name
+                tree["_where"] = f"{f.name}:{n}"  # for `build`'s report of a tree of another shape; popped there
                 trees.append(tree)
     if not trees:
         raise SystemExit(f"arpo view: {source.path} holds no readable rollout trees"
@@ -130,13 +132,18 @@ def compact(tree: dict[str, Any], index: int) -> dict[str, Any]:
                     seg["pieces"] = s["pieces"][: len(measured)]
             segs.append(seg)
         parts = {k: _r(v) for k, v in (t.get("reward_parts") or {}).items() if not isinstance(v, (dict, list))}
-        trajs.append({"node": t["node"], "reward": _r(t.get("reward", 0.0)), "parts": parts,
-                      "tools": t.get("tool_calls", 0), "truncated": bool(t.get("truncated")),
-                      "len": len(t.get("completion_ids") or []), "segs": segs,
-                      "decisions": [{k: _r(v) for k, v in d.items()} for d in t.get("decisions", [])]})
+        decisions = [{k: _r(v) for k, v in d.items()} for d in t.get("decisions", [])]
+        for d in decisions:  # numbers where the page and the totals compute with them
+            d.update({k: float(d[k]) for k in ("delta_h", "p") if d.get(k) is not None})
+        trajs.append({"node": int(t["node"]), "reward": _r(float(t.get("reward", 0.0))), "parts": parts,
+                      "tools": int(t.get("tool_calls", 0)), "truncated": bool(t.get("truncated")),
+                      "len": len(t.get("completion_ids") or []), "segs": segs, "decisions": decisions})
     task = tree.get("task") or {}
+    stats = {k: _r(v) for k, v in (tree.get("stats") or {}).items()}
+    if stats.get("step") is not None:
+        stats["step"] = int(stats["step"])
     return {"v": SCHEMA, "i": index, "task": {k: task.get(k) for k in ("id", "source", "kind", "question", "answer")},
-            "algo": tree.get("algo"), "stats": {k: _r(v) for k, v in (tree.get("stats") or {}).items()},
+            "algo": tree.get("algo"), "stats": stats,
             "nodes": [{k: _r(v) for k, v in n.items()} for n in tree["nodes"]], "trajs": trajs}
 
 
@@ -335,8 +342,18 @@ def entropy_scale(trees: list[dict[str, Any]]) -> float:
 def build(path: str | Path, out: str | Path, limit: int | None = None) -> dict[str, Any]:
     """Write the report (and its PNG plots) for `path`; returns what was written and the header numbers."""
     source = find_source(path)
-    raw = read_trees(source, limit)
-    trees = [compact(t, i) for i, t in enumerate(raw)]
+    raw, trees = [], []
+    for tree in read_trees(source, limit):
+        where = tree.pop("_where", "")
+        try:  # everything the page and the plots read of it
+            entropy_by_position([tree])
+            trees.append(compact(tree, len(trees)))
+        except (TypeError, KeyError, ValueError, AttributeError, IndexError) as exc:  # JSON, but not of a tree's shape
+            source.bad_lines.append(f"{where}: a tree of another shape ({type(exc).__name__}: {str(exc)[:100]})")
+            continue
+        raw.append(tree)
+    if not trees:
+        raise SystemExit(f"arpo view: {source.path} holds no readable rollout trees ({source.bad_lines[0]})")
     metrics = read_metrics(source.metrics_file)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -372,6 +389,8 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"accuracy {t['accuracy']:.1%}")
     for s in result["skipped"][:3]:
         print(f"skipped {s}", file=sys.stderr)
+    if len(result["skipped"]) > 3:
+        print(f"skipped {len(result['skipped'])} lines in all", file=sys.stderr)
     print(f"wrote {result['report']}" + "".join(f", {p}" for p in result["plots"])
           + f"\nopen it in a browser: file://{Path(result['report']).resolve()}")
     return 0

@@ -130,6 +130,24 @@ def test_cut_lines_and_bad_paths(trees_file, tmp_path):
     result = viewer.build(cut, tmp_path / "r.html")
     assert result["totals"]["tasks"] == 3 and len(result["skipped"]) == 1
     assert "line(s) skipped" in (tmp_path / "r.html").read_text()
+    # JSON, but not of a tree's shape (another tool's file, a hand edit): skipped and said, the other trees shown
+    tree = json.loads(text.splitlines()[0])
+    odd = []
+    for path, value in [(("trajectories",), 5), (("trajectories", 0, "reward"), "high"), (("nodes", 0), {"k": 1}),
+                        (("trajectories", 0, "entropies"), "abc"), (("stats",), 7), (("stats", "step"), "x"),
+                        (("trajectories", 0, "decisions"), [{"delta_h": "big"}]), (("nodes",), [1, 2])]:
+        bad = json.loads(json.dumps(tree))
+        *parents, last = path
+        target = bad
+        for key in parents:
+            target = target[key]
+        target[last] = value
+        odd.append(json.dumps(bad))
+    shapes = tmp_path / "shapes.jsonl"
+    shapes.write_text(text + "\n".join(odd) + "\n")
+    result = viewer.build(shapes, tmp_path / "s.html")
+    assert result["totals"]["tasks"] == 3 and len(result["skipped"]) == len(odd)
+    assert all("shapes.jsonl:" in line for line in result["skipped"])
     with pytest.raises(SystemExit, match="does not exist"):
         viewer.build(tmp_path / "nope.jsonl", tmp_path / "x.html")
     (tmp_path / "empty").mkdir()
