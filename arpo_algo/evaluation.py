@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import json
 import math
 import re
 import statistics
-import itertools
 import sys
 import threading
 import time
