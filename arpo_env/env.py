@@ -85,6 +85,9 @@ class ToolEnv(gym.Env[str, str]):
             raise ValueError(f"unknown tools {sorted(unknown)}; known: {list(tags.TOOL_TAGS)}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, not {render_mode!r}")
+        if int(max_tool_calls) < 0 or (max_turns is not None and int(max_turns) < 1) or int(max_chars) < 1:
+            raise ValueError(f"budgets: max_tool_calls must be at least 0 (not {max_tool_calls}), max_turns at least 1 "
+                             f"(not {max_turns}) and max_chars at least 1 (not {max_chars})")
         self.tasks = list(tasks)
         self.tool_factories = dict(tools)
         self.reward_fn = reward

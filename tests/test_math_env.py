@@ -94,6 +94,14 @@ def test_turn_and_length_budgets_truncate():
     obs, _, term, trunc, _ = e.step("<python>print('y' * 500)</python>")
     assert trunc and "length budget" in obs
     e.close()
+    for bad in ({"max_tool_calls": -1}, {"max_turns": 0}, {"max_chars": 0}):  # no episode could keep such a budget
+        with pytest.raises(ValueError, match="budgets: max_tool_calls must be at least 0"):
+            gym.make("ARPO-Math-v0", **bad)
+    zero = gym.make("ARPO-Math-v0", max_tool_calls=0)  # no tool at all: the model answers directly
+    zero.reset(options=Q)
+    obs, _, term, trunc, _ = zero.step("<python>print(1)</python>")
+    assert trunc and "0 of 0" in obs
+    zero.close()
 
 
 @pytest.mark.parametrize("action, expect", [
