@@ -195,6 +195,19 @@ class ARPOConfig(GRPOConfig):
         if self.spare_samples < 0 or self.min_spare_samples < 0:
             raise ConfigError(f"spare_samples and min_spare_samples must be at least 0, not {self.spare_samples} and "
                               f"{self.min_spare_samples}")
+        from arpo_algo.rollout import sampling_problems
+
+        problems = sampling_problems(self.max_new_tokens_per_turn, self.max_completion_length, self.temperature,
+                                     self.top_p, self.entropy_k, self.branch_alpha, self.branch_beta,
+                                     ("max_new_tokens_per_turn", "max_completion_length", "temperature", "top_p",
+                                      "entropy_k", "branch_alpha", "branch_beta"))
+        if self.eval_temperature is not None and not self.eval_temperature >= 0:
+            problems.append(f"eval_temperature must be at least 0 (0: greedy), not {self.eval_temperature}")
+        if self.branch_factor < 1 or self.tool_workers < 1:
+            problems.append(f"branch_factor and tool_workers must be at least 1, not {self.branch_factor} and "
+                            f"{self.tool_workers}")
+        if problems:
+            raise ConfigError("ARPOConfig: " + "; ".join(problems))
         if self.vllm_weight_sync not in ("auto", "nccl", "disk"):
             raise ConfigError(f"vllm_weight_sync must be auto, nccl or disk, not {self.vllm_weight_sync!r}")
         problems = unsupported_settings(self)

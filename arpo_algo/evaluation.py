@@ -601,6 +601,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise SystemExit(f"arpo eval: {b.name} needs --data-dir: {NEEDS_DATA_DIR[b.name]} is not shipped with "
                              f"arpo. Download it and put its test set at DATA_DIR/{b.name}/test.jsonl.")
     max_new, max_completion = token_budget(args)
+    from arpo_algo.rollout import sampling_problems
+
+    flags = ("--max-new-tokens", "--max-completion-tokens", "--temperature", "--top-p", "", "", "")
+    problems = sampling_problems(max_new, max_completion, args.temperature, args.top_p, 1, 0.0, 0.0, flags)
+    if problems:
+        raise SystemExit("arpo eval: " + "; ".join(problems))
     settings = Settings(args.mode, args.temperature, args.top_p, args.max_tool_calls, max_new, max_completion,
                         args.judge, args.search, args.seed, args.judge_model)
     out = Path(args.out) if args.out else default_out(args.model)

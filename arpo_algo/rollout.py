@@ -75,6 +75,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+from arpo_algo import ConfigError
 from arpo_algo.entropy import branch_probability, window_entropy
 from arpo_algo.generator import Generator, Path, SamplingParams, Segment
 from arpo_algo.models import prompt_ids
@@ -118,14 +119,44 @@ class RolloutConfig:
     the same either way; branches end k tokens sooner. Off by default: in `benchmarks/rollout_efficiency.py
     --speculative` they saved under 2% of the decoding steps for 3–5% more tokens."""
 
-    def __post_init__(self) -> None:
+    def __post_init__(self) -> None:  # ConfigError: a ValueError the command line says in one line
         if not 1 <= self.num_global <= self.num_generations:
-            raise ValueError(f"need 1 <= N (num_global={self.num_global}) <= M (num_generations="
-                             f"{self.num_generations})")
+            raise ConfigError(f"need 1 <= N (num_global={self.num_global}) <= M (num_generations="
+                              f"{self.num_generations})")
         if self.branch_factor < 1:
-            raise ValueError("branch_factor (Z) must be at least 1")
+            raise ConfigError("branch_factor (Z) must be at least 1")
         if self.spare_samples < 0 or self.min_spare_samples < 0:
-            raise ValueError("spare_samples and min_spare_samples must be at least 0")
+            raise ConfigError("spare_samples and min_spare_samples must be at least 0")
+        problems = sampling_problems(self.max_new_tokens, self.max_completion_tokens, self.temperature, self.top_p,
+                                     self.entropy_k, self.alpha, self.beta)
+        if self.max_tool_workers < 1:
+            problems.append(f"max_tool_workers must be at least 1, not {self.max_tool_workers}")
+        if problems:
+            raise ConfigError("; ".join(problems))
+
+
+ROLLOUT_NAMES = ("max_new_tokens", "max_completion_tokens", "temperature", "top_p", "entropy_k", "alpha", "beta")
+
+
+def sampling_problems(max_new_tokens: int, max_completion_tokens: int, temperature: float, top_p: float,
+                      entropy_k: int, alpha: float, beta: float, names: Sequence[str] = ROLLOUT_NAMES) -> list[str]:
+    """What is wrong with a rollout's sampling settings, each said under its name in `names` (`RolloutConfig`'s by
+    default; `ARPOConfig` checks its own with its names): a turn or trajectory with no token, a negative temperature
+    (0 is greedy), a top-p outside (0, 1], an entropy window of no token, a branching weight that is not a number."""
+    turn, whole, temp, nucleus, k, a, b = names
+    problems = []
+    if max_new_tokens < 1 or max_completion_tokens < 1:
+        problems.append(f"a turn and a trajectory need at least one token ({turn}={max_new_tokens}, "
+                        f"{whole}={max_completion_tokens})")
+    if not (math.isfinite(temperature) and temperature >= 0):
+        problems.append(f"{temp} must be at least 0 (0: greedy), not {temperature}")
+    if not 0 < top_p <= 1:
+        problems.append(f"{nucleus} must be in (0, 1], not {top_p}")
+    if entropy_k < 1:
+        problems.append(f"{k} must be at least 1, not {entropy_k}")
+    if not (math.isfinite(alpha) and math.isfinite(beta)):
+        problems.append(f"{a} and {b} must be numbers, not {alpha} and {beta}")
+    return problems
 
 
 @dataclass(eq=False)

@@ -75,6 +75,12 @@ def test_selection_and_clear_errors():
     assert [b.name for b in select("gsm8k,hotpotqa,gsm8k")] == ["gsm8k", "hotpotqa"]
     with pytest.raises(SystemExit, match="unknown benchmark 'gsm9k'"):
         select("gsm9k")
+    from arpo_algo import evaluation
+
+    for flags, words in [(["--top-p", "0"], "--top-p must be in"), (["--temperature", "-1"], "--temperature must"),
+                         (["--max-new-tokens", "-5"], "--max-new-tokens=-5")]:  # before any model or sample
+        with pytest.raises(SystemExit, match=words):
+            evaluation.main(["--model", "no-model-needed", "--benchmarks", "gsm8k", *flags])
 
 
 def test_table_has_the_paper_layout_and_the_paper_numbers():

@@ -20,6 +20,7 @@ from tiny_agent import TASK, write_recipe
 import arpo_env  # noqa: F401
 from arpo_algo.advantages import grpo_advantages, hard_attribution, reinforce_pp_advantages, token_owners
 from arpo_algo.arpo_config import ARPOConfig
+from arpo_algo.rollout import RolloutConfig
 from arpo_algo.tree import Node, RolloutTree, Trajectory, read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -260,9 +261,17 @@ def test_settings_the_rollout_cannot_honour_are_refused(tmp_path):
                        "repetition_penalty"), ({"generation_kwargs": {"num_beams": 2}}, "generation_kwargs"),
                        ({"multi_objective_aggregation": "normalize_then_sum"}, "sum_then_normalize"),
                        ({"advantage_attribution": "hard", "beta": 0.04}, "KL"),
-                       ({"advantage_attribution": "hard", "entropy_coef": 0.01}, "entropy bonus")]:
-        with pytest.raises(ValueError, match=words):
+                       ({"advantage_attribution": "hard", "entropy_coef": 0.01}, "entropy bonus"),
+                       ({"top_p": 1.5}, "top_p must be in"), ({"temperature": -0.7}, "temperature must be at least 0"),
+                       ({"max_new_tokens_per_turn": 0}, "max_new_tokens_per_turn=0"),
+                       ({"entropy_k": 0}, "entropy_k must be at least 1"), ({"branch_beta": float("nan")}, "branch_"),
+                       ({"eval_temperature": -1.0}, "eval_temperature"), ({"tool_workers": 0}, "tool_workers")]:
+        with pytest.raises(ValueError, match=words):  # at the config, before a model is loaded
             ARPOConfig(**common, **bad)
+    for bad, words in [({"max_new_tokens": 0}, "max_new_tokens=0"), ({"top_p": 0.0}, "top_p"),
+                       ({"temperature": float("inf")}, "temperature"), ({"max_tool_workers": 0}, "max_tool_workers")]:
+        with pytest.raises(ValueError, match=words):  # the engine's own config says so in its own names
+            RolloutConfig(**bad)
     assert ARPOConfig(**common, advantage_attribution="hard").beta == 0.0
 
 
