@@ -182,14 +182,35 @@ def test_the_hosts_keys_are_not_in_the_sandboxs_environment(monkeypatch):
         out = box.call("import os\n"
                        "os.environ.get('HF_TOKEN'), os.environ.get('ARPO_TEST_SETTING'), 'PATH' in os.environ")
         assert out.text == "(None, 'wanted', True)", out.text
-        if os.geteuid() == 0:  # nor the host's own, by /proc: a worker without capabilities may not read a root's
-            out = box.call(f"open('/proc/{os.getpid()}/environ', 'rb').read()")
-            assert out.failed and "Permission denied" in out.text, out.text
+        out = box.call(f"open('/proc/{os.getpid()}/environ', 'rb').read()")  # nor the host's own, by /proc
+        assert out.failed and "other processes are not readable" in out.text, out.text
     finally:
         box.close()
         import arpo_env.tools.sandbox as sandbox
 
         sandbox._templates.pop(("math",)).shutdown()  # the other tests count one template
+
+
+def test_other_processes_are_not_readable(box):
+    # /proc/<pid>/cmdline is readable by anyone: the host's holds its arguments (arpo eval --api-key …); another
+    # worker's files (another episode's) are under /proc/<pid>/cwd. The worker's own entries stay readable.
+    other = LocalSandbox()
+    try:
+        assert not other.call("open('mine.txt', 'w').write('from another episode')").failed
+        host = os.getpid()
+        for code in (f"open('/proc/{host}/cmdline', 'rb').read()", f"open('/proc/{host}/environ', 'rb').read()",
+                     f"open('/proc/{other.pid}/cwd/mine.txt').read()", f"import os\nos.listdir('/proc/{other.pid}')",
+                     f"open('/proc/self/root/proc/{host}/cmdline', 'rb').read()",
+                     f"import numpy\nnumpy.fromfile('/proc/{host}/cmdline', dtype=numpy.uint8)"):
+            out = box.call(code)
+            assert out.failed and "other processes are not readable" in out.text, (code, out.text)
+        own = box.call("import os, threading\n"
+                       "t = threading.Thread(target=lambda: open(f'/proc/{threading.get_native_id()}/status').read())\n"
+                       "t.start(); t.join()\n"
+                       "len(open('/proc/self/status').read()) > 0, len(open(f'/proc/{os.getpid()}/stat').read()) > 0")
+        assert own.text == "(True, True)" and "Traceback" not in own.text, own.text
+    finally:
+        other.close()
 
 
 def test_the_hosts_key_stores_and_listed_paths_are_hidden(tmp_path, monkeypatch):

@@ -7,15 +7,15 @@ capped; tracebacks are short. `fork()` forks the worker itself: the copy has the
 few milliseconds, whatever the history). `snapshot()` is the list of executed cells; `restore()` replays it in a
 fresh worker, in this process or another.
 
-What it contains (tested): runaway loops (per-cell wall-clock and CPU timers interrupt the cell and keep its state;
-a cell that ignores the interrupt is killed after a grace period), memory bombs (an address-space limit:
-``MemoryError`` in the cell), process bombs and subprocesses, signals to other processes, network access, writes
-outside its own working directory (through hard links too), device nodes (no capabilities, even under root), disk
-bombs (a quota on that directory, `SandboxLimits.disk_mb`: ``ENOSPC`` in the cell), floods of output (kept up to a
-cap, the rest counted), crashes and ``os._exit`` (the worker is replaced by a clean one and the model is told its
-variables are gone), and threads a cell starts (interrupted with the cell when its time is up; while no cell runs
-they may use one cell's CPU time, then they are interrupted, and threads that go on using CPU take the worker down
-with them, the model told why).
+What it contains (tested): runaway loops (per-cell wall-clock and CPU timers interrupt the cell and keep its state; a
+cell that ignores the interrupt is killed after a grace period), memory bombs (an address-space limit: ``MemoryError``
+in the cell), process bombs and subprocesses, signals to other processes, reads of other processes' ``/proc/<pid>``
+entries (the host's command line and environment), network access, writes outside its own working directory (through
+hard links too), device nodes (no capabilities, even under root), disk bombs (a quota on that directory,
+`SandboxLimits.disk_mb`: ``ENOSPC`` in the cell), floods of output (kept up to a cap, the rest counted), crashes and
+``os._exit`` (the worker is replaced by a clean one and the model is told its variables are gone), and threads a cell
+starts (interrupted with the cell when its time is up; while no cell runs they may use one cell's CPU time, then they
+are interrupted, and threads that go on using CPU take the worker down with them, the model told why).
 
 What it does **not** protect against: the checks on processes, signals, files and ctypes are a CPython audit hook
 (PEP 578) inside the worker, plus resource limits, no capabilities, a seccomp filter against programs and memory
