@@ -218,29 +218,21 @@ class Guard:
                 return 1  # SQLITE_DENY
         return 0  # SQLITE_OK
 
-    def refuse_hidden(self, path: object) -> None:
-        """Raise `SandboxViolation` if `path` is, or is under, a hidden path (after symlinks)."""
-        if not self.hidden or path is None or isinstance(path, int):
-            return
-        try:
-            full = os.path.realpath(os.path.join(os.getcwd(), os.fsdecode(path)))  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            return
-        if any(full == hidden or full.startswith(hidden + os.sep) for hidden in self.hidden):
-            raise SandboxViolation(f"sandbox: {path!r} is hidden from the sandbox (the tasks' data or the host's keys)")
-
-    def refuse_other_processes(self, path: object) -> None:
-        """Raise `SandboxViolation` if `path` is in another process's ``/proc/<pid>`` (after symlinks): the host's
-        command line (``arpo eval --api-key …``) and, where the kernel lets it, environment and files are there, and
-        so are the other workers' (other episodes') files, through ``/proc/<pid>/cwd``. ``/proc/self`` and the
-        worker's own threads are its own."""
+    def refuse_unreadable(self, path: object) -> None:
+        """Raise `SandboxViolation` if `path` is, or is under, a hidden path (after symlinks), or in another
+        process's ``/proc/<pid>`` (as written, or after symlinks): the host's command line (``arpo eval --api-key
+        …``) and, where the kernel lets it, environment are there, and the other workers' (other episodes') files
+        through ``/proc/<pid>/cwd``. ``/proc/self`` and the worker's own threads are its own."""
         if path is None or isinstance(path, int):
             return
         try:
             given = os.path.abspath(os.path.join(os.getcwd(), os.fsdecode(path)))  # type: ignore[arg-type]
         except (TypeError, ValueError):
             return
-        for full in (given, os.path.realpath(given)):  # as written (/proc/<pid>/cwd/…), and where links lead
+        full = os.path.realpath(given)
+        if any(full == hidden or full.startswith(hidden + os.sep) for hidden in self.hidden):
+            raise SandboxViolation(f"sandbox: {path!r} is hidden from the sandbox (the tasks' data or the host's keys)")
+        for full in (given, full):
             parts = full.split(os.sep)
             if len(parts) < 3 or parts[1] != "proc" or not parts[2].isdigit():
                 continue
@@ -276,12 +268,10 @@ class Guard:
             if target != os.getpid():
                 raise SandboxViolation(f"sandbox: signalling other processes is not allowed ({event})")
         elif event in ("os.listdir", "os.scandir"):
-            self.refuse_hidden(args[0] if args and args[0] is not None else ".")
-            self.refuse_other_processes(args[0] if args and args[0] is not None else ".")
+            self.refuse_unreadable(args[0] if args and args[0] is not None else ".")
         elif event == "open":
             path, mode, flags = (tuple(args) + (None, None, None))[:3]
-            self.refuse_hidden(path)
-            self.refuse_other_processes(path)
+            self.refuse_unreadable(path)
             if path is not None and not isinstance(path, int) and os.path.isdir(path):  # type: ignore[arg-type]
                 # With a directory's descriptor as `dir_fd`, a relative path reaches wherever that directory is, and
                 # the "open" event does not carry it: no directory is opened, inside or outside (use its path).
