@@ -123,7 +123,8 @@ class ARPOConfig(GRPOConfig):
     vllm_engine_kwargs: dict[str, Any] | str | None = field(
         default=None,
         metadata={"help": "More keyword arguments for the colocated vLLM engine (vllm.LLM), e.g. "
-                          '{"dtype": "float32"}; without a CUDA device enforce_eager defaults to true.'},
+                          '{"dtype": "float32"}; without a CUDA device enforce_eager defaults to true and '
+                          'enable_chunked_prefill to false (arpo_algo.vllm_generator.cpu_engine_defaults).'},
     )
     vllm_weight_sync: str = field(
         default="auto",

@@ -484,9 +484,9 @@ def _env_maker(env_id: str, env_kwargs: dict[str, Any]) -> Callable[[], Any]:
 
 @contextmanager
 def _vllm_engine_options(args: ARPOConfig) -> Iterator[None]:
-    """While TRL sets up vLLM: pass a colocated engine ``vllm_engine_kwargs`` (GRPOConfig has no field for them),
-    with ``enforce_eager`` on by default where no CUDA device is present; for a server synced through a folder,
-    check that the server can reload from one instead of opening TRL's NCCL group."""
+    """While TRL sets up vLLM: pass a colocated engine ``vllm_engine_kwargs`` (GRPOConfig has no field for them), with
+    `arpo_algo.vllm_generator.cpu_engine_defaults` where no CUDA device is present (no chunked prefill, eager); for
+    a server synced through a folder, check that the server can reload from one instead of opening TRL's NCCL group."""
     if not args.use_vllm:
         yield
         return
@@ -512,7 +512,9 @@ def _vllm_engine_options(args: ARPOConfig) -> Iterator[None]:
         return
     options = dict(args.vllm_engine_kwargs or {})
     if not torch.cuda.is_available():
-        options.setdefault("enforce_eager", True)
+        from arpo_algo.vllm_generator import cpu_engine_defaults
+
+        cpu_engine_defaults(options)
     engine = generation.LLM
     generation.LLM = functools.partial(engine, **options)
     try:

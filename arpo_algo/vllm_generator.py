@@ -107,7 +107,8 @@ class VLLMGenerator(_CacheServedPaths):
                         max_model_len: int | None = None, **kwargs: Any) -> "VLLMGenerator":
         """An engine of its own, with prefix caching and processed log-probs. On the CPU its KV blocks are 32 tokens
         (vLLM's CPU default is 128): the prefix cache shares whole blocks, so every resubmitted path and every branch
-        re-encodes the partial block at its end, and small blocks keep that small (32 is the CPU kernels' unit)."""
+        re-encodes the partial block at its end, and small blocks keep that small (32 is the CPU kernels' unit); and
+        the settings of `cpu_engine_defaults`."""
         if not vllm_available():
             raise ImportError("the vLLM generator needs vLLM and a GPU: pip install 'arpo[vllm]'")
         import torch
@@ -116,6 +117,7 @@ class VLLMGenerator(_CacheServedPaths):
         kwargs.setdefault("logprobs_mode", "processed_logprobs")
         if not torch.cuda.is_available():
             kwargs.setdefault("block_size", 32)
+            cpu_engine_defaults(kwargs)
         llm = LLM(model=model, enable_prefix_caching=True, gpu_memory_utilization=gpu_memory_utilization,
                   dtype=dtype, max_model_len=max_model_len, **kwargs)
         return cls(llm)
@@ -290,6 +292,23 @@ class VLLMServerGenerator(_CacheServedPaths):
             max_tokens=params.max_new_tokens, logprobs=self.top_logprobs,
             generation_kwargs={"stop": list(params.stop), "include_stop_str_in_output": True, "seed": seed})
         return out["completion_ids"][0], out["logprobs"][0], out["logprob_token_ids"][0]
+
+
+CPU_SERVER_FLAGS = ("--no-enable-chunked-prefill",)
+"""What a vLLM server on the CPU needs for arpo's seeded requests (`cpu_engine_defaults`), as ``vllm serve`` flags
+(``trl vllm-serve`` passes them on)."""
+
+
+def cpu_engine_defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Engine arguments a vLLM engine on the CPU needs (set unless given), in place: no chunked prefill. Every arpo
+    request carries its own seed, and vLLM's CPU build (0.32) dies when a seeded request's prompt is prefilled in
+    chunks (``RuntimeError: CPU Generator does not use offset``: it rewinds the request's generator, which only a
+    CUDA generator can do) — as soon as the prompts in flight pass ``max_num_batched_tokens`` (4,096), eight prompts of
+    1,500 tokens here. Whole prompts are prefilled instead (``max_num_batched_tokens`` is at least the model's
+    length then). Also ``enforce_eager`` (no CUDA graphs to capture)."""
+    kwargs.setdefault("enable_chunked_prefill", False)
+    kwargs.setdefault("enforce_eager", True)
+    return kwargs
 
 
 def _check_logprobs_mode(mode: str, params: SamplingParams) -> None:

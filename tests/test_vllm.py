@@ -274,6 +274,21 @@ def test_branches_are_decided_after_k_tokens_and_spares_are_taken_or_aborted(gen
     assert engine.spares["discarded"] == 0 and len(tree.trajectories) == 4
 
 
+def test_seeded_prompts_past_the_step_budget_do_not_kill_the_engine(generator):
+    """Eight seeded 1,500-token prompts at once pass the engine's 4,096 tokens a step: vLLM's CPU build dies when it
+    prefills a seeded request in chunks (it rewinds the request's generator, which only CUDA's can do), so a CPU
+    engine prefills whole prompts (`cpu_engine_defaults`). On a GPU the chunks are fine."""
+    import random
+
+    from arpo_algo.generator import SamplingParams
+
+    draw = random.Random(0)
+    paths = [generator.new_path([draw.randrange(100, 40000) for _ in range(1500)]) for _ in range(8)]
+    segments = generator.generate(paths, SamplingParams(max_new_tokens=8, temperature=1.0, entropy_k=4, seed=7))
+    assert len(segments) == 8 and all(s.token_ids for s in segments)
+    assert generator.generate([generator.new_path([5, 6, 7])], SamplingParams(max_new_tokens=2))[0].token_ids
+
+
 def test_each_path_is_its_own_request(generator, tokenizer):
     """Continuous batching: a short request comes back while a long one is still being generated, and a request
     submitted later joins the running batch instead of waiting for it; decoding steps count the engine's steps."""
@@ -434,8 +449,15 @@ def server(model_dir, tmp_path_factory):
     share = str(engine_kwargs()["gpu_memory_utilization"])
     yield from serve([str(trl), "vllm-serve", "--model", str(model_dir), "--host", "127.0.0.1", "--enforce_eager",
                       "--dtype", "float32", "--gpu_memory_utilization", share, "--max_model_len", "2048",
-                      "--worker-extension-cls", "arpo_algo.vllm_weights.WeightReload"], tmp_path_factory,
-                     env={"VLLM_SERVER_DEV_MODE": "1"})
+                      "--worker-extension-cls", "arpo_algo.vllm_weights.WeightReload", *server_flags()],
+                     tmp_path_factory, env={"VLLM_SERVER_DEV_MODE": "1"})
+
+
+def server_flags() -> tuple[str, ...]:
+    """What a server on the CPU needs for seeded requests (`arpo_algo.vllm_generator.CPU_SERVER_FLAGS`)."""
+    from arpo_algo.vllm_generator import CPU_SERVER_FLAGS
+
+    return () if torch.cuda.is_available() else CPU_SERVER_FLAGS
 
 
 def test_a_served_engine_generates_each_path_as_its_own_request(server, tokenizer):
@@ -514,7 +536,8 @@ def openai_server(model_dir, tmp_path_factory):
     vllm = Path(sys.executable).parent / "vllm"
     yield from serve([str(vllm), "serve", str(model_dir), "--served-model-name", "tiny-agent", "--host", "127.0.0.1",
                       "--enforce-eager", "--dtype", "float32", "--max-model-len", "2048",
-                      "--gpu-memory-utilization", str(engine_kwargs()["gpu_memory_utilization"])], tmp_path_factory)
+                      "--gpu-memory-utilization", str(engine_kwargs()["gpu_memory_utilization"]), *server_flags()],
+                     tmp_path_factory)
 
 
 def eval_data(tmp_path, questions):
