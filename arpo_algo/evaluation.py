@@ -212,7 +212,8 @@ class OpenAIRunner:
     Each turn asks for at most ``max_new_tokens``, and an episode ends truncated, as on the other backends, once
     its transcript after the prompt reaches ``max_completion_tokens`` (counted from the server's usage reports, so to
     within the last tool result) or outgrows the model's context. A server that refuses the run (a wrong key,
-    address or model name, or one that cannot continue a message) stops it with its own words (`ServerRefused`).
+    address or model name, or one that cannot continue a message) stops it with its own words, and one that stops
+    answering (down, or its engine dead) stops it after the retries (`ServerRefused`).
     """
 
     def __init__(self, base_url: str, model: str, api_key: str | None = None, workers: int = 8,
@@ -242,6 +243,9 @@ class OpenAIRunner:
                                     "(each tool result a user turn)") from exc
             if exc.refused:
                 raise ServerRefused(str(exc)) from exc
+            if exc.status is None:  # no answer at all, every time it was tried: each later sample would wait as long
+                raise ServerRefused(f"{exc} (no answer in {self.client.retries + 1} tries: is it up?). The samples "
+                                    "done so far are kept: run the same command again to go on") from exc
             raise
         choice = response["choices"][0]
         text = str(choice["message"].get("content") or "")
@@ -325,8 +329,9 @@ class EpisodeStopped(RuntimeError):
 
 
 class ServerRefused(RuntimeError):
-    """The model's server refused the run (a wrong key, address or model name, or it cannot continue a message): no
-    sample can succeed, so `arpo eval` stops with this message instead of writing an error for every sample."""
+    """The model's server refused the run (a wrong key, address or model name, or it cannot continue a message) or
+    stopped answering: no sample can succeed, so `arpo eval` stops with this message instead of writing an error for
+    every sample."""
 
 
 class _TextTrajectory:
@@ -626,7 +631,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               "only the missing ones.", file=sys.stderr)
         return 130
     except ServerRefused as exc:
-        raise SystemExit(f"arpo eval: the model's server refused the run: {exc}") from None
+        raise SystemExit(f"arpo eval: the model's server: {exc}") from None
     summary = summarise(results, args.runs)
     compare = []
     if args.compare == "paper":

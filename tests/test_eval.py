@@ -168,6 +168,21 @@ def test_each_sample_is_written_as_it_ends_so_an_interrupt_loses_only_those_unde
     assert all(r["error"] is None and r["tool_calls"] == 2 for r in results["gsm8k"])
 
 
+def test_a_model_server_that_does_not_answer_stops_the_run_with_what_is_done_kept(tmp_path):
+    """Nothing listens at the address (a server down, an engine dead): after its retries the first sample stops the
+    run, instead of every sample waiting as long and writing an error."""
+    from arpo_algo import evaluation
+
+    (tmp_path / "data" / "gsm8k").mkdir(parents=True)
+    (tmp_path / "data" / "gsm8k" / "test.jsonl").write_text(
+        "".join(json.dumps({"question": f"What is {i} + 1?", "answer": f"#### {i + 1}"}) + "\n" for i in range(40)))
+    with pytest.raises(SystemExit, match="no answer in 5 tries"):
+        evaluation.main(["--model", "m", "--backend", "openai", "--base-url", "http://127.0.0.1:9/v1", "--benchmarks",
+                         "gsm8k", "--data-dir", str(tmp_path / "data"), "--out", str(tmp_path / "eval")])
+    samples = tmp_path / "eval" / "samples.jsonl"
+    assert not samples.exists() or samples.read_text() == ""
+
+
 def test_the_output_folder_is_hidden_from_the_sandbox(tmp_path):
     # samples.jsonl holds every question's gold answer: a later benchmark, or a run started again, could read it.
     kwargs = env_kwargs(BENCHMARKS["aime24"], None, Settings(), out=tmp_path / "eval")
