@@ -71,7 +71,16 @@ def find_source(path: str | Path) -> Source:
 def read_trees(source: Source, limit: int | None = None) -> list[dict[str, Any]]:
     """Every tree as a dict, in file order. A line that is not a tree (a run killed while writing leaves a cut last
     line) is skipped and reported, never fatal. With `limit`, the last `limit` trees (the newest of a run)."""
-    trees: list[dict[str, Any]] = []
+    trees = [tree for _, tree in _located_trees(source, limit)]
+    if not trees:
+        raise SystemExit(f"arpo view: {source.path} holds no readable rollout trees"
+                         + (f" ({source.bad_lines[0]})" if source.bad_lines else ""))
+    return trees
+
+
+def _located_trees(source: Source, limit: int | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """`read_trees`' trees with where each is (``file:line``), none required."""
+    trees: list[tuple[str, dict[str, Any]]] = []
     for f in source.rollout_files:
         with open(f, encoding="utf-8", errors="replace") as fh:
             def bad(n: int, _line: str, exc: ValueError, name: str = f.name) -> None:
@@ -80,14 +89,11 @@ def read_trees(source: Source, limit: int | None = None) -> list[dict[str, Any]]
             for n, tree in jsonl.records(fh, bad):
                 if not isinstance(tree, dict) or "trajectories" not in tree or "nodes" not in tree or \
                         not isinstance(tree.get("stats", {}), dict):
-                    source.bad_lines.append(f"{f.name}:{n}: not a rollout tree (no nodes and trajectories)")
+                    source.bad_lines.append(f"{f.name}:{n}: not a rollout tree (it needs nodes, trajectories and "
+                                            "an object of stats)")
                     continue
                 tree.setdefault("stats", {})["file"] = f.name
-                tree["_where"] = f"{f.name}:{n}"  # for `build`'s report of a tree of another shape; popped there
-                trees.append(tree)
-    if not trees:
-        raise SystemExit(f"arpo view: {source.path} holds no readable rollout trees"
-                         + (f" ({source.bad_lines[0]})" if source.bad_lines else ""))
+                trees.append((f"{f.name}:{n}", tree))
     return trees[-limit:] if limit else trees
 
 
@@ -343,8 +349,7 @@ def build(path: str | Path, out: str | Path, limit: int | None = None) -> dict[s
     """Write the report (and its PNG plots) for `path`; returns what was written and the header numbers."""
     source = find_source(path)
     raw, trees = [], []
-    for tree in read_trees(source, limit):
-        where = tree.pop("_where", "")
+    for where, tree in _located_trees(source, limit):
         try:  # everything the page and the plots read of it
             entropy_by_position([tree])
             trees.append(compact(tree, len(trees)))
@@ -353,7 +358,8 @@ def build(path: str | Path, out: str | Path, limit: int | None = None) -> dict[s
             continue
         raw.append(tree)
     if not trees:
-        raise SystemExit(f"arpo view: {source.path} holds no readable rollout trees ({source.bad_lines[0]})")
+        raise SystemExit(f"arpo view: {source.path} holds no readable rollout trees"
+                         + (f" ({source.bad_lines[0]})" if source.bad_lines else ""))
     metrics = read_metrics(source.metrics_file)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
