@@ -1,18 +1,18 @@
 """The transformers backend of `Generator`: batched sampling over paths with their own key/value caches.
 
-Every path keeps the key/value cache of its encoded prefix (per layer, ``[heads, tokens, head_dim]``). Paths
-generate together in a batch (`_Batch`): caches left-padded to a common width, an attention mask that hides the
-padding, and explicit position ids, so each row sees exactly its own sequence. A path joins with only its pending
-tokens encoded (the last sampled token plus any observation: an observation costs its own tokens, not the whole
-prefix); a path that ends leaves with its cache, and its row is taken by the next path to join. The cache layers grow
-in place (`_GrowingLayer`). A fork shares its parent's cache tensors (cropped to the branch point: a view, no copy); a
-fork made during generation (ARPO's decision after the first k tokens, `decide`) copies its parent's row and joins
-the running batch; a speculative fork (`PathGenerator`) copies its parent's row as the parent joins (the same
-prefix, so the same cache and first distribution), and its parent's decision keeps it or drops its row. `submit`/`poll` batch continuously (`continuous=True`: paths join and leave the running batch
-between polls) or in lock-step rounds. Entropy is exact: computed from the full sampling distribution
-(`arpo_algo.entropy`). Every request samples from a stream of its own, seeded by its `SamplingParams.seed` (or, for
-a request without one, drawn from the generator's seeded stream): what a path generates does not depend on what
-else is in the batch, as on vLLM.
+Every path keeps the key/value cache of its encoded prefix (per layer, ``[heads, tokens, head_dim]``). Paths generate
+together in a batch (`_Batch`): caches left-padded to a common width, an attention mask that hides the padding, and
+explicit position ids, so each row sees exactly its own sequence. A path joins with only its pending tokens encoded
+(the last sampled token plus any observation: an observation costs its own tokens, not the whole prefix); a path that
+ends leaves with its cache, and its row is taken by the next path to join. The cache layers grow in place
+(`_GrowingLayer`). A fork shares its parent's cache tensors (cropped to the branch point: a view, no copy); a fork
+made during generation (ARPO's decision after the first k tokens, `decide`) copies its parent's row and joins the
+running batch; a speculative fork (`PathGenerator`) copies its parent's row as the parent joins (the same prefix, so
+the same cache and first distribution), and its parent's decision keeps it or drops its row. `submit`/`poll` batch
+continuously (`continuous=True`: paths join and leave the running batch between polls) or in lock-step rounds. Entropy
+is exact: computed from the full sampling distribution (`arpo_algo.entropy`). Every request samples from a stream of
+its own, seeded by its `SamplingParams.seed` (or, for a request without one, drawn from the generator's seeded
+stream): what a path generates does not depend on what else is in the batch, as on vLLM.
 """
 
 from __future__ import annotations
