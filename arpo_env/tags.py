@@ -14,7 +14,8 @@ opaque: tags written there (``print("<answer>")``) are text, not structure.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from bisect import bisect_left
+from dataclasses import dataclass, field
 
 THINK, PYTHON, SEARCH, BROWSE, RESULT, ANSWER = "think", "python", "search", "browse", "result", "answer"
 TOOL_TAGS = (PYTHON, SEARCH, BROWSE)
@@ -26,12 +27,19 @@ _FENCE = re.compile(r"^\s*```[a-zA-Z0-9_+-]*[ \t]*\n?|\n?[ \t]*```\s*$")
 
 @dataclass(frozen=True)
 class Span:
-    """One complete ``<tag>content</tag>`` in a text; `start`/`end` cover the tags themselves."""
+    """One complete ``<tag>content</tag>`` in a text; `start`/`end` cover the tags themselves. The content is cut
+    from the text when it is read (a span keeps the text and where its content lies), so that parsing stays linear
+    in the text's length when spans nest (``<think>`` written inside ``<think>`` thousands of times)."""
 
     tag: str
-    content: str
     start: int
     end: int
+    body: tuple[int, int] = field(repr=False)
+    text: str = field(repr=False, compare=False)
+
+    @property
+    def content(self) -> str:
+        return self.text[self.body[0]:self.body[1]]
 
 
 def close_tags(tags: tuple[str, ...] | list[str] = TOOL_TAGS) -> list[str]:
@@ -49,7 +57,7 @@ def spans(text: str) -> tuple[list[Span], list[str]]:
         if stack and stack[-1][0] in _OPAQUE:  # inside an opaque span only its own closing tag counts
             if closing and tag == stack[-1][0]:
                 _, start, body = stack.pop()
-                found.append(Span(tag, text[body:m.start()], start, m.end()))
+                found.append(Span(tag, start, m.end(), (body, m.start()), text))
             continue
         if not closing:
             if stack and (tag == THINK or tag == ANSWER):
@@ -57,7 +65,7 @@ def spans(text: str) -> tuple[list[Span], list[str]]:
             stack.append((tag, m.start(), m.end()))
         elif stack and stack[-1][0] == tag:
             _, start, body = stack.pop()
-            found.append(Span(tag, text[body:m.start()], start, m.end()))
+            found.append(Span(tag, start, m.end(), (body, m.start()), text))
         else:
             errors.append(f"</{tag}> without a matching <{tag}>")
     errors.extend(f"<{tag}> is never closed" for tag, _, _ in stack)
@@ -105,12 +113,13 @@ def used_tools(text: str) -> set[str]:
 def unanswered_calls(text: str) -> list[Span]:
     """Tool calls not followed by a ``<result>``: calls that never ran (several in one action: the env runs the
     last; or a completion that writes tool tags where no tool was ever attached)."""
-    found = spans(text)[0]
+    found = spans(text)[0]  # sorted by start
+    starts = [s.start for s in found]
     missing = []
-    for i, span in enumerate(found):
+    for span in found:
         if span.tag in TOOL_TAGS:
-            after = next((s for s in found[i + 1:] if s.start >= span.end), None)
-            if after is None or after.tag != RESULT:
+            i = bisect_left(starts, span.end)  # the first span that starts after the call
+            if i == len(found) or found[i].tag != RESULT:
                 missing.append(span)
     return missing
 
