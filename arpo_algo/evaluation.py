@@ -349,9 +349,10 @@ class _TextTrajectory:
 def load_done(path: Path) -> dict[tuple[str, int, int], dict[str, Any]]:
     done: dict[tuple[str, int, int], dict[str, Any]] = {}
     if path.exists():
-        for _, rec in jsonl.records(path.read_text(encoding="utf-8").splitlines()):  # past a line cut short
-            if rec.get("error") is None:
-                done[(rec["benchmark"], rec["index"], rec["run"])] = rec
+        with open(path, encoding="utf-8", errors="replace") as f:  # lines end at "\n" only: not at a U+2028 of a text
+            for _, rec in jsonl.records(f):  # past a line cut short
+                if rec.get("error") is None:
+                    done[(rec["benchmark"], rec["index"], rec["run"])] = rec
     return done
 
 

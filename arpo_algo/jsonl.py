@@ -7,6 +7,9 @@ what is not JSON (`arpo view`, `arpo eval`'s resume, `arpo sft --from_rollouts`)
 starts the next writer on a line of its own. A string with lone surrogates (text from an environment that let
 them through: no UTF-8 encodes them) is written as the JSON escape ``\\udcff`` that ``json.dumps`` with ASCII
 output would write, instead of failing the whole write.
+
+Lines are written with ``ensure_ascii=False``, so a model's text can put U+2028, U+2029 or U+0085 in them unescaped:
+read them by iterating an open file (lines end at ``"\\n"``), never with ``str.splitlines``, which cuts there too.
 """
 
 from __future__ import annotations

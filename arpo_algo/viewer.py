@@ -103,9 +103,10 @@ def read_metrics(path: Path | None) -> list[dict[str, Any]]:
     if path is None:
         return []
     by_step: dict[int, dict[str, Any]] = {}
-    for _, entry in jsonl.records(path.read_text(encoding="utf-8", errors="replace").splitlines()):
-        if isinstance(entry, dict) and "reward" in entry and "step" in entry:
-            by_step[int(entry["step"])] = entry
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for _, entry in jsonl.records(f):
+            if isinstance(entry, dict) and "reward" in entry and "step" in entry:
+                by_step[int(entry["step"])] = entry
     return [by_step[s] for s in sorted(by_step)]
 
 

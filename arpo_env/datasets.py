@@ -120,13 +120,14 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
             raise DataUnreadable(f"{path} is not a readable parquet file: {exc}") from exc
     else:
         try:
-            text = path.read_text(encoding="utf-8")
+            text = path.read_text(encoding="utf-8-sig")  # past a byte-order mark
         except UnicodeDecodeError as exc:
             raise DataUnreadable(f"{path} is not UTF-8 text (byte {exc.start}): {exc.reason}") from exc
         if path.suffix == ".json" and text.lstrip().startswith("["):
             records = _parse_json(path, text, 1)
         else:
-            records = [_parse_json(path, line, n) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+            # Lines end at "\n" (and "\r\n"): JSON text may hold U+2028, U+0085 … unescaped, which splitlines cuts at.
+            records = [_parse_json(path, line, n) for n, line in enumerate(text.split("\n"), 1) if line.strip()]
     for n, record in enumerate(records, 1):
         if not isinstance(record, dict):
             raise DataUnreadable(f"{path}: record {n} is a {type(record).__name__}, not an object of fields")

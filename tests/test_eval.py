@@ -107,6 +107,25 @@ def test_gaia_without_a_data_dir_says_where_to_get_it(tmp_path):
     assert result.returncode != 0 and "gsm8k" in result.stderr and str(tmp_path) in result.stderr
 
 
+def test_samples_whose_text_holds_line_separators_count_as_done(tmp_path):
+    """Samples are written with ``ensure_ascii=False``, so a model's U+2028, U+2029 or U+0085 stands unescaped in
+    its line: read with ``str.splitlines``, which cuts there, such a sample was never done and ran again at every
+    resume. The training log's reader is the same."""
+    from arpo_algo.evaluation import load_done
+    from arpo_algo.viewer import read_metrics
+
+    texts = ["a\u2028b", "c\u2029d", "e\x85f", "plain"]
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("".join(json.dumps({"benchmark": "gsm8k", "index": i, "run": 0, "transcript": t, "error": None},
+                                          ensure_ascii=False) + "\n" for i, t in enumerate(texts)), encoding="utf-8")
+    done = load_done(samples)
+    assert sorted(done) == [("gsm8k", i, 0) for i in range(4)] and done[("gsm8k", 0, 0)]["transcript"] == texts[0]
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text("".join(json.dumps({"step": i, "reward": 0.5, "note": t}, ensure_ascii=False) + "\n"
+                               for i, t in enumerate(texts, 1)), encoding="utf-8")
+    assert [m["step"] for m in read_metrics(metrics)] == [1, 2, 3, 4]
+
+
 def test_an_interrupted_eval_finishes_only_the_missing_samples(agent, tokenizer, data_dir, tmp_path):
     model_dir = tmp_path / "tiny"
     agent.save_pretrained(model_dir)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import subprocess
@@ -254,6 +255,19 @@ def test_an_unreadable_data_file_is_a_clear_error_naming_the_file_and_line(tmp_p
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert "arpo eval: aime24: " in result.stderr and "test.jsonl line 1 is not JSON" in result.stderr
+
+
+def test_a_data_file_with_a_byte_order_mark_crlf_and_line_separators_in_its_text_loads(tmp_path):
+    """Files saved by Windows tools start with a byte-order mark and end lines with CRLF; JSON text may hold U+2028,
+    U+2029 or U+0085 unescaped (scraped web text does). Each was "not JSON"."""
+    rows = [{"question": "Who?\u2028Line two", "answer": "a\x85b"}, {"question": "What?\u2029", "answer": "2"}]
+    path = tmp_path / "windows.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(json.dumps(r, ensure_ascii=False) for r in rows).encode() + b"\r\n")
+    tasks = load_tasks(str(path))
+    assert [(t.question, t.answer) for t in tasks] == [("Who?\u2028Line two", "a\x85b"), ("What?", "2")]
+    listed = tmp_path / "windows.json"
+    listed.write_bytes(b"\xef\xbb\xbf" + json.dumps(rows, ensure_ascii=False).encode())
+    assert [t.question for t in load_tasks(str(listed))] == ["Who?\u2028Line two", "What?"]
 
 
 def test_a_tool_the_env_lacks_is_an_observation_that_costs_budget():
