@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 import time
 from typing import Any, Sequence
@@ -177,6 +179,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (gym.error.Error, DataError, FileNotFoundError, ConfigError) as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"arpo {command}: {message}", file=sys.stderr)
+    except BrokenPipeError:  # whoever read our output stopped (`arpo rollout --out - | head -1`): stop as a pipe's
+        # writer does, quietly, with the status a shell gives one killed by SIGPIPE; stdout goes to /dev/null so that
+        # the interpreter's last flush of it does not fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     return 2
 
 

@@ -96,6 +96,19 @@ def test_rollout_writes_each_tree_as_it_finishes(tiny_model_dir, tmp_path):
     assert 2 <= len(trees) < 50 and all(len(t["trajectories"]) == 2 for t in trees)
 
 
+def test_rollout_to_a_reader_that_stops_ends_quietly(tiny_model_dir):
+    """`arpo rollout --out - | head -1`: once the reader is gone the rollout stops with a pipe writer's status (141,
+    as a shell reports SIGPIPE), not a BrokenPipeError traceback."""
+    cmd = [sys.executable, "-m", "arpo_algo.cli", "rollout", "--model", str(tiny_model_dir), "--dataset",
+           "arithmetic:4:3", "--tasks", "2", "-M", "2", "-N", "1", "--max-new-tokens", "8", "--max-completion-tokens",
+           "32", "--out", "-"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # the reader is gone before the first tree
+    stderr = proc.communicate(timeout=300)[1]
+    assert proc.returncode == 141 and "Traceback" not in stderr and "Exception ignored" not in stderr, stderr[-2000:]
+
+
 def test_rollout_says_which_budget_it_uses(tiny_model_dir, tmp_path):
     result = run_cli("rollout", "--model", str(tiny_model_dir), "--dataset", "arithmetic:4:3", "--tasks", "1",
                      "-M", "2", "-N", "1", "--out", str(tmp_path / "t.jsonl"))
