@@ -103,11 +103,16 @@ _NEGATIVE = re.compile(r"\b(incorrect|not\s+correct|wrong|partially|partly|parti
 _POSITIVE = re.compile(r"\bcorrect\b")
 
 
+_THINKING = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL)
+
+
 def judge_verdict(reply: str) -> bool | None:
     """A judge's reply read as a verdict: True for "Correct", "**Correct**", "<judgment>Correct</judgment>",
     "The predicted answer is correct."; False for "Incorrect", "Partially correct", "wrong"; None when it says
-    neither."""
-    text = re.sub(r"<[^<>]*>|[*_`#]", " ", str(reply)).lower()  # [^<>]: linear on a reply of "<<<…"
+    neither. A thinking model's ``<think>…</think>`` is not its verdict ("is it wrong? … no"): only what follows it
+    counts, and a reply cut off inside it says nothing."""
+    text = _THINKING.sub(" ", str(reply))
+    text = re.sub(r"<[^<>]*>|[*_`#]", " ", text).lower()  # [^<>]: linear on a reply of "<<<…"
     if _NEGATIVE.search(text):
         return False
     if _POSITIVE.search(text):
@@ -123,7 +128,8 @@ class LLMJudge:
     judge decided or F1 stood in for it; `fallbacks` counts the stand-ins. `model`: the judge's model name; None (the
     default) asks the endpoint which model it serves (`arpo_env.openai_chat`). A request that fails for a passing
     reason is tried `retries` more times; once the judge was unreachable, F1 stands in without asking for
-    `down_s` seconds, so that a judge that is down costs a run its retries once, not at every sample.
+    `down_s` seconds, so that a judge that is down costs a run its retries once, not at every sample. `max_tokens`
+    leaves a thinking model room to think before its one word (a model that answers at once stops there).
     """
 
     PROMPT = ("You are grading an answer to a question.\nQuestion: {question}\nGold answer(s): {gold}\n"
@@ -131,12 +137,13 @@ class LLMJudge:
               "Reply with exactly one word: Correct or Incorrect.")
 
     def __init__(self, base_url: str, model: str | None = None, api_key: str | None = None,
-                 timeout_s: float = 60.0, retries: int = 2, down_s: float = 30.0) -> None:
+                 timeout_s: float = 60.0, retries: int = 2, down_s: float = 30.0, max_tokens: int = 1024) -> None:
         from arpo_env.openai_chat import ChatClient
 
         self.client = ChatClient(base_url, model, api_key or os.environ.get("OPENAI_API_KEY", "EMPTY"), timeout_s,
                                  retries)
         self.down_s = down_s
+        self.max_tokens = max_tokens
         self.fallbacks = 0
         self._down_until = 0.0
 
@@ -156,7 +163,8 @@ class LLMJudge:
         verdict = None
         if time.monotonic() >= self._down_until:
             try:
-                reply = self.client.chat([{"role": "user", "content": prompt}], temperature=0.0, max_tokens=16)
+                reply = self.client.chat([{"role": "user", "content": prompt}], temperature=0.0,
+                                         max_tokens=self.max_tokens)
                 verdict = judge_verdict(reply["choices"][0]["message"].get("content") or "")
             except ChatError as exc:  # an unreachable judge must not stop training or evaluation
                 if exc.unreachable or exc.refused:

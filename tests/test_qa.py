@@ -131,7 +131,7 @@ def test_deepsearch_default_budget():
 def serve_replies(replies, model="judge-model"):
     """An OpenAI-compatible chat endpoint on 127.0.0.1 serving `model` (listed at /v1/models; a request for another
     model is answered 404, as vLLM does) that answers each chat request with the next scripted reply: a string is the
-    message, an int an error status (with ``Retry-After: 0``)."""
+    message (cut at the request's ``max_tokens``, a word a token), an int an error status (with ``Retry-After: 0``)."""
     import http.server
     import threading
 
@@ -152,13 +152,15 @@ def serve_replies(replies, model="judge-model"):
             self.answer(200, {"object": "list", "data": [{"id": model, "object": "model"}]})
 
         def do_POST(self):  # noqa: N802
-            asked = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["model"]
+            request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            asked = request["model"]
             if asked != model:
                 return self.answer(404, {"error": {"message": f"The model `{asked}` does not exist.", "code": 404}})
             reply = queue.pop(0)
             if isinstance(reply, int):
                 return self.answer(reply, {"error": {"message": "overloaded", "code": reply}}, [("Retry-After", "0")])
-            self.answer(200, {"choices": [{"message": {"content": reply}}]})
+            words = reply.split(" ")
+            self.answer(200, {"choices": [{"message": {"content": " ".join(words[:request.get("max_tokens")])}}]})
 
         def log_message(self, *args):
             pass
@@ -173,6 +175,10 @@ def serve_replies(replies, model="judge-model"):
     ("The predicted answer is correct.", 1.0, True), ("correct.", 1.0, True), ("Incorrect", 0.0, True),
     ("Partially correct", 0.0, True), ("**Incorrect** — it names the wrong city", 0.0, True),
     ("The answer is not correct", 0.0, True), ("I am not sure.", 1.0, False),  # neither: F1 stands in
+    # a thinking model: its verdict follows its thoughts (here 200 words of them), whatever they say
+    ("<think>Is the prediction wrong? " + "Let me compare the two. " * 40 + "They name the same tower.</think>\n\n"
+     "Correct", 1.0, True),
+    ("<think>The prediction is not correct, or is it? " + "Compare. " * 3000, 1.0, False),  # cut off while thinking
 ])
 def test_judge_replies_are_read_robustly(reply, expected, judged):
     server = serve_replies([reply])
