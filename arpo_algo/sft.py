@@ -37,9 +37,15 @@ from arpo_env import tags
 
 
 def read_records(path: str) -> Iterator[dict[str, Any]]:
-    """Records of a JSONL file (``-`` is standard input). A line that is not JSON — what a writer killed mid-line
-    leaves (``arpo train`` stopped hard, then resumed: `arpo_algo.jsonl`) — is skipped and named on stderr, as
-    ``arpo view`` does; a file of nothing else is a `ValueError`."""
+    """Records of a JSONL file (``-`` is standard input): `numbered_records` without the line numbers."""
+    for _, record in numbered_records(path):
+        yield record
+
+
+def numbered_records(path: str) -> Iterator[tuple[int, Any]]:
+    """``(line number, record)`` of a JSONL file (``-`` is standard input). A line that is not JSON — what a writer
+    killed mid-line leaves (``arpo train`` stopped hard, then resumed: `arpo_algo.jsonl`) — is skipped and named on
+    stderr, as ``arpo view`` does; a file of nothing else is a `ValueError`."""
     handle = sys.stdin if path == "-" else open(path, encoding="utf-8")
     read, skipped = 0, []
 
@@ -49,9 +55,9 @@ def read_records(path: str) -> Iterator[dict[str, Any]]:
               "characters, a line cut short by a stopped writer?)", file=sys.stderr)
 
     try:
-        for _, record in jsonl.records(handle, skip):
+        for n, record in jsonl.records(handle, skip):
             read += 1
-            yield record
+            yield n, record
     finally:
         if handle is not sys.stdin:
             handle.close()
@@ -94,11 +100,16 @@ def map_action(text: str, final: bool) -> str:
 def from_chat(record: dict[str, Any], system: list[dict[str, str]] | None = None) -> dict[str, Any]:
     """A ShareGPT-style conversation as a native record. `system` replaces the record's system message."""
     turns = record.get("conversations") or record.get("messages") or []
+    if not isinstance(turns, list) or not all(isinstance(t, dict) for t in turns):
+        raise ValueError("a chat record's conversations (or messages) are a list of turns, each an object with "
+                         "from/value (or role/content)")
     turns = [(_ROLES.get(str(t.get("from", t.get("role"))).lower(), "user"), str(t.get("value", t.get("content", ""))))
              for t in turns]
     if not any(role == "assistant" for role, _ in turns):
         raise ValueError("a chat record needs at least one assistant turn")
-    first_user = next(i for i, (role, _) in enumerate(turns) if role == "user")
+    first_user = next((i for i, (role, _) in enumerate(turns) if role == "user"), None)
+    if first_user is None:
+        raise ValueError("a chat record needs a user turn (the question)")
     messages = [{"role": "system", "content": text} for role, text in turns[:first_user] if role == "system"]
     if system is not None:
         messages = [m for m in system if m["role"] == "system"]
@@ -146,11 +157,11 @@ def rollout_records(path: str, min_reward: float | None = None) -> list[dict[str
     from arpo_algo.tree import RolloutTree
 
     kept, seen = [], set()
-    for n, record in enumerate(read_records(path), 1):
+    for n, record in numbered_records(path):
         try:
             tree = RolloutTree.from_dict(record)
         except (KeyError, TypeError, AttributeError) as exc:
-            raise ValueError(f"{path}: record {n} is not a rollout tree (as arpo rollout and arpo train write them): "
+            raise ValueError(f"{path} line {n} is not a rollout tree (as arpo rollout and arpo train write them): "
                              f"{type(exc).__name__}: {exc}") from None
         for tr in tree.trajectories:
             parts = tr.reward_parts
@@ -173,6 +184,8 @@ def tokenize(record: dict[str, Any], tokenizer: Any) -> dict[str, list[int]]:
     eos = tokenizer.eos_token_id
     if "prompt_ids" in record:
         prompt, completion, mask = list(record["prompt_ids"]), list(record["completion_ids"]), list(record["mask"])
+        if len(mask) != len(completion):
+            raise ValueError(f"a mask of {len(mask)} for {len(completion)} completion ids")
         return {"input_ids": prompt + completion + [eos], "assistant_masks": [0] * len(prompt) + mask + [1]}
     ids = prompt_ids(tokenizer, record["messages"])
     mask = [0] * len(ids)
@@ -190,6 +203,22 @@ def normalise(record: dict[str, Any], system: list[dict[str, str]] | None) -> di
     if "prompt_ids" in record or "segments" in record:
         return record
     return from_chat(record, system)
+
+
+RECORD_SHAPES = ('native {"messages", "segments": [{"kind", "text"}, …]}, chat {"conversations": [{"from", "value"}, '
+                 '…]} or {"messages": [{"role", "content"}, …]}, or token ids {"prompt_ids", "completion_ids", "mask"}')
+
+
+def example(record: Any, system: list[dict[str, str]] | None, tokenizer: Any, where: str) -> dict[str, list[int]]:
+    """`tokenize(normalise(record))`, or a `ValueError` that names `where` the record is (file and line) and the
+    shapes a record may have, for a record of another shape."""
+    try:
+        if not isinstance(record, dict):
+            raise ValueError(f"a {type(record).__name__}, not an object of fields")
+        return tokenize(normalise(record, system), tokenizer)
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
+        what = f"no {exc.args[0]!r} field" if isinstance(exc, KeyError) and exc.args else f"{exc}"
+        raise ValueError(f"{where} is not a trajectory record ({what}); a record is {RECORD_SHAPES}") from None
 
 
 # Command line -----------------------------------------------------------------------------------------------------
@@ -229,12 +258,14 @@ def build_dataset(script: SFTScriptArguments, tokenizer: Any) -> Any:
     from datasets import Dataset
 
     records: list[dict[str, Any]] = []
+    examples: list[dict[str, list[int]]] = []
     system = None
     for path in script.trajectories or []:
-        batch = list(read_records(path))
-        if system is None and not script.keep_system_prompt and any("segments" not in r for r in batch):
+        batch = list(numbered_records(path))
+        if system is None and not script.keep_system_prompt and any("segments" not in r for _, r in batch
+                                                                     if isinstance(r, dict)):
             system = env_messages("", script.env_id)
-        records += [normalise(r, system) for r in batch]
+        examples += [example(r, system, tokenizer, f"{path} line {n}") for n, r in batch]
     if script.from_rollouts:
         kept = rollout_records(script.from_rollouts, script.min_reward)
         print(f"arpo sft: {len(kept)} correct, format-valid trajectories kept from {script.from_rollouts}",
@@ -243,9 +274,10 @@ def build_dataset(script: SFTScriptArguments, tokenizer: Any) -> Any:
     if script.synthetic_tasks:
         records += synthetic_records(script.synthetic_tasks, script.synthetic_seed, script.env_id,
                                      family=script.synthetic_family)
-    if not records:
+    examples += [tokenize(r, tokenizer) for r in records]
+    if not examples:
         raise SystemExit("arpo sft: no trajectories: give --trajectories, --from_rollouts or --synthetic_tasks")
-    return Dataset.from_list([tokenize(r, tokenizer) for r in records])
+    return Dataset.from_list(examples)
 
 
 def train(script: SFTScriptArguments, args: Any, model_args: Any) -> Any:

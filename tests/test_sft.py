@@ -153,15 +153,28 @@ def test_arpo_sft_command_trains_from_rollout_trees_on_stdin(traces, tokenizer, 
 
 
 def test_a_file_that_is_not_rollout_trees_is_one_clear_line(tokenizer, tmp_path):
+    """Rollout trees, or trajectory records of another shape (a chat with no question, turns that are strings, a
+    native record without its messages, token ids without their mask): one line naming the file and line, no
+    traceback (they were a StopIteration, an AttributeError, KeyErrors)."""
     model_dir = tmp_path / "tiny"
     tiny_llama(tokenizer, seed=4).save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
-    for content, message in [('{"question": "q"}\n', "record 1 is not a rollout tree"),
-                             ('{"task": \n', "trees.jsonl: no line is JSON")]:
+    good = json.dumps({"conversations": [{"from": "human", "value": "1+1?"}, {"from": "gpt", "value": "\\boxed{2}"}]})
+    for flag, content, message in [
+            ("--from_rollouts", '{"question": "q"}\n', "line 1 is not a rollout tree"),
+            ("--from_rollouts", '{"task": \n', "trees.jsonl: no line is JSON"),
+            ("--trajectories", good + '\n{"conversations": [{"from": "gpt", "value": "2"}]}\n',
+             "line 2 is not a trajectory record (a chat record needs a user turn"),
+            ("--trajectories", '{"conversations": ["hi", "there"]}\n', "line 1 is not a trajectory record (a chat"),
+            ("--trajectories", good + '\n\n{"segments": [{"kind": "action", "text": "x"}]}\n',
+             "line 3 is not a trajectory record (no 'messages' field)"),
+            ("--trajectories", '{"prompt_ids": [1], "completion_ids": [2, 3], "mask": [1]}\n',
+             "line 1 is not a trajectory record (a mask of 1 for 2 completion ids)"),
+            ("--trajectories", '[1, 2]\n', "line 1 is not a trajectory record (a list, not an object")]:
         (tmp_path / "trees.jsonl").write_text(content)
         result = subprocess.run([sys.executable, "-m", "arpo_algo.cli", "sft", "--model_name_or_path",
-                                 str(model_dir), "--from_rollouts", str(tmp_path / "trees.jsonl"), "--output_dir",
+                                 str(model_dir), flag, str(tmp_path / "trees.jsonl"), "--output_dir",
                                  str(tmp_path / "out"), "--use_cpu", "true", "--report_to", "none"],
                                 capture_output=True, text=True, cwd=ROOT, timeout=600)
         assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
-        assert f"arpo sft: {tmp_path / 'trees.jsonl'}" in result.stderr and message in result.stderr
+        assert f"arpo sft: {tmp_path / 'trees.jsonl'}" in result.stderr and message in result.stderr, result.stderr
