@@ -281,6 +281,24 @@ def test_second_browse_is_served_from_the_cache(server, tmp_path):
     assert again.extra["cache"] == "hit" and Handler.hits["/cached"] - before == 1
 
 
+def test_a_cache_that_cannot_be_used_costs_a_warning_not_the_env(server, tmp_path):
+    """A cache file that is not a database (a file of another program, one cut short) or whose folder cannot be made:
+    making the env raised sqlite3.DatabaseError or an OSError. Now the tools run without the cache."""
+    garbage = tmp_path / "c.sqlite"
+    garbage.write_bytes(b"not a database " * 100)
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    for cache in (garbage, blocked / "c.sqlite"):
+        with pytest.warns(RuntimeWarning, match="cannot be used.*tools run without it"):
+            env = gym.make("ARPO-DeepSearch-v0", browse_options={"cache": str(cache), "private_hosts": True})
+        env.reset(seed=0)
+        first = env.unwrapped.tools["browse"].call(f"{server}/cached")
+        second = env.unwrapped.tools["browse"].call(f"{server}/cached")
+        assert "Vasa" in first.text and second.text == first.text and second.extra["cache"] == "miss"
+        env.close()
+    assert garbage.read_bytes() == b"not a database " * 100  # left as it was
+
+
 def test_offline_page_store(tmp_path):
     (tmp_path / "vasa.html").write_text(ARTICLE)
     (tmp_path / "index.json").write_text('{"https://example.org/vasa": "vasa.html"}')
