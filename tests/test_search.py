@@ -53,6 +53,31 @@ def test_index_is_built_once_and_loaded_from_disk(tmp_path):
     assert first.index_dir().parent == tmp_path  # next to the corpus
 
 
+def test_an_index_cut_short_is_built_again_and_one_that_cannot_be_written_stays_in_memory(tmp_path, monkeypatch):
+    """A stamped index whose arrays were cut short (a write killed, or processes building it at once into one folder)
+    failed every search for good ("search failed: ValueError: EOF …"). Now it is built again, written whole under
+    another name and renamed into place; where it cannot be written it is kept in memory."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("\n".join(json.dumps({"id": str(i), "title": f"Doc {i}", "text": t}) for i, t in enumerate(
+        ["The Eiffel Tower is in Paris.", "Mount Fuji is the highest mountain in Japan."])))
+    LocalSearch(corpus).search("Paris", 1)
+    folder = LocalSearch(corpus).index_dir()
+    for array in folder.glob("*.npy"):
+        array.write_bytes(array.read_bytes()[:40])
+    with pytest.warns(RuntimeWarning, match="cannot be read"):
+        assert LocalSearch(corpus).search("highest mountain", 1)[0].title == "Doc 1"
+    assert LocalSearch(corpus).index_built and sorted(p.name for p in tmp_path.iterdir()) == [
+        "corpus.jsonl", "corpus.jsonl.bm25s"]  # no folder of a build left behind
+    again = LocalSearch(corpus)
+    assert again.search("Eiffel", 1)[0].title == "Doc 0" and (folder / "source.txt").is_file()
+
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    monkeypatch.setattr(LocalSearch, "index_dir", lambda self: blocked / "index")
+    with pytest.warns(RuntimeWarning, match="kept in memory"):
+        assert LocalSearch(corpus).search("Eiffel", 1)[0].title == "Doc 0"
+
+
 def test_recorded_replay_and_fallback(data_dir):
     path = data_dir / "search" / "search_cache.json"
     records = json.loads(path.read_text())

@@ -22,6 +22,7 @@ import os
 import re
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -114,22 +115,66 @@ class LocalSearch:
 
                 docs = read_corpus(self.corpus)
                 folder = self.index_dir()
-                stamp = folder / "source.txt"
-                if stamp.is_file() and stamp.read_text() == self.fingerprint:
-                    retriever = bm25s.BM25.load(str(folder), show_progress=False)
-                else:
+                retriever, unreadable = None, False
+                if self.index_built:
+                    try:
+                        retriever = bm25s.BM25.load(str(folder), show_progress=False)
+                    except Exception as exc:  # noqa: BLE001 - an index cut short or of another bm25s: build it again
+                        warnings.warn(f"the search index {folder} cannot be read ({type(exc).__name__}: {exc}); "
+                                      "building it again", RuntimeWarning, stacklevel=2)
+                        unreadable = True
+                if retriever is None:
                     retriever = bm25s.BM25()
                     texts = [f"{d.get('title', '')} {d['text']}" for d in docs]
                     retriever.index(bm25s.tokenize(texts, stopwords="en", show_progress=False), show_progress=False)
-                    folder.mkdir(parents=True, exist_ok=True)
-                    retriever.save(str(folder), show_progress=False)
-                    stamp.write_text(self.fingerprint)
+                    self._save(retriever, folder, replace=unreadable)
                 self._docs, self._retriever = docs, retriever
             return self._docs, self._retriever  # type: ignore[return-value]
 
+    def _save(self, retriever: Any, folder: Path, replace: bool = False) -> None:
+        """Write the index to `folder` whole or not at all: into a folder of its own, stamped, then renamed into
+        place, so that processes building it at once (the ranks of a run) or a kill during the write never leave a
+        stamped index that is cut short. An index another process put there meanwhile stands, unless `replace` (it
+        could not be read). An index that cannot be written is kept in memory (with a warning)."""
+        import shutil
+        import uuid
+
+        def unique(kind: str) -> Path:
+            return folder.with_name(f".{folder.name}.{kind}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+
+        fresh = unique("new")
+        try:
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            fresh.mkdir()  # the umask's permissions, as the folder had: other users of an install read it
+        except OSError as exc:
+            warnings.warn(f"the search index cannot be written to {folder} ({exc}); it is kept in memory, and built "
+                          "again in the next process (set ARPO_CACHE_DIR to a folder that can be written)",
+                          RuntimeWarning, stacklevel=3)
+            return
+        try:
+            if self.index_built and not replace:
+                return  # another process built it meanwhile
+            retriever.save(str(fresh), show_progress=False)
+            (fresh / "source.txt").write_text(self.fingerprint)
+            if folder.exists():  # a stale or broken index: set aside, then removed
+                stale = unique("stale")
+                os.replace(folder, stale)
+                shutil.rmtree(stale, ignore_errors=True)
+            os.replace(fresh, folder)
+        except OSError as exc:  # another process put its index in place first, and that one stands; or a full disk
+            if not self.index_built:
+                warnings.warn(f"the search index cannot be written to {folder} ({exc}); it is kept in memory",
+                              RuntimeWarning, stacklevel=3)
+        finally:
+            shutil.rmtree(fresh, ignore_errors=True)
+
     @property
     def index_built(self) -> bool:
-        return (self.index_dir() / "source.txt").is_file()
+        stamp = self.index_dir() / "source.txt"
+        try:
+            return stamp.read_text() == self.fingerprint
+        except OSError:
+            return False
 
     def search(self, query: str, top_k: int) -> list[SearchHit]:
         import bm25s
