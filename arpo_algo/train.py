@@ -81,7 +81,7 @@ def build_trainer(script_args: ARPOScriptArguments, args: ARPOConfig, model_args
         from accelerate import PartialState
 
         with PartialState().main_process_first():  # one process runs the cold start; the others then find it done
-            if not Path(model_name).exists():
+            if not holds_model(model_name):
                 cold_start_s = run_cold_start(script_args.cold_start, model_name)
     path = resolve(model_name)
     model_init_kwargs = dict(args.model_init_kwargs or {})
@@ -101,19 +101,33 @@ def build_trainer(script_args: ARPOScriptArguments, args: ARPOConfig, model_args
     return trainer
 
 
+def holds_model(path: str) -> bool:
+    """Whether `path` is a folder with a finished model in it: its config (or a PEFT adapter's) and its tokenizer,
+    which ``arpo sft`` writes last. A cold start that was stopped leaves the folder without them (empty, or with
+    checkpoints only)."""
+    folder = Path(path)
+    return ((folder / "config.json").is_file() or (folder / "adapter_config.json").is_file()) and \
+        (folder / "tokenizer_config.json").is_file()
+
+
 def run_cold_start(recipe: str, output_dir: str) -> float:
     """Run the ``arpo sft`` recipe in a child process (its memory is all given back before RL starts; a cold start
-    in this process kept its model and optimizer alive beside the RL ones) and return its wall time."""
+    in this process kept its model and optimizer alive beside the RL ones) and return its wall time. A cold start
+    that was stopped (the folder is there without a model) runs again, from its last checkpoint if it saved one."""
     import subprocess
     import time
 
+    from transformers.trainer_utils import get_last_checkpoint
+
     if not Path(recipe).is_file():
         raise FileNotFoundError(f"cold-start recipe {recipe} not found")
-    print(f"arpo train: {output_dir} does not exist; running the cold-start SFT recipe {recipe} first",
-          file=sys.stderr)
+    resume = get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
+    why = "does not exist" if not Path(output_dir).exists() else "holds no finished model (a cold start stopped?)"
+    print(f"arpo train: {output_dir} {why}; running the cold-start SFT recipe {recipe} first"
+          + (f", resuming from {resume}" if resume else ""), file=sys.stderr)
     started = time.perf_counter()
     result = subprocess.run([sys.executable, "-m", "arpo_algo.cli", "sft", "--config", recipe, "--output_dir",
-                             output_dir])
+                             output_dir] + (["--resume_from_checkpoint", resume] if resume else []))
     if result.returncode != 0:
         raise SystemExit(f"arpo train: the cold start ({recipe}) failed with exit status {result.returncode}")
     return time.perf_counter() - started

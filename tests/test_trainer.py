@@ -356,6 +356,28 @@ def test_arpo_train_killed_midway_resumes_from_its_checkpoint(undecided, tokeniz
     assert [m["step"] for m in read_metrics(run / "metrics.jsonl")] == [1, 2, 3]
 
 
+def test_a_cold_start_that_was_stopped_runs_again(undecided, tokenizer, tmp_path):
+    """The README's recipe writes its cold-start model to a folder that exists from the SFT's first moment. Stopped
+    there (Ctrl-C), the next `arpo train` took the empty folder for the model and died loading it, until the folder was
+    deleted by hand. Now a folder without a finished model runs the cold start again (from its last checkpoint when
+    it saved one); a finished one is used as it is."""
+    recipe, run = write_recipe(tmp_path, undecided, tokenizer, max_steps=1, save_strategy="'no'")
+    sft_model = tmp_path / "sft"
+    sft_recipe = tmp_path / "sft.yaml"
+    sft_recipe.write_text(f"model_name_or_path: {tmp_path / 'tiny'}\noutput_dir: {sft_model}\nsynthetic_tasks: 2\n"
+                          "max_steps: 1\nper_device_train_batch_size: 1\nsave_strategy: 'no'\nreport_to: none\n"
+                          "use_cpu: true\ngradient_checkpointing: false\n")
+    sft_model.mkdir()  # what a cold start stopped before its end leaves
+    cmd = [sys.executable, "-m", "arpo_algo.cli", "train", "--config", str(recipe), "--model_name_or_path",
+           str(sft_model), "--cold_start", str(sft_recipe)]
+    first = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert f"{sft_model} holds no finished model" in first.stderr and (sft_model / "config.json").is_file()
+    second = subprocess.run([*cmd, "--output_dir", str(tmp_path / "run2")], cwd=ROOT, capture_output=True, text=True,
+                            timeout=600)
+    assert second.returncode == 0 and "cold-start" not in second.stderr, second.stderr[-3000:]
+
+
 @pytest.mark.parametrize("algorithm", ["dapo", "reinforce_pp"])
 def test_baselines_run_through_the_same_trainer(algorithm, undecided, tokenizer, tmp_path):
     from arpo_algo.arpo_trainer import ARPOTrainer
