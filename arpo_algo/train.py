@@ -50,16 +50,43 @@ def make_parser() -> TrlParser:
 
 
 def resolve_resume(value: Any, output_dir: str) -> str | None:
-    """``last``/``true`` → the newest ``checkpoint-N`` in ``output_dir`` (None when there is none yet)."""
+    """``last``/``true`` → the newest complete ``checkpoint-N`` in ``output_dir`` (None when there is none yet). A
+    checkpoint is complete once its ``trainer_state.json``, which transformers writes last, reads: a run killed while
+    it saved a checkpoint leaves one without it (or without its weights), which resumes from nothing; the one before
+    it is taken, and the skipped one named."""
     if value in (None, False, "", "false", "False"):
         return None
     if value is True or str(value).lower() in ("true", "last"):
-        from transformers.trainer_utils import get_last_checkpoint
-
-        return get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
+        if not os.path.isdir(output_dir):
+            return None
+        pattern = re.compile(r"^checkpoint-(\d+)$")
+        found = sorted((int(m.group(1)), entry) for entry in os.listdir(output_dir)
+                       if (m := pattern.match(entry)) and os.path.isdir(os.path.join(output_dir, entry)))
+        for _, name in reversed(found):
+            folder = os.path.join(output_dir, name)
+            if checkpoint_complete(folder):
+                return folder
+            print(f"arpo train: {folder} is incomplete (the run was stopped while saving it); skipped",
+                  file=sys.stderr)
+        return None
     if not os.path.isdir(str(value)):
         raise SystemExit(f"arpo train: checkpoint {value} not found")
+    if not checkpoint_complete(str(value)):
+        raise SystemExit(f"arpo train: checkpoint {value} is incomplete (no trainer_state.json that reads, or no "
+                         "weights: the run was stopped while saving it); resume from an earlier one, or with 'last'")
     return str(value)
+
+
+def checkpoint_complete(folder: str) -> bool:
+    """Whether a checkpoint folder holds its trainer state (which reads) and its model's weights."""
+    try:
+        with open(os.path.join(folder, "trainer_state.json"), encoding="utf-8") as f:
+            json.load(f)
+    except (OSError, ValueError):
+        return False
+    names = os.listdir(folder)
+    return any(n.endswith((".safetensors", ".bin", ".safetensors.index.json", ".bin.index.json")) for n in names) \
+        or any(n.startswith(("pytorch_model_fsdp", "global_step")) for n in names)
 
 
 def build_trainer(script_args: ARPOScriptArguments, args: ARPOConfig, model_args: ModelConfig) -> Any:

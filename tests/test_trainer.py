@@ -356,6 +356,34 @@ def test_arpo_train_killed_midway_resumes_from_its_checkpoint(undecided, tokeniz
     assert [m["step"] for m in read_metrics(run / "metrics.jsonl")] == [1, 2, 3]
 
 
+def test_resuming_from_last_skips_a_checkpoint_the_kill_cut_short(tmp_path, capsys):
+    """Killed while saving checkpoint-N, a run leaves it without its trainer_state.json (written last) or its
+    weights; `--resume_from_checkpoint last` took it and died on it (or restarted at step 0 on its weights). It now
+    takes the newest complete one and says which it skipped."""
+    from arpo_algo.train import resolve_resume
+
+    def checkpoint(step, state="{}", weights=True):
+        folder = tmp_path / f"checkpoint-{step}"
+        folder.mkdir()
+        if state is not None:
+            (folder / "trainer_state.json").write_text(state)
+        if weights:
+            (folder / "model.safetensors").write_bytes(b"weights")
+        return folder
+
+    complete = checkpoint(3)
+    checkpoint(6, state=None)  # killed after the weights
+    checkpoint(9, state='{"global_st')  # killed while writing the state
+    checkpoint(12, weights=False)  # (a state with no weights beside it)
+    assert resolve_resume("last", str(tmp_path)) == str(complete)
+    skipped = capsys.readouterr().err
+    assert all(f"checkpoint-{n} is incomplete" in skipped for n in (6, 9, 12))
+    with pytest.raises(SystemExit, match="checkpoint-6 is incomplete"):
+        resolve_resume(str(tmp_path / "checkpoint-6"), str(tmp_path))
+    assert resolve_resume(str(complete), str(tmp_path)) == str(complete)
+    assert resolve_resume("last", str(tmp_path / "nowhere")) is None
+
+
 def test_a_cold_start_that_was_stopped_runs_again(undecided, tokenizer, tmp_path):
     """The README's recipe writes its cold-start model to a folder that exists from the SFT's first moment. Stopped
     there (Ctrl-C), the next `arpo train` took the empty folder for the model and died loading it, until the folder was
