@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import collections
 import html
 import io
 import json
@@ -27,7 +28,7 @@ import sys
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from arpo_algo import jsonl
 from arpo_algo.tree import entropy_windows
@@ -45,6 +46,8 @@ class Source:
     rollout_files: list[Path]
     metrics_file: Path | None = None
     bad_lines: list[str] = field(default_factory=list)
+    trees_read: int = 0
+    """Trees in the files, whether the report shows them all or the newest (`DEFAULT_LIMIT`)."""
 
     @property
     def is_run(self) -> bool:
@@ -79,22 +82,39 @@ def read_trees(source: Source, limit: int | None = None) -> list[dict[str, Any]]
 
 
 def _located_trees(source: Source, limit: int | None = None) -> list[tuple[str, dict[str, Any]]]:
-    """`read_trees`' trees with where each is (``file:line``), none required."""
-    trees: list[tuple[str, dict[str, Any]]] = []
-    for f in source.rollout_files:
-        with open(f, encoding="utf-8", errors="replace") as fh:
-            def bad(n: int, _line: str, exc: ValueError, name: str = f.name) -> None:
-                source.bad_lines.append(f"{name}:{n}: {str(exc)[:120]}")
+    """`read_trees`' trees with where each is (``file:line``), none required; with `limit`, only the last `limit`
+    are kept while the files are read."""
+    return list(collections.deque(_each_tree(source), maxlen=limit or None))
 
-            for n, tree in jsonl.records(fh, bad):
-                if not isinstance(tree, dict) or "trajectories" not in tree or "nodes" not in tree or \
-                        not isinstance(tree.get("stats", {}), dict):
-                    source.bad_lines.append(f"{f.name}:{n}: not a rollout tree (it needs nodes, trajectories and "
-                                            "an object of stats)")
-                    continue
-                tree.setdefault("stats", {})["file"] = f.name
-                trees.append((f"{f.name}:{n}", tree))
-    return trees[-limit:] if limit else trees
+
+def _each_tree(source: Source) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every tree of the source's files with where it is, read one line at a time (a run's rollouts.jsonl can be far
+    larger than memory), with a progress bar over the bytes of large files. Lines that are not trees are noted in
+    `source.bad_lines`; `source.trees_read` counts the trees."""
+    from tqdm.auto import tqdm
+
+    size = sum(f.stat().st_size for f in source.rollout_files)
+    source.trees_read = 0
+    with tqdm(total=size, unit="B", unit_scale=True, desc="reading trees", disable=size < 64 * 2**20) as bar:
+        for f in source.rollout_files:
+            with open(f, encoding="utf-8", errors="replace") as fh:
+                def bad(n: int, _line: str, exc: ValueError, name: str = f.name) -> None:
+                    source.bad_lines.append(f"{name}:{n}: {str(exc)[:120]}")
+
+                def lines() -> Iterator[str]:
+                    for line in fh:
+                        bar.update(len(line))
+                        yield line
+
+                for n, tree in jsonl.records(lines(), bad):
+                    if not isinstance(tree, dict) or "trajectories" not in tree or "nodes" not in tree or \
+                            not isinstance(tree.get("stats", {}), dict):
+                        source.bad_lines.append(f"{f.name}:{n}: not a rollout tree (it needs nodes, trajectories "
+                                                "and an object of stats)")
+                        continue
+                    tree.setdefault("stats", {})["file"] = f.name
+                    source.trees_read += 1
+                    yield f"{f.name}:{n}", tree
 
 
 def read_metrics(path: Path | None) -> list[dict[str, Any]]:
@@ -185,21 +205,32 @@ def totals(trees: list[dict[str, Any]]) -> dict[str, Any]:
 ENTROPY_WINDOWS = {"start": "start of response", "after_tool": "after a tool result"}
 
 
+def tree_windows(tree: dict[str, Any]) -> list[tuple[str, list[float]]]:
+    """The measured entropy windows of one tree as read from the file, ``(label, values)``: the start of each
+    response and each segment that follows a tool result (`arpo_algo.tree.entropy_windows`). A prefix shared by the
+    trajectories of a branch counts once."""
+    starts = {n["id"]: n.get("start", 0) for n in tree["nodes"]}
+    return [(ENTROPY_WINDOWS[where], [float(e) for e in values]) for t in tree["trajectories"]
+            for where, values in entropy_windows(t.get("segments") or [], t.get("entropies") or [],
+                                                 starts.get(t["node"], 0))]
+
+
 def entropy_by_position(trees: Iterable[dict[str, Any]]) -> dict[str, list[tuple[float, float, int]]]:
     """Mean (and standard error, count) of the measured entropy at each token position of a model segment, for the
-    start of the response and for segments that follow a tool result (`arpo_algo.tree.entropy_windows`), over the
-    trees as read from the file. A prefix shared by the trajectories of a branch counts once."""
+    start of the response and for segments that follow a tool result, over the trees as read from the file."""
+    return position_stats(tree_windows(tree) for tree in trees)
+
+
+def position_stats(windows: Iterable[list[tuple[str, list[float]]]]) -> dict[str, list[tuple[float, float, int]]]:
+    """`entropy_by_position` over the `tree_windows` of each tree."""
     acc: dict[str, list[list[float]]] = {label: [] for label in ENTROPY_WINDOWS.values()}
-    for tree in trees:
-        starts = {n["id"]: n.get("start", 0) for n in tree["nodes"]}
-        for t in tree["trajectories"]:
-            windows = entropy_windows(t.get("segments") or [], t.get("entropies") or [], starts.get(t["node"], 0))
-            for where, values in windows:
-                rows = acc[ENTROPY_WINDOWS[where]]
-                for j, e in enumerate(values):
-                    while len(rows) <= j:
-                        rows.append([])
-                    rows[j].append(e)
+    for tree in windows:
+        for label, values in tree:
+            rows = acc[label]
+            for j, e in enumerate(values):
+                while len(rows) <= j:
+                    rows.append([])
+                rows[j].append(e)
     out = {}
     for key, rows in acc.items():
         stats = []
@@ -220,14 +251,14 @@ def _png(fig: Any) -> bytes:
     return buf.getvalue()
 
 
-def entropy_plot(trees: list[dict[str, Any]]) -> bytes | None:
+def entropy_plot(curves: dict[str, list[tuple[float, float, int]]]) -> bytes | None:
+    """The plot of `entropy_by_position`'s curves (None when nothing was measured)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    curves = entropy_by_position(trees)
     if not any(curves.values()):
         return None
     fig, ax = plt.subplots(figsize=(6.4, 3.4))
@@ -346,18 +377,24 @@ def entropy_scale(trees: list[dict[str, Any]]) -> float:
     return max(0.02, round(values[int(0.95 * (len(values) - 1))], 3))
 
 
-def build(path: str | Path, out: str | Path, limit: int | None = None) -> dict[str, Any]:
-    """Write the report (and its PNG plots) for `path`; returns what was written and the header numbers."""
+DEFAULT_LIMIT = 500
+"""The trees a report shows unless told otherwise (``--limit``): the newest of a run. A page of more is slow to open,
+and a large run's trees do not fit in memory (a 7B model's, M = 16, take about a megabyte each in rollouts.jsonl)."""
+
+
+def build(path: str | Path, out: str | Path, limit: int | None = DEFAULT_LIMIT) -> dict[str, Any]:
+    """Write the report (and its PNG plots) for `path`; returns what was written and the header numbers. With
+    `limit` (0 or None: all), the newest `limit` trees are shown: the files are read one tree at a time, and only what
+    the page needs of those trees is kept."""
     source = find_source(path)
-    raw, trees = [], []
-    for where, tree in _located_trees(source, limit):
+    shown: collections.deque = collections.deque(maxlen=limit or None)  # (compact tree, its entropy windows)
+    for where, tree in _each_tree(source):
         try:  # everything the page and the plots read of it
-            entropy_by_position([tree])
-            trees.append(compact(tree, len(trees)))
+            shown.append((compact(tree, 0), tree_windows(tree)))
         except (TypeError, KeyError, ValueError, AttributeError, IndexError) as exc:  # JSON, but not of a tree's shape
             source.bad_lines.append(f"{where}: a tree of another shape ({type(exc).__name__}: {str(exc)[:100]})")
-            continue
-        raw.append(tree)
+            source.trees_read -= 1
+    trees = [dict(c, i=i) for i, (c, _) in enumerate(shown)]
     if not trees:
         raise SystemExit(f"arpo view: {source.path} holds no readable rollout trees"
                          + (f" ({source.bad_lines[0]})" if source.bad_lines else ""))
@@ -366,7 +403,7 @@ def build(path: str | Path, out: str | Path, limit: int | None = None) -> dict[s
     out.parent.mkdir(parents=True, exist_ok=True)
     plots: dict[str, bytes] = {}
     written = []
-    ent = entropy_plot(raw)
+    ent = entropy_plot(position_stats(windows for _, windows in shown))
     if ent:
         plots["entropy by token position: start of the response vs after a tool result"] = ent
         p = out.with_suffix(".entropy.png")
@@ -380,7 +417,8 @@ def build(path: str | Path, out: str | Path, limit: int | None = None) -> dict[s
             p.write_bytes(train)
             written.append(p)
     out.write_text(render(trees, source, metrics, plots), encoding="utf-8")
-    return {"report": out, "plots": written, "totals": totals(trees), "skipped": source.bad_lines}
+    return {"report": out, "plots": written, "totals": totals(trees), "skipped": source.bad_lines,
+            "trees read": source.trees_read}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -388,10 +426,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("path", help="rollout trees (JSONL, from arpo rollout) or a training run directory")
     parser.add_argument("--out", default="report.html", help="the HTML file to write (default: report.html)")
-    parser.add_argument("--limit", type=int, default=None, help="only the last N trees (the newest steps of a run)")
+    parser.add_argument("--limit", type=int, default=DEFAULT_LIMIT,
+                        help=f"show the newest N trees (default {DEFAULT_LIMIT}; 0: all of them)")
     args = parser.parse_args(argv)
     result = build(args.path, args.out, args.limit)
     t = result["totals"]
+    if t["tasks"] < result["trees read"]:
+        print(f"showing the newest {t['tasks']:,} of {result['trees read']:,} trees (--limit N for another number, "
+              "--limit 0 for all)")
     print(f"{t['tasks']} tasks, {t['trajectories']} trajectories, mean reward {t['mean reward']:+.3f}, "
           f"accuracy {t['accuracy']:.1%}")
     for s in result["skipped"][:3]:

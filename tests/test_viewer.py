@@ -109,8 +109,22 @@ def test_thousands_of_trajectories_load_lazily(trees_file, browser, tmp_path):
             for tree in lines:
                 tree["task"]["id"] = f"task-{k}-{tree['task'].get('id')}"
                 f.write(json.dumps(tree) + "\n")
+    # By default the page holds the newest 500 trees (reading the file a tree at a time); --limit 0 holds them all.
+    import tracemalloc
+
+    newest = viewer.build(big, tmp_path / "newest.html")
+    page = (tmp_path / "newest.html").read_text()
+    assert newest["totals"]["tasks"] == 500 and newest["trees read"] == 1500
+    assert 'id="tree-499"' in page and '"id":"task-499-' in page and '"id":"task-0-' not in page
+    tracemalloc.start()
+    try:
+        kept = viewer.read_trees(viewer.find_source(big), limit=50)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(kept) == 50 and peak < big.stat().st_size / 2  # all the trees read, then the last kept: 3.5 times more
     out = tmp_path / "big.html"
-    viewer.build(big, out)
+    viewer.build(big, out, limit=0)
     browser.open(out.as_uri())
     assert browser.wait_for("document.querySelectorAll('svg.tree').length > 0")
     assert browser.evaluate("window.arpoView.rows.length") == 1500
