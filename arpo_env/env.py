@@ -70,7 +70,9 @@ class ToolEnv(gym.Env[str, str]):
     the episode with a last observation that says why.
 
     The state is forkable: `fork()` returns an independent copy (live-forking the Python interpreter), `snapshot()`
-    a picklable value, `restore(snapshot)` rebuilds it here or in another process.
+    a picklable value, `restore(snapshot)` rebuilds it here or in another process. ``copy.deepcopy(env)`` is
+    `fork()`, and an env made by ``gym.make`` pickles as its id, its arguments and its snapshot (unpickling makes the
+    env again and restores the snapshot, replaying the interpreter's cells).
     """
 
     metadata = {"render_modes": ["ansi", "human"], "render_fps": 4}
@@ -236,6 +238,34 @@ class ToolEnv(gym.Env[str, str]):
         child._np_random = copy.deepcopy(self._np_random)
         return child
 
+    def __copy__(self) -> "ToolEnv":
+        """A shallow copy, attribute for attribute (what `fork` starts from; pickling's `__reduce__` is not it)."""
+        child = object.__new__(type(self))
+        child.__dict__.update(self.__dict__)
+        return child
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> "ToolEnv":
+        """``copy.deepcopy(env)`` (the usual way to clone an environment, in tree search): `fork()`; before the first
+        reset, an env of the same configuration and no episode. The tools hold processes and sockets, which cannot
+        be copied as data."""
+        if self.state is not None:
+            child = self.fork()
+        else:
+            child = copy.copy(self)
+            child.tools = {}
+            child._np_random = copy.deepcopy(self._np_random, memo)
+        memo[id(self)] = child
+        return child
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickling: the env's id and arguments (``gym.make``'s) and its snapshot; unpickled, the env is made again
+        and the snapshot restored. An env made without ``gym.make`` has no id to be made again from."""
+        if self.spec is None:
+            raise TypeError(f"{type(self).__name__} made without gym.make cannot be pickled (its tool factories may "
+                            "be any function): pickle env.snapshot() and restore it into an env made the same way")
+        return _unpickle_env, (self.spec.id, dict(self.spec.kwargs),
+                               self.snapshot() if self.state is not None else None)
+
     def snapshot(self) -> dict[str, Any]:
         """A picklable value that `restore` turns back into this state (the interpreter by replaying its cells)."""
         state = self._require_state()
@@ -308,6 +338,13 @@ class ToolEnv(gym.Env[str, str]):
         for tool in self.tools.values():
             tool.close()
         self.tools = {}
+
+
+def _unpickle_env(env_id: str, kwargs: dict[str, Any], snapshot: dict[str, Any] | None) -> ToolEnv:
+    env = gym.make(env_id, **kwargs).unwrapped
+    if snapshot is not None:
+        env.restore(snapshot)
+    return env
 
 
 def _as_text(action: Any) -> str:

@@ -173,6 +173,35 @@ def test_env_snapshot_pickle_restore(env):
     other.close()
 
 
+def test_deepcopy_is_a_fork_and_an_env_pickles(tmp_path):
+    """``copy.deepcopy(env)``, how tree-search code clones an environment, failed ("cannot pickle 'socket'"), and so
+    did pickling an env ("Can't pickle local object …<lambda>"). deepcopy is now `fork()`; a pickled env is made again
+    from its id and arguments and restored from its snapshot; an env made without gym.make says what to do instead."""
+    import copy
+
+    from arpo_env.math_env import MathEnv
+
+    env = gym.make("ARPO-Math-v0", max_tool_calls=3, dataset="arithmetic:10:3")
+    clean = copy.deepcopy(env)  # before any reset: the same configuration, no episode
+    assert clean.reset(seed=4)[0] == env.reset(seed=4)[0]
+    env.step("<python>x = 41</python>")
+    shallow = copy.copy(env.unwrapped)  # what fork starts from: the same tools, not an env made again and replayed
+    assert shallow.tools is env.unwrapped.tools and shallow.state is env.unwrapped.state
+    clone = copy.deepcopy(env)
+    assert "<result>\n0\n</result>" in clone.step("<python>x = 0\nprint(x)</python>")[0]
+    assert "<result>\n42\n</result>" in env.step("<python>print(x + 1)</python>")[0]
+    again = pickle.loads(pickle.dumps(env))
+    assert again.unwrapped.completion == env.unwrapped.completion and again.unwrapped.max_tool_calls == 3
+    obs, _, _, _, info = again.step("<python>print(x + 2)</python>")
+    assert "43" in obs and "last tool call" in obs and info["tool_calls"] == 3
+    assert len(pickle.loads(pickle.dumps(clean)).unwrapped.tasks) == 10
+    direct = MathEnv(dataset="arithmetic:4:3")
+    with pytest.raises(TypeError, match="made without gym.make.*snapshot"):
+        pickle.dumps(direct)
+    for e in (env, clean, clone, again, direct):
+        e.close()
+
+
 def test_reset_options(env):
     obs, info = env.reset(options={"index": 5})
     assert info["task"] == env.unwrapped.tasks[5].as_dict()
