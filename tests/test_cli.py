@@ -109,6 +109,15 @@ def test_rollout_to_a_reader_that_stops_ends_quietly(tiny_model_dir):
     assert proc.returncode == 141 and "Traceback" not in stderr and "Exception ignored" not in stderr, stderr[-2000:]
 
 
+def test_version_names_the_stack():
+    result = subprocess.run([sys.executable, "-m", "arpo_algo.cli", "--version"], capture_output=True, text=True,
+                            cwd=ROOT, timeout=120)
+    from arpo_algo import __version__
+
+    assert result.returncode == 0 and result.stdout.startswith(f"arpo {__version__} (Python ")
+    assert "torch " in result.stdout and "trl " in result.stdout and "gymnasium " in result.stdout
+
+
 def test_rollout_says_which_budget_it_uses(tiny_model_dir, tmp_path):
     result = run_cli("rollout", "--model", str(tiny_model_dir), "--dataset", "arithmetic:4:3", "--tasks", "1",
                      "-M", "2", "-N", "1", "--out", str(tmp_path / "t.jsonl"))
