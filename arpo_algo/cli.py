@@ -64,7 +64,8 @@ def rollout_budget(args: argparse.Namespace) -> tuple[tuple[int, int], str]:
 
     on_cpu = args.backend == "hf" and not torch.cuda.is_available()
     default, why = (CPU_BUDGET, "a CPU budget: no GPU") if on_cpu else (GPU_BUDGET, "the default budget")
-    chosen = (args.max_new_tokens or default[0], args.max_completion_tokens or default[1])
+    chosen = (default[0] if args.max_new_tokens is None else args.max_new_tokens,  # 0 is refused, not the default
+              default[1] if args.max_completion_tokens is None else args.max_completion_tokens)
     return chosen, why if chosen == default else "as given"
 
 
@@ -179,6 +180,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (gym.error.Error, DataError, FileNotFoundError, ConfigError) as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"arpo {command}: {message}", file=sys.stderr)
+    except SystemExit as exc:  # a subcommand's own one-line message (SystemExit("arpo eval: …")): exit 2 as well
+        if not isinstance(exc.code, str):
+            raise
+        print(exc.code, file=sys.stderr)
     except BrokenPipeError:  # whoever read our output stopped (`arpo rollout --out - | head -1`): stop as a pipe's
         # writer does, quietly, with the status a shell gives one killed by SIGPIPE; stdout goes to /dev/null so that
         # the interpreter's last flush of it does not fail again

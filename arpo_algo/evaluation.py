@@ -580,7 +580,8 @@ def token_budget(args: argparse.Namespace) -> tuple[int, int]:
 
         on_cpu = not torch.cuda.is_available()
     default = CPU_BUDGET if on_cpu else PAPER_BUDGET
-    return (args.max_new_tokens or default[0], args.max_completion_tokens or default[1])
+    return (default[0] if args.max_new_tokens is None else args.max_new_tokens,  # 0 is refused, not the default
+            default[1] if args.max_completion_tokens is None else args.max_completion_tokens)
 
 
 def default_out(model: str) -> Path:

@@ -57,6 +57,8 @@ def run_cli(*args, timeout=300):
     (["rollout", "--dataset", "gsm8k"], "data directory"),
     (["train", "--config", "/nowhere/recipe.yaml"], "No such file"),
     (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--top_k", "5"], "top_k"),
+    (["rollout", "--max-new-tokens", "0"], "at least one token (max_new_tokens=0"),  # was the default, silently
+    (["eval", "--model", "x", "--benchmarks", "gsm8k", "--max-completion-tokens", "0"], "--max-completion-tokens=0"),
 ])
 def test_mistakes_are_one_clear_line(args, words):
     result = run_cli(*args)
