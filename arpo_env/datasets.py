@@ -60,6 +60,11 @@ class DataNotFound(DataError, FileNotFoundError):
     """A dataset could not be found; the message says where it was looked for and how to get it."""
 
 
+class BadDatasetName(DataError, ValueError):
+    """A dataset name that cannot be read: a procedural family's N, SEED or level that is not a whole number in its
+    range (``arithmetic:abc``, ``chain:0``)."""
+
+
 class DataUnreadable(DataError, ValueError):
     """A dataset's file is there but is not what it should be (cut short, not JSON, not parquet, not UTF-8); the
     message names the file and, for JSON lines, the line."""

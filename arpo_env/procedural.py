@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from arpo_env.datasets import Task
+from arpo_env.datasets import BadDatasetName, Task
 
 _OPS = ("+", "-", "*")
 
@@ -74,6 +74,10 @@ def chain_tasks(n: int = 1000, seed: int = 0, steps: int = 3) -> list[Task]:
 
 FAMILIES = {"arithmetic": (arithmetic_tasks, "terms", 3), "chain": (chain_tasks, "steps", 3)}
 """Procedural families: generator, the name of its difficulty argument, its default."""
+MAX_TASKS = 1_000_000
+"""A family's tasks are made all at once (a million take seconds): more is taken for a typing slip."""
+MAX_LEVEL = 1000
+"""Terms of an expression, steps of a chain."""
 
 
 def parse_name(name: str) -> tuple[Any, dict[str, Any]] | None:
@@ -84,10 +88,20 @@ def parse_name(name: str) -> tuple[Any, dict[str, Any]] | None:
     if parts[0] not in FAMILIES or len(parts) > 4:
         return None
     generate, level, default = FAMILIES[parts[0]]
-    kwargs = {"n": int(parts[1]) if len(parts) > 1 and parts[1] else 1000,
-              "seed": int(parts[2]) if len(parts) > 2 and parts[2] else 0,
-              level: int(parts[3]) if len(parts) > 3 and parts[3] else default}
-    return generate, kwargs
+    values = []
+    for i, (what, fallback, low, high) in enumerate([("N", 1000, 1, MAX_TASKS), ("SEED", 0, None, None),
+                                                     (level.upper(), default, 1, MAX_LEVEL)], 1):
+        text = parts[i].strip() if len(parts) > i else ""
+        try:
+            value = int(text) if text else fallback
+        except ValueError:
+            value = None
+        if value is None or (low is not None and not low <= value <= high):
+            bounds = f" from {low:,} to {high:,}" if low is not None else ""
+            raise BadDatasetName(f"dataset {name!r}: {what} must be a whole number{bounds}, not {text!r} "
+                                 f"({parts[0]}[:N[:SEED[:{level.upper()}]]], e.g. {parts[0]}:200:7:{default})")
+        values.append(value)
+    return generate, {"n": values[0], "seed": values[1], level: values[2]}
 
 
 def procedural_tasks(name: str) -> list[Task] | None:

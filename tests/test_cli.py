@@ -58,6 +58,8 @@ def run_cli(*args, timeout=300):
     (["train", "--config", "/nowhere/recipe.yaml"], "No such file"),
     (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--top_k", "5"], "top_k"),
     (["rollout", "--max-new-tokens", "0"], "at least one token (max_new_tokens=0"),  # was the default, silently
+    (["rollout", "--dataset", "arithmetic:abc"], "N must be a whole number"),  # was int()'s ValueError traceback
+    (["rollout", "--dataset", "chain:10:1:0"], "STEPS must be a whole number from 1"),  # was 10 questions of no step
     (["eval", "--model", "x", "--benchmarks", "gsm8k", "--max-completion-tokens", "0"], "--max-completion-tokens=0"),
 ])
 def test_mistakes_are_one_clear_line(args, words):
