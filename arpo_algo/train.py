@@ -49,6 +49,39 @@ def make_parser() -> TrlParser:
     return TrlParser((ARPOScriptArguments, ARPOConfig, ModelConfig), prog="arpo train")
 
 
+def parse_recipe(parser: TrlParser, argv: Sequence[str] | None) -> tuple[Any, ...]:
+    """`parser.parse_args_and_config(argv)`, with a recipe that is not YAML, not a mapping, or has a key no config
+    knows, and a setting TRL or transformers refuses in its own checks (``generation_batch_size (8) must be divisible
+    by num_generations (3)``), as a `ConfigError`: one line, not a traceback."""
+    import yaml
+
+    from arpo_algo import ConfigError
+
+    try:
+        return parser.parse_args_and_config(argv)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        raise ConfigError(f"the recipe is not valid YAML: {getattr(exc, 'problem', None) or exc}{where}") from None
+    except ValueError as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        message = " ".join(str(exc).split())
+        recipe = message.startswith("Unknown arguments from config file")
+        if recipe or message.startswith("Some specified arguments are not used"):
+            import difflib
+            from dataclasses import fields
+
+            known = [f.name for cls in parser.dataclass_types for f in fields(cls)]
+            unknown = [name for name in re.findall(r"'--([\w.-]+)'", message)]
+            hints = [f"{name} (did you mean {close[0]}?)" if (close := difflib.get_close_matches(name, known, 1))
+                     else name for name in unknown]
+            every = "--help-all" if parser.prog == "arpo train" else "--help"
+            message = (f"{'the recipe has keys no flag knows' if recipe else 'unknown flags'}: {', '.join(hints)} "
+                       f"(the flags: {parser.prog} {every})")
+        raise ConfigError(message) from None
+
+
 def resolve_resume(value: Any, output_dir: str) -> str | None:
     """``last``/``true`` → the newest complete ``checkpoint-N`` in ``output_dir`` (None when there is none yet). A
     checkpoint is complete once its ``trainer_state.json``, which transformers writes last, reads: a run killed while
@@ -240,7 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(short_help())
         return 0
     parser = make_parser()
-    script_args, args, model_args = parser.parse_args_and_config(argv)
+    script_args, args, model_args = parse_recipe(parser, argv)
     resume = resolve_resume(args.resume_from_checkpoint, args.output_dir)
     trainer = build_trainer(script_args, args, model_args)
     start = time.perf_counter()  # the RL phase; the cold start (if it ran) is timed in build_trainer

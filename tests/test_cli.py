@@ -59,6 +59,8 @@ def run_cli(*args, timeout=300):
     (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--top_k", "5"], "top_k"),
     (["rollout", "--max-new-tokens", "0"], "at least one token (max_new_tokens=0"),  # was the default, silently
     (["rollout", "--dataset", "arithmetic:abc"], "N must be a whole number"),  # was int()'s ValueError traceback
+    (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--num_generations", "3"], "divisible by"),  # TRL's
+    (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--max_stepz", "3"], "unknown flags: max_stepz"),
     (["rollout", "--dataset", "chain:10:1:0"], "STEPS must be a whole number from 1"),  # was 10 questions of no step
     (["eval", "--model", "x", "--benchmarks", "gsm8k", "--max-completion-tokens", "0"], "--max-completion-tokens=0"),
 ])
@@ -67,6 +69,20 @@ def test_mistakes_are_one_clear_line(args, words):
     assert result.returncode == 2 and words in result.stderr, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
     assert len([line for line in result.stderr.splitlines() if line.startswith("arpo ")]) == 1
+
+
+@pytest.mark.parametrize("command", ["train", "sft"])
+def test_a_recipe_with_a_mistake_is_one_clear_line(command, tmp_path):
+    """A recipe that is not YAML, not a mapping, or has a key with a typo was a traceback from TRL's parser."""
+    for text, words in [("output_dir: runs/x\n  bad: [\n", "not valid YAML: mapping values are not allowed here "
+                                                           "(line 2, column 6)"),
+                        ("- a\n- b\n", "must contain a YAML mapping"),
+                        ("learning_rat: 1.0e-5\nnonsense_key: 1\n", "keys no flag knows: learning_rat (did you mean "
+                                                                   "learning_rate?), nonsense_key")]:
+        (tmp_path / "recipe.yaml").write_text(text)
+        result = run_cli(command, "--config", str(tmp_path / "recipe.yaml"))
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+        assert f"arpo {command}: " in result.stderr and words in result.stderr, result.stderr[-2000:]
 
 
 def test_train_help_leads_with_config_and_arpo_options():
