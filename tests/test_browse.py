@@ -40,6 +40,14 @@ PARAGRAPHS = ("<html><body><h1>Results</h1>" + "".join(f"<p>PARA-{i} of the resu
 it 4.6 s, 80,000 18 s), ten times the bound the tests give it."""
 
 
+GBK_PAGE = ('<html><head><meta charset="gb2312"><title>瓦萨号</title></head><body><article><h1>瓦萨号战舰</h1>'
+            "<p>瓦萨号是一艘瑞典战舰，建于1626年至1628年之间。这艘船在首航中航行约1300米后沉没。</p>"
+            "<p>它在1961年被打捞上来，现在陈列在瓦萨博物馆，每年有超过一百万人参观。</p></article></body></html>")
+LATIN_PAGE = ('<html><head><meta http-equiv="Content-Type" content="text/html; charset=iso-8859-1"></head><body>'
+              "<article><h1>Café Müller</h1><p>Das Café Müller ist ein Tanzstück von Pina Bausch aus dem Jahr 1978, "
+              "über Erinnerung, Sehnsucht und Einsamkeit – „ein Klassiker“.</p></article></body></html>")
+
+
 class Handler(BaseHTTPRequestHandler):
     hits: Counter = Counter()
 
@@ -79,6 +87,10 @@ class Handler(BaseHTTPRequestHandler):
             self._send(302, b"", headers=[("Location", "/loop-b")])
         elif self.path == "/loop-b":
             self._send(302, b"", headers=[("Location", "/loop-a")])
+        elif self.path == "/gbk":  # the charset only in the page, as many Chinese sites serve it
+            self._send(200, GBK_PAGE.encode("gbk"), ctype="text/html")
+        elif self.path == "/latin":
+            self._send(200, LATIN_PAGE.encode("cp1252"), ctype="text/html")
         elif self.path == "/moved":
             self._send(301, b"", headers=[("Location", "/article")])
         else:
@@ -297,6 +309,19 @@ def test_a_cache_that_cannot_be_used_costs_a_warning_not_the_env(server, tmp_pat
         assert "Vasa" in first.text and second.text == first.text and second.extra["cache"] == "miss"
         env.close()
     assert garbage.read_bytes() == b"not a database " * 100  # left as it was
+
+
+def test_pages_are_read_in_the_charset_they_declare(server, tmp_path):
+    """A page whose charset is only in its HTML (``<meta charset="gb2312">``, an ``http-equiv`` Content-Type) was
+    read as UTF-8: a Chinese page came back as U+FFFD alone, and "Café" as "Caf\ufffd"."""
+    tool = BrowseTool(cache=None, private_hosts=True)
+    chinese = tool.call(f"{server}/gbk")
+    assert "瓦萨号是一艘瑞典战舰" in chinese.text and "\ufffd" not in chinese.text
+    german = tool.call(f"{server}/latin")
+    assert "Das Café Müller ist ein Tanzstück" in german.text and "„ein Klassiker“" in german.text
+    (tmp_path / "vasa.html").write_bytes(GBK_PAGE.encode("gbk"))
+    (tmp_path / "index.json").write_text('{"https://example.cn/vasa": "vasa.html"}')
+    assert "瓦萨博物馆" in BrowseTool(PageStore(tmp_path), live=False).call("https://example.cn/vasa").text
 
 
 def test_offline_page_store(tmp_path):

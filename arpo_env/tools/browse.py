@@ -21,10 +21,12 @@ the rule itself.
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import ipaddress
 import json
 import os
+import re
 import socket
 import threading
 import time
@@ -61,7 +63,7 @@ class PageStore:
         name = self.index.get(url) or self.index.get(url.rstrip("/"))
         if name is None:
             return None
-        return (self.root / name).read_text(encoding="utf-8", errors="replace")
+        return decode_page((self.root / name).read_bytes())
 
 
 class Summarizer:
@@ -280,7 +282,36 @@ class BrowseTool(StatelessTool):
                 raise BrowseError(f"timed out after {self.timeout_s:g} s")
         if not ctype and b"\x00" in body[:4096]:
             raise BrowseError("not a text page (binary content)")
-        return body.decode(response.encoding or "utf-8", errors="replace")
+        return decode_page(bytes(body), response.charset_encoding)
+
+
+_META_CHARSET = re.compile(rb"""<meta[^>]{0,200}?charset\s*=\s*["']?\s*([a-zA-Z0-9_.:-]{1,40})""", re.I)
+
+
+def decode_page(body: bytes, charset: str | None = None) -> str:
+    """A page's bytes as text: in the charset its Content-Type header gives, else the one a ``<meta charset>`` (or
+    ``http-equiv`` Content-Type) in its first 4 KB declares, else UTF-8 when it is valid UTF-8, else Windows-1252
+    (what browsers assume); a byte-order mark comes first of all. A Chinese page in GBK that said so only in its HTML
+    was read as UTF-8: all U+FFFD."""
+    for bom, codec in ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16")):
+        if body.startswith(bom):
+            return body.decode(codec, errors="replace")
+    for name in (charset, *(m.decode("ascii") for m in _META_CHARSET.findall(body[:4096])[:1])):
+        if not name:
+            continue
+        try:
+            codec = codecs.lookup(name).name
+        except LookupError:  # a name Python does not know: the next clue
+            continue
+        if codec in ("gb2312", "gbk"):
+            codec = "gb18030"  # a superset: pages labelled gb2312 hold GBK characters, as browsers know
+        if codec in ("latin-1", "iso8859-1", "ascii"):
+            codec = "cp1252"  # browsers read these labels as Windows-1252 (the WHATWG encoding standard)
+        return body.decode(codec, errors="replace")
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        return body.decode("cp1252", errors="replace")
 
 
 def _is_public(address: object) -> bool:
