@@ -293,7 +293,8 @@ def decode_page(body: bytes, charset: str | None = None) -> str:
     ``http-equiv`` Content-Type) in its first 4 KB declares, else UTF-8 when it is valid UTF-8, else Windows-1252
     (what browsers assume); a byte-order mark comes first of all. A Chinese page in GBK that said so only in its HTML
     was read as UTF-8: all U+FFFD."""
-    for bom, codec in ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16")):
+    boms = ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+    for bom, codec in boms:
         if body.startswith(bom):
             return body.decode(codec, errors="replace")
     for name in (charset, *(m.decode("ascii") for m in _META_CHARSET.findall(body[:4096])[:1])):
