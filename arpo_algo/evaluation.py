@@ -388,7 +388,7 @@ def evaluate(benchmarks: list[Benchmark], runner: Any, data_dir: str | None, lim
     for bench in benchmarks:
         kwargs = env_kwargs(bench, data_dir, s, out)
         n = sizes[bench.name] if sizes else dataset_size(bench, kwargs)
-        n = min(n, limit if limit else (bench.default_limit or n))
+        n = n if limit == 0 else min(n, limit or bench.default_limit or n)  # 0: every item
         todo = [(i, r) for i in range(n) for r in range(runs) if (bench.name, i, r) not in done]
         make_env = _maker(bench.env_id, kwargs)
         with tqdm(total=n * runs, initial=n * runs - len(todo), desc=bench.name, unit="sample") as bar, \
@@ -539,7 +539,7 @@ def make_parser() -> argparse.ArgumentParser:
                         "'math' is the MATH benchmark alone")
     p.add_argument("--data-dir", default=None, help="folder with one sub-folder per benchmark")
     p.add_argument("--limit", type=int, default=None, help="items per benchmark (default: 500 for gsm8k and math, "
-                                                          "all elsewhere)")
+                                                          "all elsewhere; 0: all)")
     p.add_argument("--runs", type=int, default=1, help="K: pass@1 is the mean over K runs")
     p.add_argument("--mode", choices=["tir", "direct"], default="tir", help="tool-integrated, or no tools")
     p.add_argument("--transcript", choices=["continue", "messages"], default="continue",
@@ -612,6 +612,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     flags = ("--max-new-tokens", "--max-completion-tokens", "--temperature", "--top-p", "", "", "")
     problems = sampling_problems(max_new, max_completion, args.temperature, args.top_p, 1, 0.0, 0.0, flags)
+    problems += [f"{flag} must be at least {low}, not {value}" for flag, value, low in (
+        ("--runs", args.runs, 1), ("--limit", args.limit, 0), ("--concurrency", args.concurrency, 1),
+        ("--max-tool-calls", args.max_tool_calls, 0)) if value is not None and value < low]
     if problems:
         raise SystemExit("arpo eval: " + "; ".join(problems))
     settings = Settings(args.mode, args.temperature, args.top_p, args.max_tool_calls, max_new, max_completion,
