@@ -87,17 +87,29 @@ def rollout_main(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
     import arpo_env  # noqa: F401
+    from arpo_algo import ConfigError
     from arpo_algo.rollout import ARPORollout, GRPORollout, RolloutConfig
     from arpo_algo.tree import write_jsonl
 
-    env_kwargs = json.loads(args.env_kwargs)
+    try:
+        env_kwargs = json.loads(args.env_kwargs)
+    except ValueError as exc:
+        raise ConfigError(f"--env-kwargs is not JSON ({exc}): give an object, e.g. '{{\"max_tool_calls\": 3}}'") from None
+    if not isinstance(env_kwargs, dict):
+        raise ConfigError(f"--env-kwargs must be a JSON object of the env's arguments, not {args.env_kwargs!r}")
     if args.dataset:
         env_kwargs["dataset"] = args.dataset
     if args.data_dir:
         env_kwargs["data_dir"] = args.data_dir
-    probe = gym.make(args.env, **env_kwargs).unwrapped  # fail early on a bad env or dataset, with its message
+    try:  # fail early on a bad env, dataset or argument, with its message
+        probe = gym.make(args.env, **env_kwargs).unwrapped
+    except (TypeError, ValueError) as exc:  # an argument the env does not take, or a value it refuses
+        raise ConfigError(f"{args.env}: {' '.join(str(exc).split())}") from None
     n_tasks = min(args.tasks, len(probe.tasks) - args.start)
     probe.close()
+    if args.tasks < 1 or args.batch_tasks < 1 or not 0 <= args.start < len(probe.tasks):
+        raise ConfigError(f"--tasks and --batch-tasks must be at least 1 (not {args.tasks} and {args.batch_tasks}), "
+                          f"and --start a task of the dataset, from 0 to {len(probe.tasks) - 1} (not {args.start})")
     (max_new, max_completion), why = rollout_budget(args)
     config = RolloutConfig(num_generations=args.num_generations, num_global=min(args.num_global, args.num_generations),
                            branch_factor=args.branch_factor, alpha=args.alpha, beta=args.beta,

@@ -59,6 +59,10 @@ def run_cli(*args, timeout=300):
     (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--top_k", "5"], "top_k"),
     (["rollout", "--max-new-tokens", "0"], "at least one token (max_new_tokens=0"),  # was the default, silently
     (["rollout", "--dataset", "arithmetic:abc"], "N must be a whole number"),  # was int()'s ValueError traceback
+    (["rollout", "--batch-tasks", "0"], "--batch-tasks must be at least 1"),  # was range()'s ValueError traceback
+    (["rollout", "--start", "100"], "--start a task of the dataset, from 0 to 99 (not 100)"),  # was nothing, silently
+    (["rollout", "--env-kwargs", "{max: 3}"], "--env-kwargs is not JSON"),
+    (["rollout", "--env-kwargs", '{"max_turns": 0}'], "max_turns at least 1"),  # the env's ValueError: a traceback
     (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--num_generations", "3"], "divisible by"),  # TRL's
     (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--max_stepz", "3"], "unknown flags: max_stepz"),
     (["rollout", "--dataset", "chain:10:1:0"], "STEPS must be a whole number from 1"),  # was 10 questions of no step
