@@ -45,13 +45,38 @@ def embedded_path(name: str) -> Path:
 
 
 def resolve(name_or_path: str) -> str:
-    return str(embedded_path(name_or_path)) if name_or_path in EMBEDDED else name_or_path
+    """The folder or hub id to load: an embedded name's folder (made on first use), else the name itself. A name that
+    can only be a local path (absolute, ``./``, ``~``, more than one ``/``) and is not there is a `FileNotFoundError`
+    saying so, instead of the hub's "Repo id must be in the form 'repo_name' or 'namespace/repo_name'"."""
+    if name_or_path in EMBEDDED:
+        return str(embedded_path(name_or_path))
+    text = str(name_or_path)
+    local = os.path.isabs(text) or text.startswith((".", "~")) or text.rstrip("/").count("/") > 1
+    if local and not os.path.exists(os.path.expanduser(text)):
+        raise FileNotFoundError(f"model {text}: no such folder (a hub id is owner/name; embedded: "
+                                f"{', '.join(EMBEDDED)})")
+    return os.path.expanduser(text) if local else text
+
+
+class ModelNotFound(FileNotFoundError):
+    """A model that is neither a folder here nor something the hub could give (offline, or no such repository)."""
+
+
+def _loading(name: str, load: Any, *args: Any, **kwargs: Any) -> Any:
+    try:
+        return load(*args, **kwargs)
+    except (OSError, ValueError) as exc:  # transformers' "couldn't connect to huggingface.co", "is not a local folder
+        # and is not a valid model identifier", "Unrecognized model in …" (a folder without config.json): one line
+        first = " ".join(str(exc).split()).split(". ")[0]
+        if os.path.isdir(str(args[0])):
+            raise ModelNotFound(f"model {name}: the folder {args[0]} holds no model that loads ({first})") from None
+        raise ModelNotFound(f"model {name}: not a folder here, and the hub could not give it ({first})") from None
 
 
 def load_tokenizer(name_or_path: str) -> Any:
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(resolve(name_or_path))
+    tokenizer = _loading(name_or_path, AutoTokenizer.from_pretrained, resolve(name_or_path))
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -64,7 +89,7 @@ def load_model(name_or_path: str, dtype: str | None = None, device: str | None =
 
     path = resolve(name_or_path)
     torch_dtype = getattr(torch, dtype) if dtype else None
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+    model = _loading(name_or_path, AutoModelForCausalLM.from_pretrained, path, dtype=torch_dtype)
     if device:
         model = model.to(device)
     return model, load_tokenizer(name_or_path)

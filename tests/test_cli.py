@@ -65,6 +65,12 @@ def run_cli(*args, timeout=300):
     (["rollout", "--env-kwargs", '{"max_turns": 0}'], "max_turns at least 1"),  # the env's ValueError: a traceback
     (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--num_generations", "3"], "divisible by"),  # TRL's
     (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--max_stepz", "3"], "unknown flags: max_stepz"),
+    # a model that is not there, an env argument the env refuses: tracebacks from transformers and the env
+    (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--cold_start", "", "--model_name_or_path",
+      "/nowhere/model"], "model /nowhere/model: no such folder"),
+    (["rollout", "--model", "nobody/nothing"], "model nobody/nothing: not a folder here, and the hub could not"),
+    (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--cold_start", "", "--env_kwargs",
+      '{"max_turns": 0}'], "ARPO-Math-v0: budgets"),
     (["rollout", "--dataset", "chain:10:1:0"], "STEPS must be a whole number from 1"),  # was 10 questions of no step
     (["eval", "--model", "x", "--benchmarks", "gsm8k", "--max-completion-tokens", "0"], "--max-completion-tokens=0"),
     (["eval", "--model", "x", "--benchmarks", "gsm8k", "--runs", "0"], "--runs must be at least 1"),  # 0 samples
