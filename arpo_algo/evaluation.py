@@ -125,8 +125,13 @@ def env_kwargs(bench: Benchmark, data_dir: str | None, s: Settings, out: Path | 
     kwargs["max_tool_calls"] = s.max_tool_calls or (5 if bench.group == "mathematical" else 10)
     if s.mode == "direct":
         kwargs["tools"] = ()
-    if bench.group != "mathematical":
-        kwargs["search"] = s.search  # the judge scores here, in `score_sample`, not in the env's reward
+    if bench.group != "mathematical":  # the judge scores here, in `score_sample`, not in the env's reward
+        backend, _, recording = s.search.partition(":")
+        kwargs["search"] = backend
+        if backend == "recorded":  # recorded:PATH[:FALLBACK]: replay, unrecorded queries to FALLBACK (or failing)
+            path, _, fallback = recording.rpartition(":") if recording.endswith((":local", ":ddgs")) else \
+                (recording, "", "")
+            kwargs["search_options"] = {"recording": path, **({"fallback": fallback} if fallback else {})}
     return kwargs
 
 
@@ -368,8 +373,8 @@ def dataset_size(bench: Benchmark, kwargs: dict[str, Any]) -> int:
     except DataNotFound as e:
         hint = f" {NEEDS_DATA_DIR[bench.name]} is not shipped; put it there." if bench.name in NEEDS_DATA_DIR else ""
         raise SystemExit(f"arpo eval: {bench.name}: {e}{hint}") from None
-    except DataUnreadable as e:
-        raise SystemExit(f"arpo eval: {bench.name}: {e}") from None
+    except (DataUnreadable, FileNotFoundError, TypeError, ValueError) as e:  # a bad file, --search, …
+        raise SystemExit(f"arpo eval: {bench.name}: {' '.join(str(e).split())}") from None
     n = len(probe.tasks)
     probe.close()
     return n
@@ -549,7 +554,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--judge", default=None, help="OpenAI-compatible URL of an LLM judge (WebWalker, deep search)")
     p.add_argument("--judge-model", default=None, help="the judge's model name (default: the one its endpoint "
                                                        "serves)")
-    p.add_argument("--search", default="local", help="search backend for QA: local (offline BM25), ddgs, recorded")
+    p.add_argument("--search", default="local", help="search backend for QA: local (offline BM25), ddgs (live), or "
+                   "recorded:PATH[:local|ddgs] (replay of a recording such as the release's search_cache.json, "
+                   "unrecorded queries to the backend after it)")
     p.add_argument("--temperature", type=float, default=0.6)
     p.add_argument("--top-p", type=float, default=0.95)
     p.add_argument("--max-tool-calls", type=int, default=None, help="default: 5 for math, 10 for search tasks")
@@ -615,6 +622,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     problems += [f"{flag} must be at least {low}, not {value}" for flag, value, low in (
         ("--runs", args.runs, 1), ("--limit", args.limit, 0), ("--concurrency", args.concurrency, 1),
         ("--max-tool-calls", args.max_tool_calls, 0)) if value is not None and value < low]
+    if args.search == "recorded":
+        problems.append("--search recorded needs its recording: --search recorded:path/to/search_cache.json "
+                        "(:local or :ddgs after it for the queries it lacks)")
     if problems:
         raise SystemExit("arpo eval: " + "; ".join(problems))
     settings = Settings(args.mode, args.temperature, args.top_p, args.max_tool_calls, max_new, max_completion,

@@ -107,6 +107,27 @@ def test_gaia_without_a_data_dir_says_where_to_get_it(tmp_path):
     assert result.returncode != 0 and "gsm8k" in result.stderr and str(tmp_path) in result.stderr
 
 
+def test_search_backends_of_eval_including_a_recording(data_dir, tmp_path):
+    """``--search recorded`` could not be used (no way to give the recording: a ValueError traceback), nor could a
+    wrong name (``--search bogus``: a traceback). Now ``recorded:PATH[:FALLBACK]`` replays a recording, and a wrong
+    backend is one line."""
+    recording = data_dir / "search" / "search_cache.json"
+    query = next(iter(json.loads(recording.read_text())))
+    kwargs = env_kwargs(BENCHMARKS["bamboogle"], str(data_dir / "eval"), Settings(search=f"recorded:{recording}:local"))
+    assert kwargs["search_options"] == {"recording": str(recording), "fallback": "local"}
+    env = gym.make("ARPO-QA-v0", **kwargs)
+    env.reset(seed=0)
+    assert env.step(f"<search>{query}</search>")[0].startswith("\n<result>\n1. ")
+    assert "search failed" not in env.step("<search>an unrecorded query about Paris</search>")[0]  # the fallback
+    env.close()
+    for search, words in [("bogus", "arpo eval: bamboogle: unknown search backend 'bogus'"),
+                          ("recorded", "arpo eval: --search recorded needs its recording: --search recorded:")]:
+        result = subprocess.run([sys.executable, "-m", "arpo_algo.cli", "eval", "--model", "x", "--benchmarks",
+                                 "bamboogle", "--data-dir", str(data_dir / "eval"), "--search", search, "--out",
+                                 str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+        assert result.returncode == 2 and "Traceback" not in result.stderr and words in result.stderr, result.stderr
+
+
 def test_samples_whose_text_holds_line_separators_count_as_done(tmp_path):
     """Samples are written with ``ensure_ascii=False``, so a model's U+2028, U+2029 or U+0085 stands unescaped in
     its line: read with ``str.splitlines``, which cuts there, such a sample was never done and ran again at every
