@@ -23,6 +23,7 @@ import html
 import io
 import json
 import math
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -399,7 +400,10 @@ def build(path: str | Path, out: str | Path, limit: int | None = DEFAULT_LIMIT) 
         raise SystemExit(f"arpo view: {source.path} holds no readable rollout trees"
                          + (f" ({source.bad_lines[0]})" if source.bad_lines else ""))
     metrics = read_metrics(source.metrics_file)
+    folder = str(out).endswith(("/", os.sep))  # (Path drops the slash)
     out = Path(out)
+    if folder or out.is_dir():  # a folder: the report goes in it
+        out = out / "report.html"
     out.parent.mkdir(parents=True, exist_ok=True)
     plots: dict[str, bytes] = {}
     written = []
@@ -425,7 +429,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="arpo view", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("path", help="rollout trees (JSONL, from arpo rollout) or a training run directory")
-    parser.add_argument("--out", default="report.html", help="the HTML file to write (default: report.html)")
+    parser.add_argument("--out", default="report.html", help="the HTML file to write (default: report.html; a folder: "
+                                                            "report.html in it)")
     parser.add_argument("--limit", type=int, default=DEFAULT_LIMIT,
                         help=f"show the newest N trees (default {DEFAULT_LIMIT}; 0: all of them)")
     args = parser.parse_args(argv)

@@ -164,6 +164,11 @@ def test_cut_lines_and_bad_paths(trees_file, tmp_path):
     assert all("shapes.jsonl:" in line for line in result["skipped"])
     with pytest.raises(SystemExit, match="does not exist"):
         viewer.build(tmp_path / "nope.jsonl", tmp_path / "x.html")
+    # --out a folder (there, or written with a slash): report.html in it; it was IsADirectoryError, or a file so named
+    (tmp_path / "there").mkdir()
+    assert viewer.build(cut, tmp_path / "there")["report"] == tmp_path / "there" / "report.html"
+    assert viewer.build(cut, f"{tmp_path / 'new'}/")["report"] == tmp_path / "new" / "report.html"
+    assert (tmp_path / "new" / "report.html").is_file() and (tmp_path / "there" / "report.entropy.png").is_file()
     (tmp_path / "empty").mkdir()
     with pytest.raises(SystemExit, match="no rollout trees"):
         viewer.build(tmp_path / "empty", tmp_path / "x.html")
