@@ -28,14 +28,16 @@ class ChatError(RuntimeError):
     """A chat request that failed for good: `status` is the HTTP status (None when no answer came), the message the
     server's own words."""
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, refused: bool = False) -> None:
         super().__init__(message)
         self.status = status
+        self._refused = refused
 
     @property
     def refused(self) -> bool:
-        """No request of the run can succeed: a wrong key (401, 403), address or model (404)."""
-        return self.status in REFUSED_STATUS
+        """No request of the run can succeed: a wrong key (401, 403), address or model (404), or a base URL that is
+        not one (no http:// or https://)."""
+        return self._refused or self.status in REFUSED_STATUS
 
     @property
     def unreachable(self) -> bool:
@@ -113,6 +115,8 @@ class ChatClient:
             wait = self.backoff_s * 2 ** attempt
             try:
                 reply = self._http.request(method, url, json=body)
+            except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:  # no try can get past it: at once
+                raise ChatError(f"{url}: {exc} (the base URL is {self.root[:-3] or '?'!r})", refused=True) from None
             except httpx.HTTPError as exc:  # refused, dropped, timed out
                 error = ChatError(f"{url}: {type(exc).__name__}: {exc}")
             else:

@@ -128,6 +128,18 @@ def test_deepsearch_default_budget():
     env.close()
 
 
+@pytest.mark.timeout(60)  # a hang guard: a retry here would wait 100 s
+def test_a_base_url_that_is_not_one_is_refused_at_once():
+    """``--base-url 127.0.0.1:8000`` (no http://) was tried five times, with backoff, then reported as a server that
+    does not answer ("is it up?"). It is refused at once, as a wrong address is."""
+    from arpo_env.openai_chat import ChatClient, ChatError
+
+    client = ChatClient("127.0.0.1:8000", model="m", retries=3, backoff_s=100)
+    with pytest.raises(ChatError) as info:
+        client.chat([{"role": "user", "content": "hi"}])
+    assert info.value.refused and "http://" in str(info.value) and "'127.0.0.1:8000'" in str(info.value)
+
+
 def serve_replies(replies, model="judge-model"):
     """An OpenAI-compatible chat endpoint on 127.0.0.1 serving `model` (listed at /v1/models; a request for another
     model is answered 404, as vLLM does) that answers each chat request with the next scripted reply: a string is the
