@@ -145,11 +145,18 @@ class HierarchicalReward:
 # TRL reward functions
 # --------------------------------------------------------------------------------------------------------------------
 def completion_text(completion: Any) -> str:
-    """TRL passes plain strings, or (conversational datasets) lists of messages: take the assistant text."""
+    """TRL passes plain strings, or (conversational datasets) lists of messages: take the assistant text. A message's
+    content may be a list of parts (``[{"type": "text", "text": …}]``, as multimodal chat templates write it): their
+    text, joined (its ``str`` was scored, with every newline and quote escaped)."""
+    if completion is None:
+        return ""
     if isinstance(completion, str):
         return completion
     if isinstance(completion, dict):
-        return str(completion.get("content", ""))
+        content = completion.get("content", completion.get("text", ""))
+        if isinstance(content, list):
+            return "".join(part.get("text") or "" if isinstance(part, dict) else str(part) for part in content)
+        return "" if content is None else str(content)
     return "".join(completion_text(m) for m in completion if not isinstance(m, dict) or m.get("role") != "user")
 
 

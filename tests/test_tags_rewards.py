@@ -195,6 +195,14 @@ def test_trl_reward_function_signatures_and_columns():
     assert rewards.math_accuracy_reward(["p"], [GOOD], solution=["408"]) == [1.0]
     with pytest.raises(KeyError, match="gold-answer column"):
         rewards.math_reward(["p"], [GOOD])
+    # Content as a list of parts (multimodal chat templates): their text. Its str() was scored, every backslash doubled:
+    # a matrix's row break "\\" became "\\\\" and the right answer scored 0.
+    matrix = "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}"
+    parts = [[{"role": "assistant", "content": [{"type": "text", "text": "<answer>\\boxed{"},
+                                                {"type": "text", "text": matrix + "}</answer>"}]}]]
+    assert rewards.math_reward(["p"], parts, answer=[matrix]) == [1.0]
+    assert rewards.math_reward(["p", "p"], [None, [{"role": "assistant", "content": None}]], answer=["1", "1"]) == [
+        -1.0, -1.0]  # no text: broken format, not a TypeError
 
 
 def test_reward_works_off_the_main_thread():
