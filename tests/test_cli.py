@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -69,6 +70,10 @@ def run_cli(*args, timeout=300):
     (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--cold_start", "", "--model_name_or_path",
       "/nowhere/model"], "model /nowhere/model: no such folder"),
     (["rollout", "--model", "nobody/nothing"], "model nobody/nothing: not a folder here, and the hub could not"),
+    (["rollout", "--backend", "vllm"], "needs the 'vllm' extra (vllm is not installed): pip install 'arpo[vllm]' on a "
+                                       "GPU machine; on a CPU, vLLM's CPU build"),  # an ImportError traceback
+    (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--use_vllm", "true"],
+     "use_vllm with vllm_mode='colocate' needs vLLM"),  # TRL's AttributeError: no attribute 'LLM'
     (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--cold_start", "", "--env_kwargs",
       '{"max_turns": 0}'], "ARPO-Math-v0: budgets"),
     (["rollout", "--dataset", "chain:10:1:0"], "STEPS must be a whole number from 1"),  # was 10 questions of no step
@@ -78,6 +83,8 @@ def run_cli(*args, timeout=300):
                                                                                     "least 0"),  # was a traceback
 ])
 def test_mistakes_are_one_clear_line(args, words):
+    if "vllm" in words and importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here")
     result = run_cli(*args)
     assert result.returncode == 2 and words in result.stderr, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
