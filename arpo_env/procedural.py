@@ -14,6 +14,7 @@ cold-start traces and the benchmarks' way to give a model something to imitate.
 
 from __future__ import annotations
 
+import functools
 import random
 from typing import Any
 
@@ -105,9 +106,16 @@ def parse_name(name: str) -> tuple[Any, dict[str, Any]] | None:
 
 
 def procedural_tasks(name: str) -> list[Task] | None:
-    """The tasks a procedural dataset name stands for (`parse_name`), or None if it names no family."""
+    """The tasks a procedural dataset name stands for (`parse_name`), or None if it names no family. They are made
+    once per name and process: every environment of a rollout is made from the name, and 1,000 tasks took 25 ms to
+    make each time (5,000: 120 ms)."""
     parsed = parse_name(name)
-    return None if parsed is None else parsed[0](**parsed[1])
+    return None if parsed is None else list(_made(parsed[0], tuple(sorted(parsed[1].items()))))
+
+
+@functools.lru_cache(maxsize=16)
+def _made(generate: Any, kwargs: tuple[tuple[str, int], ...]) -> tuple[Task, ...]:
+    return tuple(generate(**dict(kwargs)))
 
 
 def teacher_action(task: Task, results: list[str]) -> str | None:
