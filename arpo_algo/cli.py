@@ -198,6 +198,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not isinstance(exc.code, str):
             raise
         print(exc.code, file=sys.stderr)
+    except KeyboardInterrupt:  # Ctrl-C: what was finished is written (trees, samples, checkpoints) as it finished
+        print(f"\narpo {command}: interrupted; what had finished is kept", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # whoever read our output stopped (`arpo rollout --out - | head -1`): stop as a pipe's
         # writer does, quietly, with the status a shell gives one killed by SIGPIPE; stdout goes to /dev/null so that
         # the interpreter's last flush of it does not fail again

@@ -136,6 +136,30 @@ def test_rollout_writes_each_tree_as_it_finishes(tiny_model_dir, tmp_path):
     assert 2 <= len(trees) < 50 and all(len(t["trajectories"]) == 2 for t in trees)
 
 
+def test_rollout_interrupted_keeps_its_trees_and_says_so(tiny_model_dir, tmp_path):
+    """Ctrl-C: the trees already finished are in the file, whole, and the command ends with status 130 and one line
+    (it was a KeyboardInterrupt traceback)."""
+    import signal
+    import time
+
+    out = tmp_path / "trees.jsonl"
+    cmd = [sys.executable, "-m", "arpo_algo.cli", "rollout", "--model", str(tiny_model_dir), "--dataset",
+           "arithmetic:500:3", "--tasks", "500", "--batch-tasks", "1", "-M", "2", "-N", "1", "--max-new-tokens", "8",
+           "--max-completion-tokens", "32", "--out", str(out)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while (not out.exists() or len(out.read_text().splitlines()) < 2) and time.monotonic() < deadline:
+        assert proc.poll() is None, "the rollout ended before writing two trees"
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    stderr = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 130 and "Traceback" not in stderr, stderr[-2000:]
+    assert "arpo rollout: interrupted; what had finished is kept" in stderr
+    trees = [json.loads(line) for line in out.read_text().splitlines()]
+    assert 2 <= len(trees) < 500 and all(len(t["trajectories"]) == 2 for t in trees)
+
+
 def test_rollout_to_a_reader_that_stops_ends_quietly(tiny_model_dir):
     """`arpo rollout --out - | head -1`: once the reader is gone the rollout stops with a pipe writer's status (141,
     as a shell reports SIGPIPE), not a BrokenPipeError traceback."""
