@@ -103,7 +103,8 @@ def rollout_main(args: argparse.Namespace) -> int:
         env_kwargs["data_dir"] = args.data_dir
     try:  # fail early on a bad env, dataset or argument, with its message
         probe = gym.make(args.env, **env_kwargs).unwrapped
-    except (TypeError, ValueError) as exc:  # an argument the env does not take, or a value it refuses
+    except (TypeError, ValueError, RuntimeError) as exc:  # an argument the env does not take, a value it refuses, a
+        # tool it cannot make (E2B without its key)
         raise ConfigError(f"{args.env}: {' '.join(str(exc).split())}") from None
     n_tasks = min(args.tasks, len(probe.tasks) - args.start)
     probe.close()

@@ -182,7 +182,7 @@ def _env_tasks(task_dataset: Any, env_id: str, limit: int | None, env_kwargs: di
         return task_dataset(env_id, limit=limit, **env_kwargs)
     except (DataError, gym.error.Error):
         raise
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RuntimeError) as exc:  # … or a tool it cannot make (E2B without its key)
         raise ConfigError(f"{env_id}: {' '.join(str(exc).split())}") from None
 
 

@@ -64,6 +64,7 @@ def run_cli(*args, timeout=300):
     (["rollout", "--start", "100"], "--start a task of the dataset, from 0 to 99 (not 100)"),  # was nothing, silently
     (["rollout", "--env-kwargs", "{max: 3}"], "--env-kwargs is not JSON"),
     (["rollout", "--env-kwargs", '{"max_turns": 0}'], "max_turns at least 1"),  # the env's ValueError: a traceback
+    (["rollout", "--env-kwargs", '{"sandbox": "e2b", "sandbox_options": {"api_key": ""}}'], "needs an API key"),
     (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--num_generations", "3"], "divisible by"),  # TRL's
     (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--max_stepz", "3"], "unknown flags: max_stepz"),
     # a model that is not there, an env argument the env refuses: tracebacks from transformers and the env
@@ -85,6 +86,8 @@ def run_cli(*args, timeout=300):
 def test_mistakes_are_one_clear_line(args, words):
     if "vllm" in words and importlib.util.find_spec("vllm") is not None:
         pytest.skip("vLLM is installed here")
+    if "API key" in words and os.environ.get("E2B_API_KEY"):
+        pytest.skip("an E2B key is set here")
     result = run_cli(*args)
     assert result.returncode == 2 and words in result.stderr, result.stderr[-2000:]
     assert "Traceback" not in result.stderr

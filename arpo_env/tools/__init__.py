@@ -35,6 +35,7 @@ def python_tool_factory(sandbox: str = "local", options: dict[str, Any] | None =
     if sandbox == "e2b":
         from arpo_env.tools.e2b import E2BSandbox
 
+        E2BSandbox(**options)  # its options and key are checked when the env is made, not at its first reset
         return lambda: E2BSandbox(**options)
     raise ValueError(f"unknown sandbox {sandbox!r}: use 'local' or 'e2b'")
 
