@@ -94,7 +94,8 @@ def rollout_main(args: argparse.Namespace) -> int:
     try:
         env_kwargs = json.loads(args.env_kwargs)
     except ValueError as exc:
-        raise ConfigError(f"--env-kwargs is not JSON ({exc}): give an object, e.g. '{{\"max_tool_calls\": 3}}'") from None
+        raise ConfigError(f"--env-kwargs is not JSON ({exc}): give an object, e.g. "
+                          "'{\"max_tool_calls\": 3}'") from None
     if not isinstance(env_kwargs, dict):
         raise ConfigError(f"--env-kwargs must be a JSON object of the env's arguments, not {args.env_kwargs!r}")
     if args.dataset:
@@ -205,7 +206,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # whoever read our output stopped (`arpo rollout --out - | head -1`): stop as a pipe's
         # writer does, quietly, with the status a shell gives one killed by SIGPIPE; stdout goes to /dev/null so that
         # the interpreter's last flush of it does not fail again
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):  # a stdout that is no file (captured)
+            pass
         return 128 + signal.SIGPIPE
     return 2
 
