@@ -246,12 +246,6 @@ class SFTScriptArguments:
         default=False, metadata={"help": "Keep a chat record's own system prompt instead of the env's."})
 
 
-def parse_recipe(parser: Any, argv: Sequence[str] | None) -> tuple[Any, ...]:
-    from arpo_algo.train import parse_recipe as parse
-
-    return parse(parser, argv)
-
-
 def make_parser() -> Any:
     from trl import ModelConfig, TrlParser
 
@@ -310,6 +304,8 @@ def train(script: SFTScriptArguments, args: Any, model_args: Any) -> Any:
 
 def run_sft_recipe(recipe: str, output_dir: str | None = None, extra: Sequence[str] = ()) -> Any:
     """Run an ``arpo sft`` recipe from Python (``arpo train``'s cold start uses it)."""
+    from arpo_algo.train import parse_recipe
+
     argv = ["--config", recipe, *extra] + (["--output_dir", output_dir] if output_dir else [])
     script, args, model_args = parse_recipe(make_parser(), argv)
     return train(script, args, model_args)
@@ -317,6 +313,8 @@ def run_sft_recipe(recipe: str, output_dir: str | None = None, extra: Sequence[s
 
 def main(argv: Sequence[str] | None = None) -> int:
     import time
+
+    from arpo_algo.train import parse_recipe
 
     start = time.perf_counter()
     script, args, model_args = parse_recipe(make_parser(), list(argv) if argv is not None else None)

@@ -73,7 +73,7 @@ def parse_recipe(parser: TrlParser, argv: Sequence[str] | None) -> tuple[Any, ..
             from dataclasses import fields
 
             known = [f.name for cls in parser.dataclass_types for f in fields(cls)]
-            unknown = [name for name in re.findall(r"'--([\w.-]+)'", message)]
+            unknown = re.findall(r"'--([\w.-]+)'", message)
             hints = [f"{name} (did you mean {close[0]}?)" if (close := difflib.get_close_matches(name, known, 1))
                      else name for name in unknown]
             every = "--help-all" if parser.prog == "arpo train" else "--help"
