@@ -607,6 +607,28 @@ def make_runner(args: argparse.Namespace) -> Any:
     return RolloutRunner(make_generator(args.model, args.backend))
 
 
+def same_settings(out: Path, settings: dict[str, Any]) -> None:
+    """Samples already in `out` are reused (a run resumes), so they must have been made the same way: the model and
+    every setting that changes a sample (`Settings`; not the backend, the batch or how many items and runs) are kept
+    in ``out/settings.json`` by the run that began the samples, and while there are samples a run with others is
+    refused, saying which differ. Before, a run
+    with ``--mode direct`` or another temperature into the folder of an earlier one reported its samples as its own."""
+    path, samples = out / "settings.json", out / "samples.jsonl"
+    if path.exists() and samples.exists() and samples.stat().st_size:
+        try:
+            kept = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError:
+            kept = None
+        if isinstance(kept, dict):
+            differ = [f"{k} {kept.get(k)!r} → {v!r}" for k, v in settings.items() if k in kept and kept[k] != v]
+            if differ:
+                raise SystemExit(f"arpo eval: {out} holds samples made with other settings ({', '.join(differ)}): "
+                                 f"give another --out, or delete {out / 'samples.jsonl'} to start again")
+            return
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(settings, indent=1) + "\n", encoding="utf-8")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
     benchmarks = select(args.benchmarks)
@@ -634,6 +656,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{max_new} tokens per turn, {max_completion} per episode", file=sys.stderr)
     start = time.perf_counter()
     sizes = {b.name: dataset_size(b, env_kwargs(b, args.data_dir, settings)) for b in benchmarks}  # before loading
+    same_settings(out, {"model": args.model, **asdict(settings)})
     runner = make_runner(args)
     saved = out / "samples.jsonl"
     before = sum(1 for _ in open(saved, encoding="utf-8")) if saved.exists() else 0

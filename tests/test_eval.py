@@ -172,6 +172,12 @@ def test_an_interrupted_eval_finishes_only_the_missing_samples(agent, tokenizer,
     md = (out / "results.md").read_text()
     assert "GSM8K" in md and "Bamboogle" in md and "tool calls / question" in md
     assert (out / "results.csv").read_text().startswith("model,GSM8K,Bamboogle")
+    # Another mode or temperature into the same folder: its samples are not these (they were reported as its own)
+    other = subprocess.run([*cmd, "--mode", "direct", "--temperature", "0"], capture_output=True, text=True,
+                           cwd=ROOT, timeout=600)
+    assert other.returncode == 2 and "holds samples made with other settings (mode 'tir' → 'direct', temperature " \
+        "0.6 → 0.0)" in other.stderr, other.stderr[-2000:]
+    assert (out / "samples.jsonl").read_text().splitlines() == after
 
 
 def test_each_sample_is_written_as_it_ends_so_an_interrupt_loses_only_those_under_way(agent, tokenizer, tmp_path):
