@@ -87,7 +87,7 @@ def rollout_main(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
     import arpo_env  # noqa: F401
-    from arpo_algo import ConfigError
+    from arpo_algo import ConfigError, env_arguments
     from arpo_algo.rollout import ARPORollout, GRPORollout, RolloutConfig
     from arpo_algo.tree import write_jsonl
 
@@ -102,11 +102,8 @@ def rollout_main(args: argparse.Namespace) -> int:
         env_kwargs["dataset"] = args.dataset
     if args.data_dir:
         env_kwargs["data_dir"] = args.data_dir
-    try:  # fail early on a bad env, dataset or argument, with its message
+    with env_arguments(args.env):  # fail early on a bad env, dataset or argument, with its message
         probe = gym.make(args.env, **env_kwargs).unwrapped
-    except (TypeError, ValueError, RuntimeError) as exc:  # an argument the env does not take, a value it refuses, a
-        # tool it cannot make (E2B without its key)
-        raise ConfigError(f"{args.env}: {' '.join(str(exc).split())}") from None
     n_tasks = min(args.tasks, len(probe.tasks) - args.start)
     probe.close()
     if args.tasks < 1 or args.batch_tasks < 1 or not 0 <= args.start < len(probe.tasks):

@@ -125,6 +125,7 @@ def checkpoint_complete(folder: str) -> bool:
 def build_trainer(script_args: ARPOScriptArguments, args: ARPOConfig, model_args: ModelConfig) -> Any:
     from trl import get_peft_config
 
+    from arpo_algo import env_arguments
     from arpo_algo.arpo_trainer import ARPOTrainer
     from arpo_algo.models import load_tokenizer, resolve
     from arpo_env.datasets import task_dataset
@@ -150,11 +151,12 @@ def build_trainer(script_args: ARPOScriptArguments, args: ARPOConfig, model_args
     if model_args.attn_implementation:
         model_init_kwargs.setdefault("attn_implementation", model_args.attn_implementation)
     args.model_init_kwargs = model_init_kwargs or None
-    dataset = _env_tasks(task_dataset, args.env_id, script_args.train_limit, ARPOTrainer.env_kwargs(args))
-    eval_dataset = None
-    if script_args.eval_dataset_name:
-        eval_kwargs = {**ARPOTrainer.env_kwargs(args), "dataset": script_args.eval_dataset_name}
-        eval_dataset = _env_tasks(task_dataset, args.env_id, script_args.eval_limit, eval_kwargs)
+    with env_arguments(args.env_id):
+        dataset = task_dataset(args.env_id, limit=script_args.train_limit, **ARPOTrainer.env_kwargs(args))
+        eval_dataset = None
+        if script_args.eval_dataset_name:
+            eval_kwargs = {**ARPOTrainer.env_kwargs(args), "dataset": script_args.eval_dataset_name}
+            eval_dataset = task_dataset(args.env_id, limit=script_args.eval_limit, **eval_kwargs)
     trainer = ARPOTrainer(path, args=args, train_dataset=dataset, eval_dataset=eval_dataset,
                           processing_class=load_tokenizer(model_name), peft_config=get_peft_config(model_args))
     trainer.cold_start_seconds = cold_start_s
@@ -168,22 +170,6 @@ def holds_model(path: str) -> bool:
     folder = Path(path)
     return ((folder / "config.json").is_file() or (folder / "adapter_config.json").is_file()) and \
         (folder / "tokenizer_config.json").is_file()
-
-
-def _env_tasks(task_dataset: Any, env_id: str, limit: int | None, env_kwargs: dict[str, Any]) -> Any:
-    """`task_dataset`, with an env argument the env does not take or a value it refuses (``env_kwargs:
-    {max_tool_calls: -1}``) as one line, not a traceback."""
-    import gymnasium as gym
-
-    from arpo_algo import ConfigError
-    from arpo_env.datasets import DataError
-
-    try:
-        return task_dataset(env_id, limit=limit, **env_kwargs)
-    except (DataError, gym.error.Error):
-        raise
-    except (TypeError, ValueError, RuntimeError) as exc:  # … or a tool it cannot make (E2B without its key)
-        raise ConfigError(f"{env_id}: {' '.join(str(exc).split())}") from None
 
 
 def run_cold_start(recipe: str, output_dir: str) -> float:

@@ -47,8 +47,6 @@ class Source:
     rollout_files: list[Path]
     metrics_file: Path | None = None
     bad_lines: list[str] = field(default_factory=list)
-    trees_read: int = 0
-    """Trees in the files, whether the report shows them all or the newest (`DEFAULT_LIMIT`)."""
 
     @property
     def is_run(self) -> bool:
@@ -75,27 +73,20 @@ def find_source(path: str | Path) -> Source:
 def read_trees(source: Source, limit: int | None = None) -> list[dict[str, Any]]:
     """Every tree as a dict, in file order. A line that is not a tree (a run killed while writing leaves a cut last
     line) is skipped and reported, never fatal. With `limit`, the last `limit` trees (the newest of a run)."""
-    trees = [tree for _, tree in _located_trees(source, limit)]
+    trees = [tree for _, tree in collections.deque(_each_tree(source), maxlen=limit or None)]  # the last kept alone
     if not trees:
         raise SystemExit(f"arpo view: {source.path} holds no readable rollout trees"
                          + (f" ({source.bad_lines[0]})" if source.bad_lines else ""))
     return trees
 
 
-def _located_trees(source: Source, limit: int | None = None) -> list[tuple[str, dict[str, Any]]]:
-    """`read_trees`' trees with where each is (``file:line``), none required; with `limit`, only the last `limit`
-    are kept while the files are read."""
-    return list(collections.deque(_each_tree(source), maxlen=limit or None))
-
-
 def _each_tree(source: Source) -> Iterator[tuple[str, dict[str, Any]]]:
     """Every tree of the source's files with where it is, read one line at a time (a run's rollouts.jsonl can be far
     larger than memory), with a progress bar over the bytes of large files. Lines that are not trees are noted in
-    `source.bad_lines`; `source.trees_read` counts the trees."""
+    `source.bad_lines`."""
     from tqdm.auto import tqdm
 
     size = sum(f.stat().st_size for f in source.rollout_files)
-    source.trees_read = 0
     with tqdm(total=size, unit="B", unit_scale=True, desc="reading trees", disable=size < 64 * 2**20) as bar:
         for f in source.rollout_files:
             with open(f, encoding="utf-8", errors="replace") as fh:
@@ -114,7 +105,6 @@ def _each_tree(source: Source) -> Iterator[tuple[str, dict[str, Any]]]:
                                                 "and an object of stats)")
                         continue
                     tree.setdefault("stats", {})["file"] = f.name
-                    source.trees_read += 1
                     yield f"{f.name}:{n}", tree
 
 
@@ -389,12 +379,13 @@ def build(path: str | Path, out: str | Path, limit: int | None = DEFAULT_LIMIT) 
     the page needs of those trees is kept."""
     source = find_source(path)
     shown: collections.deque = collections.deque(maxlen=limit or None)  # (compact tree, its entropy windows)
+    read = 0
     for where, tree in _each_tree(source):
         try:  # everything the page and the plots read of it
             shown.append((compact(tree, 0), tree_windows(tree)))
+            read += 1
         except (TypeError, KeyError, ValueError, AttributeError, IndexError) as exc:  # JSON, but not of a tree's shape
             source.bad_lines.append(f"{where}: a tree of another shape ({type(exc).__name__}: {str(exc)[:100]})")
-            source.trees_read -= 1
     trees = [dict(c, i=i) for i, (c, _) in enumerate(shown)]
     if not trees:
         raise SystemExit(f"arpo view: {source.path} holds no readable rollout trees"
@@ -422,7 +413,7 @@ def build(path: str | Path, out: str | Path, limit: int | None = DEFAULT_LIMIT) 
             written.append(p)
     out.write_text(render(trees, source, metrics, plots), encoding="utf-8")
     return {"report": out, "plots": written, "totals": totals(trees), "skipped": source.bad_lines,
-            "trees read": source.trees_read}
+            "trees read": read}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
