@@ -64,10 +64,10 @@ def find_source(path: str | Path) -> Source:
         return Source(p, [p])
     files = sorted(p.glob("rollouts*.jsonl")) or sorted(f for f in p.glob("*.jsonl") if f.name != "metrics.jsonl")
     metrics = p / "metrics.jsonl"
-    if not files:
+    if not files and not metrics.exists():
         raise SystemExit(f"arpo view: no rollout trees in {p}: expected rollouts.jsonl (written by arpo train) or "
                          "a trees file from arpo rollout")
-    return Source(p, files, metrics if metrics.exists() else None)
+    return Source(p, files, metrics if metrics.exists() else None)  # a run without trees (rollout_log off): curves
 
 
 def read_trees(source: Source, limit: int | None = None) -> list[dict[str, Any]]:
@@ -331,7 +331,7 @@ def _asset(name: str) -> str:
 def render(trees: list[dict[str, Any]], source: Source, metrics: list[dict[str, Any]],
            plots: dict[str, bytes]) -> str:
     """The report as one HTML string."""
-    head = totals(trees)
+    head = totals(trees) if trees else {"tasks": 0}  # no trees: no tree numbers, and the run's curves only
     cells = []
     for key, value in head.items():
         if value is None:
@@ -387,10 +387,11 @@ def build(path: str | Path, out: str | Path, limit: int | None = DEFAULT_LIMIT) 
         except (TypeError, KeyError, ValueError, AttributeError, IndexError) as exc:  # JSON, but not of a tree's shape
             source.bad_lines.append(f"{where}: a tree of another shape ({type(exc).__name__}: {str(exc)[:100]})")
     trees = [dict(c, i=i) for i, (c, _) in enumerate(shown)]
-    if not trees:
-        raise SystemExit(f"arpo view: {source.path} holds no readable rollout trees"
-                         + (f" ({source.bad_lines[0]})" if source.bad_lines else ""))
     metrics = read_metrics(source.metrics_file)
+    if not trees and not metrics:  # a run that wrote no trees (rollout_log off) still has its training curves
+        raise SystemExit(f"arpo view: {source.path} holds no readable rollout trees"
+                         + (f" ({source.bad_lines[0]})" if source.bad_lines else "")
+                         + (" and its metrics.jsonl no logged step" if source.is_run else ""))
     folder = str(out).endswith(("/", os.sep))  # (Path drops the slash)
     out = Path(out)
     if folder or out.is_dir():  # a folder: the report goes in it
@@ -413,7 +414,7 @@ def build(path: str | Path, out: str | Path, limit: int | None = DEFAULT_LIMIT) 
             written.append(p)
     out.write_text(render(trees, source, metrics, plots), encoding="utf-8")
     return {"report": out, "plots": written, "totals": totals(trees), "skipped": source.bad_lines,
-            "trees read": read}
+            "trees read": read, "logged steps": len(metrics)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -430,8 +431,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if t["tasks"] < result["trees read"]:
         print(f"showing the newest {t['tasks']:,} of {result['trees read']:,} trees (--limit N for another number, "
               "--limit 0 for all)")
-    print(f"{t['tasks']} tasks, {t['trajectories']} trajectories, mean reward {t['mean reward']:+.3f}, "
-          f"accuracy {t['accuracy']:.1%}")
+    if result["trees read"]:
+        print(f"{t['tasks']} tasks, {t['trajectories']} trajectories, mean reward {t['mean reward']:+.3f}, "
+              f"accuracy {t['accuracy']:.1%}")
+    else:
+        print(f"no rollout trees (the run wrote none: rollout_log off, or killed before its first step); "
+              f"{result['logged steps']} logged steps")
     for s in result["skipped"][:3]:
         print(f"skipped {s}", file=sys.stderr)
     if len(result["skipped"]) > 3:

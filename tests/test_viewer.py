@@ -225,3 +225,26 @@ def test_arpo_view_command(trees_file, tmp_path):
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert result.returncode == 0, result.stderr[-2000:]
     assert "3 tasks, 12 trajectories" in result.stdout and out.exists()
+
+
+def test_a_run_without_trees_shows_its_curves(browser, tmp_path):
+    """A run with rollout_log off (or killed before its first trees) has a training log: the report shows its curves
+    (it used to stop at "no rollout trees")."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "reward": s / 10, "arpo/accuracy": s / 20}) + "\n"
+                                               for s in (1, 2, 3)))
+    cmd = [sys.executable, "-m", "arpo_algo.cli", "view", str(run), "--out", str(tmp_path / "out") + "/"]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "no rollout trees" in result.stdout and "3 logged steps" in result.stdout
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["report.html", "report.training.png"]
+    browser.open((tmp_path / "out" / "report.html").as_uri())
+    assert browser.wait_for("document.querySelectorAll('figure img').length === 1")
+    assert browser.evaluate("document.querySelectorAll('.card').length") == 0
+    assert "3logged steps" in browser.evaluate("document.querySelector('.stats').innerText").replace("\n", "")
+    assert browser.errors() == []
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "train_runtime": 2.0}) + "\n")  # nothing to draw
+    with pytest.raises(SystemExit, match="no readable rollout trees and its metrics.jsonl no logged step"):
+        viewer.build(run, tmp_path / "again.html")
