@@ -43,6 +43,17 @@ def test_stderr_and_short_traceback(box):
     assert syntax.failed and "SyntaxError" in syntax.text and "ast.py" not in syntax.text
 
 
+def test_the_output_streams_are_utf8_and_take_bytes(box):
+    """Code that writes bytes (``sys.stdout.buffer``) or encodes for the stream used to fail on the capture itself."""
+    out = box.call("import sys\nsys.stdout.buffer.write(b'caf\\xc3'); sys.stdout.buffer.write(b'\\xa9 \\xff\\n')\n"
+                   "sys.stdout.buffer.flush()\nsys.stderr.buffer.write('ok'.encode(sys.stderr.encoding))\n"
+                   "sys.stdout.buffer.write(b'\\xe2\\x9c')")  # a character cut short at the end of the cell
+    assert out.text == "caf\u00e9 \ufffd\n\ufffd\nok\n2" and not out.failed  # stdout, stderr, the value
+    assert "TypeError" in box.call("import sys; sys.stdout.buffer.write('text')").text
+    flood = box.call("import sys\nfor _ in range(1000): sys.stdout.buffer.write(b'x' * 1000)")
+    assert flood.text.startswith("x" * 100) and "998,000 more characters not shown" in flood.text
+
+
 def test_fork_copies_live_state_and_is_independent(box):
     box.call("x = 41")
     child = box.fork()

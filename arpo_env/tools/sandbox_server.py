@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import _random
 import ast
+import codecs
 import errno
 import io
 import json
@@ -659,13 +660,24 @@ def _set_subreaper() -> None:
 # Running cells
 # --------------------------------------------------------------------------------------------------------------------
 class CappedWriter(io.TextIOBase):
-    """A text stream that keeps the first `cap` characters and counts the rest (output floods cost nothing)."""
+    """A text stream that keeps the first `cap` characters and counts the rest (output floods cost nothing). Like
+    the standard streams it is UTF-8 and has a binary `buffer` (``sys.stdout.buffer.write(b"...")``), whose bytes
+    are decoded into the same text."""
 
     def __init__(self, cap: int) -> None:
         self.cap = cap
         self.parts: list[str] = []
         self.kept = 0
         self.dropped = 0
+        self.buffer = _BytesInto(self)
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return "utf-8"
+
+    @property
+    def errors(self) -> str:  # type: ignore[override]
+        return "replace"
 
     def writable(self) -> bool:
         return True
@@ -681,7 +693,27 @@ class CappedWriter(io.TextIOBase):
         return len(s)
 
     def getvalue(self) -> str:
-        return "".join(self.parts)
+        return "".join(self.parts) + self.buffer.pending()
+
+
+class _BytesInto(io.RawIOBase):
+    """The binary side of a `CappedWriter`: bytes decoded as UTF-8 (a character split between writes is joined;
+    invalid bytes become U+FFFD) into its text."""
+
+    def __init__(self, text: CappedWriter) -> None:
+        self.text = text
+        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: bytes) -> int:  # type: ignore[override]
+        data = bytes(memoryview(b))  # bytes, bytearray, memoryview; anything else is the TypeError it is elsewhere
+        self.text.write(self.decoder.decode(data))
+        return len(data)
+
+    def pending(self) -> str:
+        return self.decoder.decode(b"", final=True) if self.decoder.getstate()[0] else ""
 
 
 class Worker:
