@@ -207,6 +207,18 @@ class ARPOConfig(GRPOConfig):
         if self.branch_factor < 1 or self.tool_workers < 1:
             problems.append(f"branch_factor and tool_workers must be at least 1, not {self.branch_factor} and "
                             f"{self.tool_workers}")
+        if not self.temperature > 0:  # 0 is greedy for a rollout, but TRL divides the logits by it
+            problems.append(f"temperature must be above 0 for training (TRL's log-probabilities divide by it), not "
+                            f"{self.temperature}; eval_temperature=0 evaluates greedily")
+        if self.num_iterations < 1:  # 0 trained nothing and reported a loss of 0
+            problems.append(f"num_iterations must be at least 1, not {self.num_iterations}")
+        if not self.beta >= 0:
+            problems.append(f"beta must be at least 0, not {self.beta} (a negative KL weight rewards leaving the "
+                            "reference model)")
+        if not (self.epsilon >= 0 and (self.epsilon_high is None or self.epsilon_high >= 0)):
+            problems.append(f"epsilon and epsilon_high (the clipping range) must be at least 0, not {self.epsilon} "
+                            f"and {self.epsilon_high}")
+        problems += training_problems(self)
         if problems:
             raise ConfigError("ARPOConfig: " + "; ".join(problems))
         if self.vllm_weight_sync not in ("auto", "nccl", "disk"):
@@ -230,6 +242,25 @@ class ColdStartConfig(SFTConfig):
         if self.bf16 is None and not self.fp16:
             self.bf16 = bf16_available()
         super().__post_init__()
+        problems = training_problems(self)
+        if problems:
+            raise ConfigError("ColdStartConfig: " + "; ".join(problems))
+
+
+def training_problems(args: Any) -> list[str]:
+    """What in TrainingArguments transformers accepts but cannot train with: a negative learning rate (it climbs the
+    loss, silently) or weight decay, and batches of no sample (torch's sampler failed once the model was loaded)."""
+    import math
+
+    problems = []
+    if not (math.isfinite(args.learning_rate) and args.learning_rate >= 0):
+        problems.append(f"learning_rate must be at least 0, not {args.learning_rate}")
+    if not args.weight_decay >= 0:
+        problems.append(f"weight_decay must be at least 0, not {args.weight_decay}")
+    if args.per_device_train_batch_size < 1 or args.gradient_accumulation_steps < 1:
+        problems.append(f"per_device_train_batch_size and gradient_accumulation_steps must be at least 1, not "
+                        f"{args.per_device_train_batch_size} and {args.gradient_accumulation_steps}")
+    return problems
 
 
 def unsupported_settings(args: GRPOConfig) -> list[str]:

@@ -265,9 +265,19 @@ def test_settings_the_rollout_cannot_honour_are_refused(tmp_path):
                        ({"top_p": 1.5}, "top_p must be in"), ({"temperature": -0.7}, "temperature must be at least 0"),
                        ({"max_new_tokens_per_turn": 0}, "max_new_tokens_per_turn=0"),
                        ({"entropy_k": 0}, "entropy_k must be at least 1"), ({"branch_beta": float("nan")}, "branch_"),
-                       ({"eval_temperature": -1.0}, "eval_temperature"), ({"tool_workers": 0}, "tool_workers")]:
+                       ({"eval_temperature": -1.0}, "eval_temperature"), ({"tool_workers": 0}, "tool_workers"),
+                       # what TrainingArguments and GRPOConfig accept: a step's rollouts, then a traceback, or nothing
+                       ({"temperature": 0.0}, "above 0 for training"), ({"num_iterations": 0}, "num_iterations"),
+                       ({"learning_rate": -1e-6}, "learning_rate"), ({"beta": -0.1}, "beta must"),
+                       ({"epsilon": -0.2}, "clipping"), ({"weight_decay": -0.1}, "weight_decay"),
+                       ({"gradient_accumulation_steps": 0}, "gradient_accumulation_steps")]:
         with pytest.raises(ValueError, match=words):  # at the config, before a model is loaded
             ARPOConfig(**common, **bad)
+    from arpo_algo.arpo_config import ColdStartConfig
+
+    with pytest.raises(ValueError, match="learning_rate must be at least 0"):
+        ColdStartConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", learning_rate=-2e-5)
+    assert ARPOConfig(**common, eval_temperature=0.0).eval_temperature == 0.0  # greedy evaluation stays
     for bad, words in [({"max_new_tokens": 0}, "max_new_tokens=0"), ({"top_p": 0.0}, "top_p"),
                        ({"temperature": float("inf")}, "temperature"), ({"max_tool_workers": 0}, "max_tool_workers")]:
         with pytest.raises(ValueError, match=words):  # the engine's own config says so in its own names
