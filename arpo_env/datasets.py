@@ -7,7 +7,9 @@
 * ``<data_dir>/train/train_10k.parquet`` (name ``train``) and ``valid.parquet`` (name ``valid``): the RL data, whose
   rows are filtered by ``ability`` (math or qa); the question is ``extra_info.question``, the gold answer
   ``reward_model.ground_truth`` (the release's own prompts are not used);
-* any ``.jsonl``, ``.json`` or ``.parquet`` path given as the name;
+* any ``.jsonl``, ``.json`` or ``.parquet`` path given as the name: a question (``question``, ``problem``, … or a
+  ``prompt`` of chat messages, whose last user turn it is) and a gold answer (``answer``, ``ground_truth``, …,
+  ``reward_model.ground_truth``, or MATH's worked ``solution``, whose last ``\\boxed{}`` it is);
 * ``default``, ``default_qa``, ``default_deepsearch``: small sets shipped inside the package (no data directory,
   no network): 100 math problems (ARPO training rows and GSM8K), 100 multi-hop questions from the ARPO training set
   that the shipped search corpus covers, 100 questions of the release's hard-search set;
@@ -79,18 +81,31 @@ def _clean(text: str) -> str:
     return text.replace("\x08", "\\b")
 
 
-def task_from_record(record: dict[str, Any], source: str, index: int, kind: str | None = None) -> Task:
-    """Normalise one record of any supported layout into a `Task`."""
+def task_from_record(record: dict[str, Any], source: str, index: int, kind: str | None = None,
+                     where: str | None = None) -> Task:
+    """Normalise one record of any supported layout into a `Task` (`index` counts from 0; a record without a question
+    or a gold answer is `DataUnreadable`, said of `where`, the file, or else of `source`)."""
+    where = where or source
     extra = record.get("extra_info") if isinstance(record.get("extra_info"), dict) else {}
     question = next((record[k] for k in ("question", "problem", "Question", "query", "prompt")
                      if isinstance(record.get(k), str)), None) or extra.get("question")
+    if question is None and isinstance(record.get("prompt"), list):  # a conversational row: its last user turn
+        turns = [m.get("content") for m in record["prompt"] if isinstance(m, dict) and m.get("role") == "user"]
+        question = turns[-1] if turns and isinstance(turns[-1], str) else None
     if question is None:
-        raise ValueError(f"{source}: record {index} has no question field (question, problem, Question)")
+        raise DataUnreadable(f"{where}: record {index + 1} has no question (a text field question, problem, "
+                             f"Question, query or prompt, or a prompt of chat messages){_fields(record)}")
     rm = record.get("reward_model") if isinstance(record.get("reward_model"), dict) else {}
     answer = next((record[k] for k in ("answer", "ground_truth", "final_answer", "golden_answers")
                    if record.get(k) is not None), rm.get("ground_truth"))
+    if answer is None and isinstance(record.get("solution"), str):  # MATH's layout: a worked solution, \boxed{} last
+        from arpo_env.tags import boxed
+
+        answer = boxed(record["solution"])
     if answer is None:
-        raise ValueError(f"{source}: record {index} has no answer field (answer, ground_truth, reward_model)")
+        raise DataUnreadable(f"{where}: record {index + 1} has no gold answer (answer, ground_truth, final_answer, "
+                             f"golden_answers, reward_model.ground_truth, or a solution with a \\boxed{{}})"
+                             f"{_fields(record)}")
     if kind is None:
         kind = record.get("ability") or ("math" if source in MATH_BENCHMARKS else "qa")
     if kind == "qa" and isinstance(answer, str) and answer.startswith("[") and answer.endswith("]"):
@@ -110,6 +125,11 @@ def task_from_record(record: dict[str, Any], source: str, index: int, kind: str 
     rid = record.get("id", record.get("unique_id", record.get("task_id", record.get("idx", index))))
     meta = {k: v for k, v in record.items() if k in ("level", "subject", "answer_type", "Level", "data_source")}
     return Task(_clean(question).strip(), answer, str(rid), source, str(kind), meta)
+
+
+def _fields(record: dict[str, Any]) -> str:
+    names = [str(k) for k in record if record[k] is not None]
+    return f"; its fields: {', '.join(names[:12])}" + (", …" if len(names) > 12 else "") if names else "; it is empty"
 
 
 def _read_records(path: Path) -> list[dict[str, Any]]:
@@ -211,7 +231,7 @@ def load_tasks(name: str = "default", data_dir: str | os.PathLike | None = None,
         ability = record.get("ability")
         if kind is not None and ability is not None and ability != kind:
             continue
-        tasks.append(task_from_record(record, source, i, kind))
+        tasks.append(task_from_record(record, source, i, kind, where=str(path)))
         if limit is not None and len(tasks) >= limit:
             break
     if not tasks:

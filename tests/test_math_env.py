@@ -266,6 +266,10 @@ def test_an_unreadable_data_file_is_a_clear_error_naming_the_file_and_line(tmp_p
         "number.jsonl": (good + "\n42", "number.jsonl: record 2 is a int, not an object of fields"),
         "latin1.jsonl": (b'{"question": "caf\xe9?", "answer": "2"}', "latin1.jsonl is not UTF-8 text"),
         "broken.parquet": (b"PAR1 not really", "broken.parquet is not a readable parquet file"),
+        # a record without a question or a gold answer: its number counts from 1 like the others (it said "record
+        # 1" of the second), and the fields it has are named
+        "noanswer.jsonl": (good + '\n{"question": "q", "gold": "2"}', "noanswer.jsonl: record 2 has no gold answer ("),
+        "noquestion.jsonl": (good + '\n{"text": "q", "answer": "2"}', "record 2 has no question (a text field "),
     }
     for name, (content, message) in cases.items():
         path = tmp_path / name
@@ -284,6 +288,25 @@ def test_an_unreadable_data_file_is_a_clear_error_naming_the_file_and_line(tmp_p
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert "arpo eval: aime24: " in result.stderr and "test.jsonl line 1 is not JSON" in result.stderr
+
+
+def test_math_and_conversational_layouts_load(tmp_path):
+    """MATH's own layout (``problem``, a worked ``solution`` ending in ``\\boxed{}``) and TRL's conversational rows
+    (``prompt`` as chat messages, ``reward_model``) were refused for want of a question or an answer field."""
+    rows = [{"problem": "What is $2+2$?", "solution": "Since $2+2=4$, the answer is $\\boxed{\\frac{8}{2}}$.",
+             "level": "Level 1", "type": "Algebra"},
+            {"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "3+3?"}],
+             "reward_model": {"ground_truth": "6"}}]
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    env = gym.make("ARPO-Math-v0", dataset=str(path))
+    assert [(t.question, t.answer) for t in env.unwrapped.tasks] == [("What is $2+2$?", "\\frac{8}{2}"), ("3+3?", "6")]
+    env.reset(options=env.unwrapped.tasks[0].as_dict())
+    assert env.step("<answer>\\boxed{4}</answer>")[1] == 1.0  # the boxed answer of the solution is the gold
+    env.close()
+    (tmp_path / "nobox.jsonl").write_text(json.dumps({"question": "q", "solution": "four"}) + "\n")
+    with pytest.raises(DataUnreadable, match=r"record 1 has no gold answer .*; its fields: question, solution$"):
+        load_tasks(str(tmp_path / "nobox.jsonl"))
 
 
 def test_a_data_file_with_a_byte_order_mark_crlf_and_line_separators_in_its_text_loads(tmp_path):
