@@ -35,7 +35,6 @@ import statistics
 import sys
 import threading
 import time
-import traceback
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -433,11 +432,11 @@ def _run_chunk(runner: Any, bench: Benchmark, make_env: Callable[[], Any], indic
         runner.run(bench, make_env, indices, runs, s, mine)
     except ServerRefused:  # no sample can succeed
         raise
-    except Exception:  # noqa: BLE001 - a sample's crash must not end the run
+    except Exception as exc:  # noqa: BLE001 - a sample's crash must not end the run
         if len(indices) == 1 and len(runs) == 1:
-            if (indices[0], runs[0]) not in recorded:
+            if (indices[0], runs[0]) not in recorded:  # the error on one line (a message's last line was all it kept)
                 record({"benchmark": bench.name, "index": indices[0], "run": runs[0], "score": 0.0, "tool_calls": 0,
-                        "error": traceback.format_exc(limit=3).strip().splitlines()[-1]})
+                        "error": f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:1000]})
             return
         for i in indices:
             for r in runs:

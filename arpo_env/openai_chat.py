@@ -7,20 +7,22 @@
   serve one), once.
 * A request that fails for a passing reason — the connection refused or dropped, a timeout, a 408, 409, 429 or 5xx
   answer — is tried again after 1, 2, 4, … seconds (a ``Retry-After`` of up to a minute is honoured), ``retries``
-  times. Then, and at once for any other error answer, `ChatError` carries the server's own message; its `refused`
-  tells an error that no request of the run can get past (401, 403, 404: a wrong key, address or model name) from
-  one of this request, and `context_overflow` a request longer than the model's context.
+  times. Then, and at once for any other error answer, `ChatError` carries the server's own message (the text of an
+  HTML page, on one line); its `refused` tells an error that no request of the run can get past (401, 403, 404: a
+  wrong key, address or model name; 405, 501, or an answer that is not JSON: not an API there) from one of this
+  request, and `context_overflow` a request longer than the model's context.
 """
 
 from __future__ import annotations
 
+import html
 import re
 import threading
 import time
 from typing import Any
 
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
-REFUSED_STATUS = frozenset({401, 403, 404})
+REFUSED_STATUS = frozenset({401, 403, 404, 405, 501})
 _OVERFLOW = re.compile(r"context length|context window|maximum context|too many tokens|prompt is too long", re.I)
 
 
@@ -127,8 +129,9 @@ class ChatClient:
                         answer = None
                     if isinstance(answer, dict):
                         return answer
-                    raise ChatError(f"{url} answered {reply.status_code} with something other than a JSON object: "
-                                    f"{reply.text[:300]!r}", reply.status_code)
+                    raise ChatError(f"{url} answered {reply.status_code} with something other than a JSON object "
+                                    f"(is the base URL an OpenAI-compatible API?): {_server_message(reply)[:300]!r}",
+                                    reply.status_code, refused=True)
                 error = ChatError(f"{url} answered {reply.status_code}: {_server_message(reply)}", reply.status_code)
                 if reply.status_code not in RETRY_STATUS:
                     raise error
@@ -150,7 +153,11 @@ def _server_message(reply: Any) -> str:
     try:
         body = reply.json()
     except ValueError:
-        return reply.text[:500]
+        text = reply.text
+        if re.search(r"<(!doctype|html|body|head|title)\b", text[:2000], re.I):  # a web page: its words, not its tags
+            text = re.sub(r"<(script|style)\b.*?</\1\s*>|<[^>]*>", " ", text, flags=re.I | re.S)
+            text = html.unescape(text)
+        return " ".join(text.split())[:500]
     if isinstance(body, dict):
         error = body.get("error")
         if isinstance(error, dict) and error.get("message"):

@@ -229,6 +229,62 @@ def test_a_model_server_that_does_not_answer_stops_the_run_with_what_is_done_kep
     assert not samples.exists() or samples.read_text() == ""
 
 
+@pytest.fixture
+def web_page_server():
+    """A real web server on 127.0.0.1 that is not an API: POST gets the status the test sets, with an HTML page."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        status = 501
+
+        def do_POST(self):  # noqa: N802 - http.server's name
+            page = (f"<!DOCTYPE html>\n<html>\n<head><title>Site</title><style>p {{color: red}}</style></head>\n"
+                    f"<body>\n<h1>Not here</h1>\n<p>No &amp; API at {self.path}</p>\n</body>\n</html>\n").encode()
+            self.send_response(Handler.status)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server, Handler
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_base_url_that_is_a_web_site_stops_the_run_with_its_words(web_page_server, tmp_path):
+    """A base URL that names a web site (501 or 405 to a POST, or a page with 200) made every sample an error record
+    reading "</html>" (the last line of the page) and a table of zeros; an error a server gives one sample is one line
+    of its words."""
+    from arpo_algo import evaluation
+
+    server, handler = web_page_server
+    (tmp_path / "data" / "gsm8k").mkdir(parents=True)
+    (tmp_path / "data" / "gsm8k" / "test.jsonl").write_text(
+        "".join(json.dumps({"question": f"What is {i} + 1?", "answer": f"#### {i + 1}"}) + "\n" for i in range(3)))
+    argv = ["--model", "m", "--backend", "openai", "--base-url", f"http://127.0.0.1:{server.server_port}",
+            "--benchmarks", "gsm8k", "--data-dir", str(tmp_path / "data"), "--out", str(tmp_path / "eval")]
+    samples = tmp_path / "eval" / "samples.jsonl"
+    for status in (501, 405, 200):
+        handler.status = status
+        with pytest.raises(SystemExit) as info:
+            evaluation.main(argv)
+        message = str(info.value.code)
+        assert f"answered {status}" in message and "Site Not here No & API at /v1/chat/completions" in message
+        assert "\n" not in message and "<" not in message.split("answered")[1]
+        assert not samples.exists() or samples.read_text() == ""
+    handler.status = 422  # this request's fault, as far as anyone can tell: an error record each, and the run goes on
+    evaluation.main(argv + ["--limit", "1"])
+    error = json.loads(samples.read_text().splitlines()[0])["error"]
+    assert error.startswith("ChatError: ") and error.endswith("answered 422: Site Not here No & API at "
+                                                              "/v1/chat/completions")
+
+
 def test_the_output_folder_is_hidden_from_the_sandbox(tmp_path):
     # samples.jsonl holds every question's gold answer: a later benchmark, or a run started again, could read it.
     kwargs = env_kwargs(BENCHMARKS["aime24"], None, Settings(), out=tmp_path / "eval")
