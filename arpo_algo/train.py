@@ -86,28 +86,38 @@ def resolve_resume(value: Any, output_dir: str) -> str | None:
     """``last``/``true`` → the newest complete ``checkpoint-N`` in ``output_dir`` (None when there is none yet). A
     checkpoint is complete once its ``trainer_state.json``, which transformers writes last, reads: a run killed while
     it saved a checkpoint leaves one without it (or without its weights), which resumes from nothing; the one before
-    it is taken, and the skipped one named."""
+    it is taken, and the skipped one named. Without the flag, a checkpoint there is named as what the run starts over
+    from instead of going on from (a stopped run started again without the flag lost its steps without a word)."""
     if value in (None, False, "", "false", "False"):
+        earlier = _newest_complete(output_dir, quiet=True)
+        if earlier and os.environ.get("RANK", "0") == "0":
+            print(f"arpo train: {output_dir} holds {os.path.basename(earlier)} of an earlier run; this run starts "
+                  "over from step 0 (--resume_from_checkpoint last goes on from it)", file=sys.stderr)
         return None
     if value is True or str(value).lower() in ("true", "last"):
-        if not os.path.isdir(output_dir):
-            return None
-        pattern = re.compile(r"^checkpoint-(\d+)$")
-        found = sorted((int(m.group(1)), entry) for entry in os.listdir(output_dir)
-                       if (m := pattern.match(entry)) and os.path.isdir(os.path.join(output_dir, entry)))
-        for _, name in reversed(found):
-            folder = os.path.join(output_dir, name)
-            if checkpoint_complete(folder):
-                return folder
-            print(f"arpo train: {folder} is incomplete (the run was stopped while saving it); skipped",
-                  file=sys.stderr)
-        return None
+        return _newest_complete(output_dir)
     if not os.path.isdir(str(value)):
         raise SystemExit(f"arpo train: checkpoint {value} not found")
     if not checkpoint_complete(str(value)):
         raise SystemExit(f"arpo train: checkpoint {value} is incomplete (no trainer_state.json that reads, or no "
                          "weights: the run was stopped while saving it); resume from an earlier one, or with 'last'")
     return str(value)
+
+
+def _newest_complete(output_dir: str, quiet: bool = False) -> str | None:
+    if not os.path.isdir(output_dir):
+        return None
+    pattern = re.compile(r"^checkpoint-(\d+)$")
+    found = sorted((int(m.group(1)), entry) for entry in os.listdir(output_dir)
+                   if (m := pattern.match(entry)) and os.path.isdir(os.path.join(output_dir, entry)))
+    for _, name in reversed(found):
+        folder = os.path.join(output_dir, name)
+        if checkpoint_complete(folder):
+            return folder
+        if not quiet:
+            print(f"arpo train: {folder} is incomplete (the run was stopped while saving it); skipped",
+                  file=sys.stderr)
+    return None
 
 
 def checkpoint_complete(folder: str) -> bool:
