@@ -82,29 +82,30 @@ def parse_recipe(parser: TrlParser, argv: Sequence[str] | None) -> tuple[Any, ..
         raise ConfigError(message) from None
 
 
-def resolve_resume(value: Any, output_dir: str) -> str | None:
+def resolve_resume(value: Any, output_dir: str, command: str = "arpo train") -> str | None:
     """``last``/``true`` → the newest complete ``checkpoint-N`` in ``output_dir`` (None when there is none yet). A
     checkpoint is complete once its ``trainer_state.json``, which transformers writes last, reads: a run killed while
     it saved a checkpoint leaves one without it (or without its weights), which resumes from nothing; the one before
     it is taken, and the skipped one named. Without the flag, a checkpoint there is named as what the run starts over
     from instead of going on from (a stopped run started again without the flag lost its steps without a word)."""
     if value in (None, False, "", "false", "False"):
-        earlier = _newest_complete(output_dir, quiet=True)
+        earlier = newest_checkpoint(output_dir, quiet=True)
         if earlier and os.environ.get("RANK", "0") == "0":
-            print(f"arpo train: {output_dir} holds {os.path.basename(earlier)} of an earlier run; this run starts "
+            print(f"{command}: {output_dir} holds {os.path.basename(earlier)} of an earlier run; this run starts "
                   "over from step 0 (--resume_from_checkpoint last goes on from it)", file=sys.stderr)
         return None
     if value is True or str(value).lower() in ("true", "last"):
-        return _newest_complete(output_dir)
+        return newest_checkpoint(output_dir, command=command)
     if not os.path.isdir(str(value)):
-        raise SystemExit(f"arpo train: checkpoint {value} not found")
+        raise SystemExit(f"{command}: checkpoint {value} not found")
     if not checkpoint_complete(str(value)):
-        raise SystemExit(f"arpo train: checkpoint {value} is incomplete (no trainer_state.json that reads, or no "
+        raise SystemExit(f"{command}: checkpoint {value} is incomplete (no trainer_state.json that reads, or no "
                          "weights: the run was stopped while saving it); resume from an earlier one, or with 'last'")
     return str(value)
 
 
-def _newest_complete(output_dir: str, quiet: bool = False) -> str | None:
+def newest_checkpoint(output_dir: str, quiet: bool = False, command: str = "arpo train") -> str | None:
+    """The newest complete ``checkpoint-N`` in `output_dir` (incomplete ones named on stderr unless `quiet`)."""
     if not os.path.isdir(output_dir):
         return None
     pattern = re.compile(r"^checkpoint-(\d+)$")
@@ -115,7 +116,7 @@ def _newest_complete(output_dir: str, quiet: bool = False) -> str | None:
         if checkpoint_complete(folder):
             return folder
         if not quiet:
-            print(f"arpo train: {folder} is incomplete (the run was stopped while saving it); skipped",
+            print(f"{command}: {folder} is incomplete (the run was stopped while saving it); skipped",
                   file=sys.stderr)
     return None
 
@@ -189,11 +190,9 @@ def run_cold_start(recipe: str, output_dir: str) -> float:
     import subprocess
     import time
 
-    from transformers.trainer_utils import get_last_checkpoint
-
     if not Path(recipe).is_file():
         raise FileNotFoundError(f"cold-start recipe {recipe} not found")
-    resume = get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
+    resume = newest_checkpoint(output_dir)  # one the kill cut short is skipped (get_last_checkpoint took it)
     why = "does not exist" if not Path(output_dir).exists() else "holds no finished model (a cold start stopped?)"
     print(f"arpo train: {output_dir} {why}; running the cold-start SFT recipe {recipe} first"
           + (f", resuming from {resume}" if resume else ""), file=sys.stderr)

@@ -142,14 +142,19 @@ def test_arpo_sft_command_trains_from_rollout_trees_on_stdin(traces, tokenizer, 
         [0.0] * (len(row["input_ids"]) - prompt_len - 1), [], [], 1.0, {"correct": True, "format_ok": True}, 1)])
     stdin = json.dumps(tree.to_dict()) + "\n"
     out = tmp_path / "out"
-    result = subprocess.run([sys.executable, "-m", "arpo_algo.cli", "sft", "--model_name_or_path", str(model_dir),
-                             "--from_rollouts", "-", "--output_dir", str(out), "--max_steps", "2",
-                             "--per_device_train_batch_size", "1", "--report_to", "none", "--use_cpu", "true",
-                             "--save_strategy", "no", "--gradient_checkpointing", "false"],
-                            input=stdin, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    command = [sys.executable, "-m", "arpo_algo.cli", "sft", "--model_name_or_path", str(model_dir), "--from_rollouts",
+               "-", "--output_dir", str(out), "--per_device_train_batch_size", "1", "--report_to", "none",
+               "--use_cpu", "true", "--save_strategy", "steps", "--save_steps", "2", "--gradient_checkpointing", "false"]
+    result = subprocess.run(command + ["--max_steps", "2"], input=stdin, capture_output=True, text=True, cwd=ROOT,
+                            timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "1 correct, format-valid trajectories kept" in result.stderr
     assert (out / "config.json").is_file() and "SFT finished 2 steps" in result.stdout
+    # `--resume_from_checkpoint last` as arpo train takes it (transformers looked for a folder named "last")
+    result = subprocess.run(command + ["--max_steps", "3", "--resume_from_checkpoint", "last"], input=stdin,
+                            capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"arpo sft: resuming from {out / 'checkpoint-2'}" in result.stderr and "SFT finished 3 steps" in result.stdout
 
 
 def test_a_file_that_is_not_rollout_trees_is_one_clear_line(tokenizer, tmp_path):
