@@ -689,9 +689,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "model": args.model, "backend": args.backend, **asdict(settings), "runs": args.runs, "limit": args.limit}},
         indent=1))
     done = (sum(1 for _ in open(saved, encoding="utf-8")) if saved.exists() else 0) - before
-    print("\n" + md + f"\n\n{sum(len(r) for r in results.values())} samples ({done} run now, the rest from an earlier "
-          f"run) in {time.perf_counter() - start:.0f} s "
-          f"→ {out / 'samples.jsonl'}, {out / 'results.md'}, {out / 'results.csv'}")
+    total = sum(len(r) for r in results.values())
+    print("\n" + md + f"\n\n{total} sample{'s' * (total != 1)}"
+          + ("" if done >= total else " (all from an earlier run)" if done <= 0 else
+             f" ({done} run now, the rest from an earlier run)")
+          + f" in {time.perf_counter() - start:.0f} s → {out / 'samples.jsonl'}, {out / 'results.md'}, "
+          f"{out / 'results.csv'}")
     return 0
 
 
