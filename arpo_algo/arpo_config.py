@@ -184,6 +184,7 @@ class ARPOConfig(GRPOConfig):
             raise ConfigError(f"advantage_estimator must be grpo or reinforce_pp, not {self.advantage_estimator!r}")
         if self.bf16 is None and not self.fp16:
             self.bf16 = bf16_available()  # TRL's default is bf16, which is refused (or slow) where no device has it
+        checkpointing_alias(self)
         if isinstance(self.env_kwargs, str):
             self.env_kwargs = json.loads(self.env_kwargs) if self.env_kwargs.strip() else {}
         self.env_kwargs = dict(self.env_kwargs or {})
@@ -241,10 +242,22 @@ class ColdStartConfig(SFTConfig):
     def __post_init__(self) -> None:
         if self.bf16 is None and not self.fp16:
             self.bf16 = bf16_available()
+        checkpointing_alias(self)
         super().__post_init__()
         problems = training_problems(self)
         if problems:
             raise ConfigError("ColdStartConfig: " + "; ".join(problems))
+
+
+def checkpointing_alias(args: Any) -> None:
+    """TRL's configs document ``gradient_checkpointing`` and default it to True; transformers from 5.20 on calls it
+    ``activation_checkpointing`` and warned, at every config, that the old name (TRL's default included) is deprecated.
+    Both names are taken alike: the old one's value goes to the new one unless that is set (transformers before 5.20
+    has the old name only, and keeps it)."""
+    for old, new in (("gradient_checkpointing", "activation_checkpointing"),
+                     ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs")):
+        if hasattr(args, new) and getattr(args, new) is None and getattr(args, old) is not None:
+            setattr(args, new, getattr(args, old))
 
 
 def training_problems(args: Any) -> list[str]:

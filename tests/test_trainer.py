@@ -278,6 +278,24 @@ def test_settings_the_rollout_cannot_honour_are_refused(tmp_path):
     with pytest.raises(ValueError, match="learning_rate must be at least 0"):
         ColdStartConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", learning_rate=-2e-5)
     assert ARPOConfig(**common, eval_temperature=0.0).eval_temperature == 0.0  # greedy evaluation stays
+
+
+def test_trls_gradient_checkpointing_is_taken_without_a_deprecation_warning(tmp_path):
+    """TRL defaults and documents gradient_checkpointing; transformers 5.20+ renamed it and warned at every run (TRL's
+    own default included). Both names work, without the warning, and mean the same."""
+    import warnings
+
+    from arpo_algo.arpo_config import ColdStartConfig
+
+    common = dict(output_dir=str(tmp_path), num_generations=4, num_global=2, per_device_train_batch_size=4,
+                  use_cpu=True, report_to="none")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        default, off = ARPOConfig(**common), ARPOConfig(**common, gradient_checkpointing=False)
+        cold = ColdStartConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none")
+    assert not [w for w in caught if "checkpointing" in str(w.message)], [str(w.message) for w in caught]
+    assert default.gradient_checkpointing is True and cold.gradient_checkpointing is True  # TRL's default stands
+    assert off.gradient_checkpointing is False and getattr(off, "activation_checkpointing", False) is False
     for bad, words in [({"max_new_tokens": 0}, "max_new_tokens=0"), ({"top_p": 0.0}, "top_p"),
                        ({"temperature": float("inf")}, "temperature"), ({"max_tool_workers": 0}, "max_tool_workers")]:
         with pytest.raises(ValueError, match=words):  # the engine's own config says so in its own names
@@ -348,6 +366,8 @@ def test_arpo_train_killed_midway_resumes_from_its_checkpoint(undecided, tokeniz
                             text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "resuming from" in result.stderr
+    # transformers 5.20+ renamed gradient checkpointing and warned at every run, of TRL's default and TRL's own calls
+    assert "checkpointing` is deprecated" not in result.stderr, result.stderr[-3000:]
     final = json.loads((run / "checkpoint-3" / "trainer_state.json").read_text())
     assert final["global_step"] == 3
     after = (run / "rollouts.jsonl").read_text()
