@@ -16,6 +16,9 @@ from arpo_env.rewards import HierarchicalReward, RewardParts
 from arpo_env.spaces import UnicodeText
 from arpo_env.tools.protocol import Tool, ToolOutput
 
+_ARGUMENT = {tags.PYTHON: "code", tags.SEARCH: "query", tags.BROWSE: "url"}
+"""What each tool call holds, as the notices write it."""
+
 ToolFactory = Callable[[], Tool]
 
 
@@ -182,9 +185,11 @@ class ToolEnv(gym.Env[str, str]):
                 observation = tags.wrap_result(out.text + note)
         elif open_tag is not None or "<" + tags.ANSWER in text:
             tag = open_tag or tags.ANSWER
-            observation = tags.wrap_result(
-                f"error: the <{tag}> tag is not closed. Write a tool call as <python>code</python> "
-                "(or <search>query</search>, <browse>url</browse>) and the answer as <answer>\\boxed{…}</answer>."
+            forms = " or ".join(f"<{t}>{_ARGUMENT[t]}</{t}>" for t in tags.TOOL_TAGS if t in self.tool_factories)
+            observation = tags.wrap_result(  # the tools this env has, as the system prompt names them
+                f"error: the <{tag}> tag is not closed. Write "
+                + (f"a tool call as {forms} and " if forms else "")
+                + "the answer as <answer>\\boxed{…}</answer>."
                 if tag in tags.TOOL_TAGS or tag == tags.ANSWER else
                 f"error: the <{tag}> tag is not closed; close it, then call a tool or give the answer.")
         else:

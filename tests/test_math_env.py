@@ -114,6 +114,7 @@ def test_malformed_tags_get_readable_errors(env, action, expect):
     env.reset(options=Q)
     obs, reward, term, trunc, info = env.step(action)
     assert expect in obs and not (term or trunc)
+    assert "<search>" not in obs and "<browse>" not in obs  # it named tools this env does not have
     obs, reward, term, *_ = env.step("<answer>\\boxed{408}</answer>")
     assert term and reward == -1.0  # the transcript still has the broken tag: format gate
 

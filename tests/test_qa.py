@@ -128,6 +128,16 @@ def test_deepsearch_default_budget():
     env.close()
 
 
+@pytest.mark.parametrize("env_id, named", [("ARPO-QA-v0", "<python>code</python> or <search>query</search> and"),
+                                           ("ARPO-DeepSearch-v0", "or <search>query</search> or <browse>url</browse>")])
+def test_an_unclosed_tag_is_answered_with_the_envs_own_tools(env_id, named):
+    env = gym.make(env_id, search_options={"cache": False})
+    env.reset(seed=0)
+    obs = env.step("<search>Vienna")[0]
+    assert "the <search> tag is not closed" in obs and named in obs
+    env.close()
+
+
 @pytest.mark.timeout(60)  # a hang guard: a retry here would wait 100 s
 def test_a_base_url_that_is_not_one_is_refused_at_once():
     """``--base-url 127.0.0.1:8000`` (no http://) was tried five times, with backoff, then reported as a server that
