@@ -470,7 +470,7 @@ def summarise(results: dict[str, list[dict[str, Any]]], runs: int) -> dict[str, 
 def paper_rows(path: Path, model: str) -> list[tuple[str, dict[str, float]]]:
     """Rows of the paper's Table 1 whose base model matches `model` (by name, case-insensitively)."""
     rows = []
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8-sig") as f:
         for row in csv.DictReader(f, delimiter="\t"):
             if row["model"].lower() in model.lower() or model.lower() in row["model"].lower():
                 rows.append((f"paper: {row['method']}", {k: float(v) for k, v in row.items()

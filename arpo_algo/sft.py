@@ -46,7 +46,7 @@ def numbered_records(path: str) -> Iterator[tuple[int, Any]]:
     """``(line number, record)`` of a JSONL file (``-`` is standard input). A line that is not JSON — what a writer
     killed mid-line leaves (``arpo train`` stopped hard, then resumed: `arpo_algo.jsonl`) — is skipped and named on
     stderr, as ``arpo view`` does; a file of nothing else is a `ValueError`."""
-    handle = sys.stdin if path == "-" else open(path, encoding="utf-8")
+    handle = sys.stdin if path == "-" else open(path, encoding="utf-8-sig")  # past a byte-order mark
     read, skipped = 0, []
 
     def skip(n: int, line: str, exc: ValueError) -> None:

@@ -157,6 +157,19 @@ def test_arpo_sft_command_trains_from_rollout_trees_on_stdin(traces, tokenizer, 
     assert f"arpo sft: resuming from {out / 'checkpoint-2'}" in result.stderr and "SFT finished 3 steps" in result.stdout
 
 
+def test_a_trajectory_file_with_a_byte_order_mark_keeps_its_first_record(tmp_path, capsys):
+    """A JSONL file saved by a Windows editor starts with a byte-order mark: its first record was skipped as "not
+    JSON" (the data files of the envs take it)."""
+    from arpo_algo.sft import numbered_records
+
+    path = tmp_path / "windows.jsonl"
+    rows = [{"conversations": [{"from": "human", "value": f"q{i}"}, {"from": "gpt", "value": "\\boxed{1}"}]}
+            for i in range(2)]
+    path.write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(r) + "\r\n" for r in rows).encode())
+    assert [(n, r["conversations"][0]["value"]) for n, r in numbered_records(str(path))] == [(1, "q0"), (2, "q1")]
+    assert "skipped" not in capsys.readouterr().err
+
+
 def test_a_file_that_is_not_rollout_trees_is_one_clear_line(tokenizer, tmp_path):
     """Rollout trees, or trajectory records of another shape (a chat with no question, turns that are strings, a
     native record without its messages, token ids without their mask): one line naming the file and line, no
