@@ -284,7 +284,7 @@ def train(script: SFTScriptArguments, args: Any, model_args: Any) -> Any:
     from trl import SFTTrainer, get_peft_config
 
     from arpo_algo.models import load_model
-    from arpo_algo.train import resolve_resume
+    from arpo_algo.train import note_starting_over, resolve_resume
 
     resume = resolve_resume(args.resume_from_checkpoint, args.output_dir, "arpo sft")  # "last", as in arpo train
     model_name = model_args.model_name_or_path or "smollm2-135m"
@@ -298,6 +298,7 @@ def train(script: SFTScriptArguments, args: Any, model_args: Any) -> Any:
           f"(prompt and tool output masked)", file=sys.stderr)
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
                          peft_config=get_peft_config(model_args))
+    note_starting_over(resume, args.output_dir, "arpo sft")
     if resume:
         print(f"arpo sft: resuming from {resume}", file=sys.stderr)
     trainer.train(resume_from_checkpoint=resume)

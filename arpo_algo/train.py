@@ -86,13 +86,8 @@ def resolve_resume(value: Any, output_dir: str, command: str = "arpo train") -> 
     """``last``/``true`` → the newest complete ``checkpoint-N`` in ``output_dir`` (None when there is none yet). A
     checkpoint is complete once its ``trainer_state.json``, which transformers writes last, reads: a run killed while
     it saved a checkpoint leaves one without it (or without its weights), which resumes from nothing; the one before
-    it is taken, and the skipped one named. Without the flag, a checkpoint there is named as what the run starts over
-    from instead of going on from (a stopped run started again without the flag lost its steps without a word)."""
+    it is taken, and the skipped one named."""
     if value in (None, False, "", "false", "False"):
-        earlier = newest_checkpoint(output_dir, quiet=True)
-        if earlier and os.environ.get("RANK", "0") == "0":
-            print(f"{command}: {output_dir} holds {os.path.basename(earlier)} of an earlier run; this run starts "
-                  "over from step 0 (--resume_from_checkpoint last goes on from it)", file=sys.stderr)
         return None
     if value is True or str(value).lower() in ("true", "last"):
         return newest_checkpoint(output_dir, command=command)
@@ -102,6 +97,16 @@ def resolve_resume(value: Any, output_dir: str, command: str = "arpo train") -> 
         raise SystemExit(f"{command}: checkpoint {value} is incomplete (no trainer_state.json that reads, or no "
                          "weights: the run was stopped while saving it); resume from an earlier one, or with 'last'")
     return str(value)
+
+
+def note_starting_over(resume: str | None, output_dir: str, command: str = "arpo train") -> None:
+    """A run without ``--resume_from_checkpoint`` into a folder that holds a checkpoint says that it starts over from
+    step 0, and how to go on instead (a stopped run started again without the flag lost its steps without a word).
+    Said once the run is set up, so that a mistake in it stays one line."""
+    earlier = None if resume else newest_checkpoint(output_dir, quiet=True)
+    if earlier and os.environ.get("RANK", "0") == "0":
+        print(f"{command}: {output_dir} holds {os.path.basename(earlier)} of an earlier run; this run starts over "
+              "from step 0 (--resume_from_checkpoint last goes on from it)", file=sys.stderr)
 
 
 def newest_checkpoint(output_dir: str, quiet: bool = False, command: str = "arpo train") -> str | None:
@@ -288,6 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     resume = resolve_resume(args.resume_from_checkpoint, args.output_dir)
     trainer = build_trainer(script_args, args, model_args)
     start = time.perf_counter()  # the RL phase; the cold start (if it ran) is timed in build_trainer
+    note_starting_over(resume, args.output_dir)
     if resume:
         print(f"arpo train: resuming from {resume}", file=sys.stderr)
     trainer.train(resume_from_checkpoint=resume)

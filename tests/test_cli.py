@@ -149,8 +149,11 @@ def test_rollout_interrupted_keeps_its_trees_and_says_so(tiny_model_dir, tmp_pat
     cmd = [sys.executable, "-m", "arpo_algo.cli", "rollout", "--model", str(tiny_model_dir), "--dataset",
            "arithmetic:500:3", "--tasks", "500", "--batch-tasks", "1", "-M", "2", "-N", "1", "--max-new-tokens", "8",
            "--max-completion-tokens", "32", "--out", str(out)]
+    # Ctrl-C as a terminal sends it, whatever this process inherited: a job started in the background (`cmd &`,
+    # nohup) ignores SIGINT, its children inherit that, and Python then installs no KeyboardInterrupt handler
     proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 300
     while (not out.exists() or len(out.read_text().splitlines()) < 2) and time.monotonic() < deadline:
         assert proc.poll() is None, "the rollout ended before writing two trees"

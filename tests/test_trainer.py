@@ -409,10 +409,15 @@ def test_resuming_from_last_skips_a_checkpoint_the_kill_cut_short(tmp_path, caps
     skipped = capsys.readouterr().err
     assert all(f"checkpoint-{n} is incomplete" in skipped for n in (6, 9, 12))
     # Without the flag the run starts over, and says so: a stopped run started again lost its steps without a word.
+    from arpo_algo.train import note_starting_over
+
     assert resolve_resume(None, str(tmp_path)) is None
+    note_starting_over(None, str(tmp_path))
     assert capsys.readouterr().err == (f"arpo train: {tmp_path} holds checkpoint-3 of an earlier run; this run "
                                        "starts over from step 0 (--resume_from_checkpoint last goes on from it)\n")
-    assert resolve_resume(None, str(tmp_path / "new")) is None and capsys.readouterr().err == ""
+    note_starting_over(None, str(tmp_path / "new"))
+    note_starting_over(str(complete), str(tmp_path))  # resuming: nothing to say
+    assert capsys.readouterr().err == ""
     with pytest.raises(SystemExit, match="checkpoint-6 is incomplete"):
         resolve_resume(str(tmp_path / "checkpoint-6"), str(tmp_path))
     assert resolve_resume(str(complete), str(tmp_path)) == str(complete)
