@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -18,7 +19,7 @@ def test_a_conversion_cut_short_is_converted_again(tmp_path, monkeypatch, tokeni
     monkeypatch.setenv("ARPO_CACHE_DIR", str(tmp_path))
     target = tmp_path / "models" / "smollm2-135m"
     target.mkdir(parents=True)
-    real = models.Path(tokenizer.name_or_path)  # the session's tokenizer: real files to copy
+    real = Path(tokenizer.name_or_path)  # the session's tokenizer: real files to copy
     for name in ("config.json", "tokenizer_config.json"):
         shutil.copy(real / name, target / name)
     model, loaded = models.load_model("smollm2-135m")
