@@ -144,7 +144,8 @@ def test_arpo_sft_command_trains_from_rollout_trees_on_stdin(traces, tokenizer, 
     out = tmp_path / "out"
     command = [sys.executable, "-m", "arpo_algo.cli", "sft", "--model_name_or_path", str(model_dir), "--from_rollouts",
                "-", "--output_dir", str(out), "--per_device_train_batch_size", "1", "--report_to", "none",
-               "--use_cpu", "true", "--save_strategy", "steps", "--save_steps", "2", "--gradient_checkpointing", "false"]
+               "--use_cpu", "true", "--save_strategy", "steps", "--save_steps", "2", "--gradient_checkpointing",
+               "false"]
     result = subprocess.run(command + ["--max_steps", "2"], input=stdin, capture_output=True, text=True, cwd=ROOT,
                             timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -154,7 +155,8 @@ def test_arpo_sft_command_trains_from_rollout_trees_on_stdin(traces, tokenizer, 
     result = subprocess.run(command + ["--max_steps", "3", "--resume_from_checkpoint", "last"], input=stdin,
                             capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert f"arpo sft: resuming from {out / 'checkpoint-2'}" in result.stderr and "SFT finished 3 steps" in result.stdout
+    assert f"arpo sft: resuming from {out / 'checkpoint-2'}" in result.stderr
+    assert "SFT finished 3 steps" in result.stdout
 
 
 def test_a_trajectory_file_with_a_byte_order_mark_keeps_its_first_record(tmp_path, capsys):
