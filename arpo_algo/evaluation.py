@@ -608,10 +608,10 @@ def make_runner(args: argparse.Namespace) -> Any:
 
 def same_settings(out: Path, settings: dict[str, Any]) -> None:
     """Samples already in `out` are reused (a run resumes), so they must have been made the same way: the model and
-    every setting that changes a sample (`Settings`; not the backend, the batch or how many items and runs) are kept
-    in ``out/settings.json`` by the run that began the samples, and while there are samples a run with others is
-    refused, saying which differ. Before, a run
-    with ``--mode direct`` or another temperature into the folder of an earlier one reported its samples as its own."""
+    every setting that changes a sample (`Settings`; not the backend, the batch or how many items and runs) are kept in
+    ``out/settings.json`` by the run that began the samples, and while there are samples a run with others is refused,
+    saying which differ. Before, a run with ``--mode direct`` or another temperature into the folder of an earlier one
+    reported its samples as its own."""
     path, samples = out / "settings.json", out / "samples.jsonl"
     if path.exists() and samples.exists() and samples.stat().st_size:
         try:
