@@ -76,9 +76,9 @@ def make_generator(model: str, backend: str = "hf") -> Any:
 
         return VLLMGenerator.from_pretrained(resolve(model))
     from arpo_algo.hf_generator import HFGenerator
-    from arpo_algo.models import load_model
+    from arpo_algo.models import generation_device, load_model
 
-    loaded, tokenizer = load_model(model)
+    loaded, tokenizer = load_model(model, device=generation_device())
     return HFGenerator(loaded, tokenizer)
 
 

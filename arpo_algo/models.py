@@ -129,6 +129,14 @@ def prompt_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
     return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
 
+def generation_device() -> str | None:
+    """Where `arpo rollout` and `arpo eval` generate with transformers: the GPU where there is one (their default
+    token budgets assume it), else the CPU (None: where the model loads)."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else None
+
+
 def bf16_available() -> bool:
     """Whether a device here trains in bf16 (a recent GPU, a TPU). TRL's configs default to bf16; on a CPU-only
     machine ARPO's configs default to fp32 instead, which is faster there and what TrainingArguments accepts."""

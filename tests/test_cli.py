@@ -222,3 +222,21 @@ def test_rollout_defaults_agree_everywhere_they_are_written():
         assert flags[flag] == getattr(rollout, field), f"arpo rollout --{flag.replace('_', '-')}"
         if in_trainer:
             assert getattr(trainer, in_trainer) == getattr(rollout, field), f"ARPOConfig.{in_trainer}"
+
+
+def test_transformers_generates_on_the_gpu_where_there_is_one(tiny_model_dir, monkeypatch):
+    """`arpo rollout` and `arpo eval` take the GPU budget where CUDA is there; their model must go there too."""
+    import torch
+
+    import arpo_algo.models as models
+    from arpo_algo.cli import make_generator
+
+    placed = []
+    load = models.load_model
+    monkeypatch.setattr(models, "load_model", lambda name, dtype=None, device=None: (placed.append(device),
+                                                                                     load(name, dtype))[1])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    make_generator(str(tiny_model_dir))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    make_generator(str(tiny_model_dir))
+    assert placed == ["cuda", None]
