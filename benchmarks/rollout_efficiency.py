@@ -4,7 +4,7 @@ memory and the share of wall time spent in the environments and tools.
     python benchmarks/rollout_efficiency.py [--tasks 8] [-M 8] [-N 4] [--backend hf] [--schedule continuous]
                                             [--repeats 1] [--seed 0] [--spare-samples 2] [--min-spare-samples 1]
                                             [--speculative]
-                                            [--default-kernel] [--family arithmetic]
+                                            [--default-kernel] [--family arithmetic] [--device cuda]
                                             [--warmup-steps 8] [--warmup-lr 2e-5]
     python benchmarks/rollout_efficiency.py --family chain:3 --warmup-steps 24 --warmup-lr 5e-5   # 3 calls a task
     .venv-vllm/bin/python benchmarks/rollout_efficiency.py --backend vllm    # vLLM (CPU build or GPU)
@@ -64,14 +64,16 @@ from arpo_algo.rollout import ARPORollout, GRPORollout, RolloutConfig
 
 
 def make_generator(backend: str, block_size: int | None = None, schedule: str = "continuous", steps_per_poll: int = 8,
-                   default_kernel: bool = False, warm: dict | None = None):
+                   default_kernel: bool = False, warm: dict | None = None, device: str = "cpu"):
     """The warmed-up model behind the chosen backend (vLLM loads the same weights from the warm-up's folder, so the
-    transformers model is only loaded to make that folder the first time). `warm`: `warmed_model`'s arguments."""
+    transformers model is only loaded to make that folder the first time). `warm`: `warmed_model`'s arguments;
+    `device`: where the transformers backend runs."""
     warm = warm or {}
     if backend == "hf":
         from arpo_algo.hf_generator import HFGenerator
 
-        return HFGenerator(*warmed_model(**warm), continuous=schedule == "continuous",
+        model, tokenizer = warmed_model(**warm)
+        return HFGenerator(model.to(device), tokenizer, continuous=schedule == "continuous",
                            steps_per_poll=steps_per_poll, packed_weights=False if default_kernel else None)
     if not (warmed_path(**warm) / "config.json").is_file():
         warmed_model(**warm)
@@ -98,8 +100,22 @@ def dataset(family: str) -> str:
     return family_spec(family, 1000, 777)
 
 
+def warm_cuda(generator) -> None:
+    """On a GPU, one forward before the clock starts: CUDA's start-up (its libraries' handles, the first kernels'
+    loading, about a second) is not the rollout's."""
+    model = getattr(generator, "model", None)
+    if model is None or next(model.parameters()).device.type != "cuda":
+        return
+    import torch
+
+    with torch.no_grad():
+        model(input_ids=torch.ones(2, 8, dtype=torch.long, device="cuda"), use_cache=True)
+    torch.cuda.synchronize()
+
+
 def run(cls, generator, tasks, config, family: str = "arithmetic"):
     engine = cls(generator, lambda: gym.make("ARPO-Math-v0", dataset=dataset(family)).unwrapped, config)
+    warm_cuda(generator)
     start = time.perf_counter()
     trees = engine.run(tasks)
     wall = time.perf_counter() - start
@@ -154,6 +170,9 @@ def main() -> None:
     parser.add_argument("--warmup-lr", type=float, default=warm["lr"].default,
                         help="the imitation warm-up's learning rate (default %(default)s)")
     parser.add_argument("--backend", choices=["hf", "vllm"], default="hf")
+    parser.add_argument("--device", default=None,
+                        help="transformers backend: where the model runs (default: cuda where there is a GPU, else "
+                             "cpu)")
     parser.add_argument("--schedule", choices=["continuous", "lockstep"], default="continuous",
                         help="transformers backend: continuous batching (the default) or lock-step rounds")
     parser.add_argument("--steps-per-poll", type=int, default=8,
@@ -180,13 +199,22 @@ def main() -> None:
                            spare_samples=args.spare_samples, min_spare_samples=args.min_spare_samples,
                            speculative_branches=args.speculative)
     tasks = list(range(args.tasks))
+    if args.device is None:
+        import torch
+
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
 
     if args.only:
         generator = make_generator(args.backend, args.block_size, args.schedule, args.steps_per_poll,
                                    args.default_kernel,
-                                   {"family": args.family, "steps": args.warmup_steps, "lr": args.warmup_lr})
+                                   {"family": args.family, "steps": args.warmup_steps, "lr": args.warmup_lr},
+                                   args.device)
         result = run(ARPORollout if args.only == "arpo" else GRPORollout, generator, tasks, config, args.family)
         result["peak MB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        if args.backend == "hf" and args.device.startswith("cuda"):
+            import torch
+
+            result["GPU peak MB"] = torch.cuda.max_memory_allocated() / 2**20
         print("RESULT " + json.dumps(result), flush=True)
         return
 
@@ -210,6 +238,8 @@ def main() -> None:
         block = " (lockstep)"
     if args.backend == "hf" and args.default_kernel:
         block = block[:-1] + ", default linear kernel)"
+    if args.backend == "hf":
+        block = block[:-1] + f", {args.device})"
     print(f"\n{args.backend} backend{block}, {args.tasks} {args.family} tasks, M={args.num_generations}, "
           f"N={args.num_global}, Z={config.branch_factor}, "
           f"alpha={config.alpha}, beta={config.beta}, "
@@ -219,9 +249,11 @@ def main() -> None:
     print("|---|---:|---:|---:|")
     for key in ("generated", "encoded", "prompt tokens", "tool result tokens", "notices", "notice tokens",
                 "tool calls", "wall s", "decode steps", "env s", "env share", "tool s",
-                "peak MB", "branches", "top-ups", "spares started", "spares taken", "spare tokens discarded",
+                "peak MB", "GPU peak MB", "branches", "top-ups", "spares started", "spares taken", "spare tokens discarded",
                 "spare tool calls discarded", "speculative started", "speculative kept",
                 "speculative tokens discarded", "trajectories", "longest trajectory", "mean trajectory", "mean reward"):
+        if key not in arpo:
+            continue
         a, g = arpo[key], grpo[key]
         ratio = f"{a / g:.2f}" if g and key not in ("branches", "mean reward", "env share") else "—"
         fmt = "{:.2f}" if isinstance(a, float) else "{}"
