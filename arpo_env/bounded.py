@@ -165,6 +165,7 @@ class WorkerPool:
         self.pid = os.getpid()
         self.lock = threading.Lock()
         self.workers: set[_Worker] = set()
+        self.prestarted = False
 
     def call(self, op: str, *args: Any, timeout_s: float | None = None, wait_s: float | None = None) -> Any:
         """Run `op` (a function of the worker's `OPS`) on JSON-able `args`; BoundExceeded past `timeout_s`. With
@@ -204,6 +205,31 @@ class WorkerPool:
         finally:
             self.idle.put(worker)
 
+    def prestart(self) -> None:
+        """Start the workers not started yet in the background, and return at once: a worker's start imports its
+        libraries (sympy and math-verify for scoring: a second on a warm disk, several on a machine's first run),
+        which then overlaps the rollout instead of holding up the first answers. A call that comes first takes a
+        free slot or waits for a worker, as always; a worker that fails to start leaves its slot to start again at
+        the next call."""
+        with self.lock:
+            if self.prestarted:
+                return
+            self.prestarted = True
+        for _ in range(self.size):
+            threading.Thread(target=self._start_one, name=f"arpo-{self.kind}-prestart", daemon=True).start()
+
+    def _start_one(self) -> None:
+        worker = self.idle.get()
+        try:
+            if worker is None:
+                worker = _Worker(self.kind)
+                with self.lock:
+                    self.workers.add(worker)
+        except Exception:  # noqa: BLE001 - the next call on this slot starts it again and says why
+            worker = None
+        finally:
+            self.idle.put(worker)
+
     def _discard(self, worker: _Worker) -> None:
         worker.kill()
         with self.lock:
@@ -227,6 +253,11 @@ def pool(kind: str = "score") -> WorkerPool:
         if found is None or found.pid != os.getpid():
             found = _POOLS[kind] = WorkerPool(kind=kind)
         return found
+
+
+def prestart(kind: str = "score") -> None:
+    """Start this process's `kind` workers in the background (`WorkerPool.prestart`), returning at once."""
+    pool(kind).prestart()
 
 
 @atexit.register

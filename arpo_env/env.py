@@ -131,6 +131,12 @@ class ToolEnv(gym.Env[str, str]):
         self._close_tools()
         self.tools = {tag: make() for tag, make in self.tool_factories.items()}
         self.state = EpisodeState(task)
+        # What the episode's tool calls and its score will need (an interpreter's template, scoring workers) starts
+        # now, in the background, while the model writes its first turn.
+        for part in (*self.tools.values(), self.reward_fn):
+            start = getattr(part, "prestart", None)
+            if start is not None:
+                start()
         user = prompts.user_turn(task.question)
         info = {"messages": [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": user}],
                 "task": task.as_dict()}

@@ -103,6 +103,15 @@ def math_score(prediction: str | None, gold: Any, meta: Mapping[str, Any] | None
     return 1.0 if math_equal(prediction, gold) else 0.0
 
 
+def _prestart_math_scoring() -> None:
+    from arpo_env.bounded import prestart
+
+    prestart("score")
+
+
+math_score.prestart = _prestart_math_scoring  # type: ignore[attr-defined]  # see HierarchicalReward.prestart
+
+
 Scorer = Callable[[str | None, Any, Mapping[str, Any]], float]
 """``scorer(prediction, gold, meta) -> float`` in [0, 1]; `meta` holds the question and the task's metadata."""
 
@@ -126,6 +135,13 @@ class HierarchicalReward:
         self.strict_think = strict_think
         self.tool_bonus = tool_bonus
         self.require_boxed = require_boxed
+
+    def prestart(self) -> None:
+        """Start what scoring will need in the background, returning at once: the scorer's ``prestart`` if it has
+        one (`math_score`'s starts math-verify's worker processes). An environment calls it as an episode starts."""
+        start = getattr(self.scorer, "prestart", None)
+        if start is not None:
+            start()
 
     def __call__(self, completion: str, gold: Any, meta: Mapping[str, Any] | None = None,
                  tools_ran: set[str] | None = None) -> RewardParts:

@@ -79,3 +79,26 @@ def test_scoring_survives_the_thread_that_started_its_workers():
             assert list(threads.map(lambda a: own.call("math_equal", a, ["0.5"]), ["1/2", "\\frac{1}{2}"])) == \
                 [True, True]
     own.close()
+
+
+def test_an_episode_starts_its_scoring_workers_before_its_first_answer():
+    """A scoring worker imports sympy and math-verify (a second here, several on a machine's first run): started at
+    reset, they are up by the time the first answer comes, and that answer is scored on them."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import time, gymnasium as gym, arpo_env\n"
+            "from arpo_env.bounded import pool\n"
+            "env = gym.make('ARPO-Math-v0').unwrapped\n"
+            "env.reset(options={'question': 'q', 'answer': '1'})\n"
+            "deadline = time.monotonic() + 120\n"
+            "while len(pool().workers) < pool().size and time.monotonic() < deadline:\n"
+            "    time.sleep(0.05)\n"
+            "up = len(pool().workers)\n"
+            "_, reward, *_ = env.step('<answer>\\\\boxed{\\\\frac{2}{2}}</answer>')\n"  # not the same string: math-verify
+            "print(up, pool().size, len(pool().workers), reward)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180,
+                         cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["2", "2", "2", "1.0"], out.stdout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import select
@@ -675,3 +676,55 @@ def test_garbage_collection_kills_the_worker():
     del box
     gc.collect()
     assert wait_until(lambda: not os.path.exists(f"/proc/{pid}") or "Z" in open(f"/proc/{pid}/stat").read().split()[2])
+
+
+def run_python(code: str) -> subprocess.CompletedProcess:
+    """`code` in a fresh interpreter (one with no template yet), from the project's root."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180,
+                          cwd=os.path.dirname(os.path.dirname(__file__)))
+
+
+def test_an_episode_starts_the_template_before_its_first_call():
+    """Starting the template imports numpy and sympy (a third of a second here, two on a machine's first run): begun
+    at reset, it overlaps the model's first turn instead of holding up the first call, which uses that template."""
+    out = run_python(
+        "import json, time, gymnasium as gym, arpo_env\n"
+        "from arpo_env.tools.sandbox import template_pids\n"
+        "env = gym.make('ARPO-Math-v0').unwrapped\n"
+        "assert not template_pids()\n"
+        "env.reset(options={'question': 'q', 'answer': '1'})\n"
+        "deadline = time.monotonic() + 120\n"
+        "while not template_pids() and time.monotonic() < deadline:\n"
+        "    time.sleep(0.05)\n"
+        "started = template_pids()\n"
+        "obs, *_ = env.step('<python>print(6 * 7)</python>')\n"
+        "print(json.dumps([started, template_pids(), '42' in obs]))\n"
+        "env.close()\n")
+    assert out.returncode == 0, out.stderr[-2000:]
+    started, after, answered = json.loads(out.stdout)
+    assert started and after == started and answered, out.stdout  # one template, up before the first call
+
+
+def test_a_fork_taken_while_a_template_starts_can_start_its_own():
+    """A host that forks (a vector env, a data loader) while a thread holds the template lock, as a background start
+    does for its length, must not leave its child a lock that nobody will ever release."""
+    out = run_python(
+        "import os, signal, threading\n"
+        "from arpo_env.tools import sandbox\n"
+        "held, release = threading.Event(), threading.Event()\n"
+        "def hold():\n"
+        "    with sandbox._templates_lock:\n"
+        "        held.set()\n"
+        "        release.wait()\n"
+        "threading.Thread(target=hold, daemon=True).start()\n"
+        "held.wait()\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    signal.alarm(60)\n"
+        "    box = sandbox.LocalSandbox()\n"
+        "    os._exit(0 if box.call('6 * 7').text == '42' else 3)\n"
+        "release.set()\n"
+        "_, status = os.waitpid(pid, 0)\n"
+        "print(os.waitstatus_to_exitcode(status))\n")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "0", out.stdout  # -14: the child hung on the lock until its alarm
