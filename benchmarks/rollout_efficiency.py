@@ -38,7 +38,9 @@ too). "longest trajectory" and "mean trajectory" are the model tokens of one tra
 trajectory's tokens are sampled one after another, so the longest is a floor under "decode steps" that no schedule can
 go below (ARPO's branches are made after tool calls, so its trees hold more of the long, tool-using paths than GRPO's
 independent samples). vLLM's engine start-up is not counted, and "peak MB" is the benchmark process's own (vLLM's engine
-core runs in a process of its own).
+core runs in a process of its own). On a GPU (``--device cuda``, the default where CUDA is there; transformers
+backend) one forward runs before the clock starts, so that CUDA's start-up is not counted either, and "GPU peak MB" is
+the most the GPU held.
 The model is SmolLM2-135M-Instruct after a short imitation warm-up on scripted episodes of the task family
 (`benchmarks/_warmup.py`), so that it calls tools at all; the tasks are held-out problems of that family
 (``--family``, `arpo_env.procedural`). On ``arithmetic`` one Python call solves a task, so a trajectory makes about
