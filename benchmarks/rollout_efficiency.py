@@ -251,8 +251,8 @@ def main() -> None:
     print("|---|---:|---:|---:|")
     for key in ("generated", "encoded", "prompt tokens", "tool result tokens", "notices", "notice tokens",
                 "tool calls", "wall s", "decode steps", "env s", "env share", "tool s",
-                "peak MB", "GPU peak MB", "branches", "top-ups", "spares started", "spares taken", "spare tokens discarded",
-                "spare tool calls discarded", "speculative started", "speculative kept",
+                "peak MB", "GPU peak MB", "branches", "top-ups", "spares started", "spares taken",
+                "spare tokens discarded", "spare tool calls discarded", "speculative started", "speculative kept",
                 "speculative tokens discarded", "trajectories", "longest trajectory", "mean trajectory", "mean reward"):
         if key not in arpo:
             continue
