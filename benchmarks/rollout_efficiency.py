@@ -202,9 +202,9 @@ def main() -> None:
                            speculative_branches=args.speculative)
     tasks = list(range(args.tasks))
     if args.device is None:
-        import torch
+        from arpo_algo.models import generation_device
 
-        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+        args.device = generation_device() or "cpu"
 
     if args.only:
         generator = make_generator(args.backend, args.block_size, args.schedule, args.steps_per_poll,
