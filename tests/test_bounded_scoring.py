@@ -3,6 +3,9 @@ the environment and through the TRL reward function, and the process goes on sco
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 
 import gymnasium as gym
@@ -84,10 +87,6 @@ def test_scoring_survives_the_thread_that_started_its_workers():
 def test_an_episode_starts_its_scoring_workers_before_its_first_answer():
     """A scoring worker imports sympy and math-verify (a second here, several on a machine's first run): started at
     reset, they are up by the time the first answer comes, and that answer is scored on them."""
-    import os
-    import subprocess
-    import sys
-
     code = ("import time, gymnasium as gym, arpo_env\n"
             "from arpo_env.bounded import pool\n"
             "env = gym.make('ARPO-Math-v0').unwrapped\n"
