@@ -96,9 +96,9 @@ class ARPOConfig(GRPOConfig):
                                      "only once the task is expected to fall short."})
     speculative_branches: bool = field(
         default=False, metadata={"help": "Start the branches a decision can make with the segment it is taken on "
-                                         "(transformers backend), keeping them if it branches and discarding them if "
-                                         "not: branches start k tokens sooner, the trees are the same, and the "
-                                         "discarded tokens are spent."})
+                                         "(transformers backend, vLLM's colocated engine), keeping them if it "
+                                         "branches and discarding them if not: branches start k tokens sooner, the "
+                                         "trees are the same, and the discarded tokens are spent."})
     max_new_tokens_per_turn: int = field(
         default=512, metadata={"help": "Tokens generated per turn (between two tool results)."})
     eval_temperature: float | None = field(

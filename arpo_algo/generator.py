@@ -12,9 +12,9 @@ engine calls:
 * `fork(path, at=None)` — a new path sharing the prefix ``tokens[:at]`` (and its cache: no re-encoding);
 * `submit(path, params, key, decide=None, speculative=())` and `poll()` — the same continuation, asked for one
   path at a time: `poll` returns ``(key, Segment)`` for the requests that have finished since the last call; a
-  backend with ``speculates = True`` (transformers) starts the `speculative` forks with the request and lets its
-  `decide` keep them or drop them; `cancel(key)` drops a request
-  (ARPO's spare samples that a task turns out not to need), counting the tokens it had generated. A *lock-step* backend
+  backend with ``speculates = True`` (transformers, vLLM's engine) starts the `speculative` forks with the request
+  and lets its `decide` keep them or drop them; `cancel(key)` drops a request (ARPO's spare samples that a task
+  turns out not to need), counting the tokens it had generated. A *lock-step* backend
   (``lockstep = True``: transformers with ``continuous=False``) generates everything submitted in one batch per
   `poll`; a *stepped* one (``stepped = True``: transformers, continuous batching) keeps a running batch that
   submitted paths join and ended ones leave, each poll a deterministic number of steps; an asynchronous one (vLLM,
@@ -114,13 +114,13 @@ class PathGenerator:
     generation, as soon as the segment's first ``entropy_k`` tokens are sampled: the paths it returns join the running
     batch at once (a branch then starts ``entropy_k`` tokens after its parent, not a whole segment later).
 
-    A backend with ``speculates = True`` (transformers) also takes *speculative* forks with a request that decides:
-    (key, path, params) like `decide`'s, each a fork of the request's path at the start of its segment. They start
-    generating with it, before the decision is known; the decision keeps those whose keys it returns (they go on and
-    come back from `poll` like any request, having started ``entropy_k`` tokens sooner) and drops the others, whose
-    tokens are counted in ``stats.speculative_tokens``. A speculative fork that ends before the decision waits for
-    it. What a fork generates depends only on its path and seed, so speculation changes when a branch runs, not what
-    it draws."""
+    A backend with ``speculates = True`` (transformers, vLLM's engine) also takes *speculative* forks with a request
+    that decides: (key, path, params) like `decide`'s, each a fork of the request's path at the start of its segment.
+    They start generating with it, before the decision is known; the decision keeps those whose keys it returns (they go
+    on and come back from `poll` like any request, having started ``entropy_k`` tokens sooner) and drops the others,
+    whose tokens are counted in ``stats.speculative_tokens``. A speculative fork that ends before the decision waits for
+    it. What a fork generates depends only on its path and seed, so speculation changes when a branch runs, not what it
+    draws."""
 
     lockstep = True
     decides_mid_segment = False

@@ -48,10 +48,10 @@ pool, generate again). Three kinds of backend:
 * asynchronous (vLLM: each path its own request, continuously batched): a path goes on the moment its tool result
   is back, and tool calls overlap generation.
 
-On the transformers backend ARPO's decision is taken as soon as the segment's first k tokens are sampled; the
-branches it can make have been generating since the segment started (speculative branches, kept if the decision
-branches and dropped if not: `RolloutConfig.speculative_branches`), or, without speculation, join the running batch
-then.
+On the transformers backend and vLLM's engine ARPO's decision is taken as soon as the segment's first k tokens are
+sampled; the branches it can make have been generating since the segment started (speculative branches, kept if the
+decision branches and dropped if not: `RolloutConfig.speculative_branches`), or, without speculation, join the
+running batch then.
 
 What a seed fixes: each branch decision draws from its own generator, seeded by (seed, task, path, tool step), and
 each request is sampled with its own seed on the vLLM backends, so neither depends on the order of events. On the
@@ -113,9 +113,9 @@ class RolloutConfig:
     """Spares each task keeps under way from the rollout's start while it can still fall short of M, expected to or
     not (at most `spare_samples`). 0: spares start only when the task is expected to fall short."""
     speculative_branches: bool = False
-    """On a backend that can (``speculates``: transformers), a path's possible branches start with the segment
-    their decision is taken on, right after the tool result, instead of k tokens later: the decision keeps them if
-    it branches and drops them (their tokens discarded, counted) if not. The decision and what each branch draws are
+    """On a backend that can (``speculates``: transformers, vLLM's engine), a path's possible branches start with the
+    segment their decision is taken on, right after the tool result, instead of k tokens later: the decision keeps them
+    if it branches and drops them (their tokens discarded, counted) if not. The decision and what each branch draws are
     the same either way; branches end k tokens sooner. Off by default: in `benchmarks/rollout_efficiency.py
     --speculative` they saved under 2% of the decoding steps for 3–5% more tokens."""
 

@@ -4,7 +4,8 @@ Each path's continuation is its own request, holding the path's full token seque
 engine the moment the path is ready and `poll` steps the engine, returning the requests that finished (continuous
 batching: a path whose tool result is back joins the running batch at the next step). Requests stream their tokens
 (``RequestOutputKind.DELTA``), so ARPO's branch decision is taken as soon as a segment's first k tokens are out and
-the branches join the running batch then, k tokens behind their parent rather than a whole segment; `cancel` aborts
+the branches join the running batch then, k tokens behind their parent rather than a whole segment, or, speculative
+(``speculates``), start with it as requests of their own and are kept or aborted by the decision; `cancel` aborts
 a request. vLLM's automatic prefix caching recognises the shared prefixes (the prompt, everything before a branch
 point, everything before an observation), so only new tokens are computed: whole KV blocks are shared, so each
 request re-encodes the partial block at its end (`from_pretrained` uses 32-token blocks on the CPU, whose default
@@ -26,7 +27,7 @@ from __future__ import annotations
 import math
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from arpo_algo.entropy import top_logprob_entropy
 from arpo_algo.generator import Decide, GeneratorStats, Path, PathGenerator, SamplingParams, Segment
@@ -85,10 +86,18 @@ class _Stream:
     text: list[str] = field(default_factory=list)
     cached: int | None = None
     """Prompt tokens found in the prefix cache (known from its first output on)."""
+    request_id: str = ""
+    undecided: dict[Any, "_Stream"] = field(default_factory=dict)
+    """Its speculative forks, by key, until its decision keeps or drops them."""
+    parent: "_Stream | None" = None
+    """A speculative fork's parent, until the parent's decision."""
+    held: Any = None
+    """A speculative fork that finished before its parent's decision: its last output, until the decision."""
 
 
 class VLLMGenerator(_CacheServedPaths):
     decides_mid_segment = True
+    speculates = True
 
     def __init__(self, llm: Any, tokenizer: Any | None = None, top_logprobs: int = 20) -> None:
         self.llm = llm
@@ -123,16 +132,27 @@ class VLLMGenerator(_CacheServedPaths):
                   dtype=dtype, max_model_len=max_model_len, **kwargs)
         return cls(llm)
 
-    def submit(self, path: Path, params: SamplingParams, key: Any, decide: Decide | None = None) -> None:
+    def submit(self, path: Path, params: SamplingParams, key: Any, decide: Decide | None = None,
+               speculative: Sequence[tuple[Any, Path, SamplingParams]] = ()) -> None:
         """Add the path's continuation to the engine as its own request (continuous batching: it joins the running
         batch at the engine's next step). `decide` is called once its first ``entropy_k`` tokens are out (or it
-        ends sooner); the forks it returns are submitted at once."""
+        ends sooner); the forks it returns are submitted at once. The `speculative` forks are submitted with it,
+        each its own request: the decision keeps those it names (they go on, and come back from `poll` like any
+        request) and aborts the others, whose tokens count in ``stats.speculative_tokens``; one that finishes
+        before the decision comes back with it, if kept."""
+        _check_logprobs_mode(self.logprobs_mode, params)
+        self._check_decide(decide, speculative)
+        parent = self._add(path, params, key, decide)
+        for fork_key, fork_path, fork_params in speculative:
+            fork = self._add(fork_path, fork_params, fork_key)
+            fork.parent = parent
+            parent.undecided[fork_key] = fork
+
+    def _add(self, path: Path, params: SamplingParams, key: Any, decide: Decide | None = None) -> _Stream:
         from vllm import SamplingParams as VLLMParams
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
 
-        _check_logprobs_mode(self.logprobs_mode, params)
-        self._check_decide(decide)
         self.stats.calls += 1
         self._counter += 1
         request_id = f"arpo-{self._counter}"
@@ -141,7 +161,8 @@ class VLLMGenerator(_CacheServedPaths):
                               seed=params.seed if params.seed is not None else self._next_seed(),
                               output_kind=RequestOutputKind.DELTA)
         self.llm.llm_engine.add_request(request_id, TokensPrompt(prompt_token_ids=list(path.tokens)), sampling)
-        self._requests_in_flight[request_id] = _Stream(key, path, params, decide)
+        stream = self._requests_in_flight[request_id] = _Stream(key, path, params, decide, request_id=request_id)
+        return stream
 
     def poll(self) -> list[tuple[Any, Segment]]:
         """One engine step: the requests it finished (often none: the caller looks at its tool calls meanwhile),
@@ -159,22 +180,46 @@ class VLLMGenerator(_CacheServedPaths):
             self._take(stream, out)
             if stream.decide is not None and (out.finished or len(stream.ids) >= stream.params.entropy_k):
                 decide, stream.decide = stream.decide, None
+                undecided, stream.undecided = stream.undecided, {}
                 for key, path, params in decide(list(stream.entropies)):
-                    self.submit(path, params, key)
+                    kept = undecided.pop(key, None)
+                    if kept is None:
+                        self.submit(path, params, key)
+                        continue
+                    kept.parent = None  # a speculative fork, under way (or finished, and waiting)
+                    if kept.held is not None:
+                        done.append((kept.key, self._segment(kept, kept.held)))
+                for fork in undecided.values():
+                    self._discard(fork)
             if out.finished:
                 del self._requests_in_flight[out.request_id]
-                done.append((stream.key, self._segment(stream, out.outputs[0])))
+                if stream.parent is not None:  # a speculative fork: back only if its parent's decision keeps it
+                    stream.held = out.outputs[0]
+                else:
+                    done.append((stream.key, self._segment(stream, out.outputs[0])))
         return done
 
     def cancel(self, key: Any) -> int:
-        """Abort the request submitted under `key`; returns the tokens it had generated."""
+        """Abort the request submitted under `key` (and its speculative forks); returns the tokens it had
+        generated."""
         for request_id, stream in self._requests_in_flight.items():
             if stream.key == key:
                 self.llm.llm_engine.abort_request([request_id])
                 del self._requests_in_flight[request_id]
                 self._count(stream)
+                for fork in stream.undecided.values():
+                    self._discard(fork)
+                stream.undecided = {}
                 return len(stream.ids)
         return 0
+
+    def _discard(self, fork: _Stream) -> None:
+        """Let a speculative fork go (its decision did not keep it): its request aborted, its tokens counted."""
+        fork.parent = None
+        if self._requests_in_flight.pop(fork.request_id, None) is not None:
+            self.llm.llm_engine.abort_request([fork.request_id])
+        self._count(fork)
+        self.stats.speculative_tokens += len(fork.ids)
 
     def _take(self, stream: _Stream, out: Any) -> None:
         """Add a streamed output's new tokens (their log-probs, and the entropies of the first ``entropy_k``)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import replace
 
 import pytest
 
@@ -334,6 +335,103 @@ def test_a_cancelled_request_is_aborted_in_the_engine(generator, tokenizer):
     assert [key for key, _ in back] == ["kept"]
     assert not generator._requests_in_flight and not generator.llm.llm_engine.has_unfinished_requests()
     assert generator.stats.generated_tokens - before == len(back[0][1].token_ids) + dropped
+
+
+def drain(generator, limit: int = 400) -> list[dict]:
+    """Poll until nothing is in flight: what each engine step brought back."""
+    polls = []
+    while generator._requests_in_flight and len(polls) < limit:
+        polls.append(dict(generator.poll()))
+    assert not generator._requests_in_flight and not generator.llm.llm_engine.has_unfinished_requests()
+    return polls
+
+
+def test_speculative_forks_start_with_their_parent_and_the_decision_keeps_or_drops_them(generator, tokenizer):
+    """Two speculative forks are their own requests from the parent's first step; the decision after k tokens keeps
+    one, which draws exactly what the same request draws alone (its own seed) and comes back like any request; the
+    other is aborted in the engine, its tokens counted as discarded."""
+    from arpo_algo.generator import SamplingParams
+
+    ids = prompt(tokenizer)
+    params = SamplingParams(max_new_tokens=24, temperature=1.0, entropy_k=4, stop=(), seed=11)
+    fork_params = {"s1": replace(params, seed=12), "s2": replace(params, seed=13)}
+    forks = {key: generator.fork(generator.new_path(ids)) for key in fork_params}
+    seen = {}
+
+    def decide(entropies):
+        seen["entropies"] = len(entropies)
+        seen["s2 tokens"] = len(next(st for st in generator._requests_in_flight.values() if st.key == "s2").ids)
+        return [("s1", forks["s1"], fork_params["s1"])]
+
+    before, spent = generator.stats.generated_tokens, generator.stats.speculative_tokens
+    generator.submit(generator.new_path(ids), params, "a", decide,
+                     [(key, forks[key], fork_params[key]) for key in forks])
+    got = {key: seg for poll in drain(generator) for key, seg in poll.items()}
+    assert seen["entropies"] == 4 and sorted(got) == ["a", "s1"]
+    assert seen["s2 tokens"] >= 1  # it was generating beside its parent before the decision
+    dropped = generator.stats.speculative_tokens - spent
+    assert seen["s2 tokens"] <= dropped < 24
+    assert generator.stats.generated_tokens - before == len(got["a"].token_ids) + len(got["s1"].token_ids) + dropped
+    alone = generator.generate([generator.new_path(ids)], fork_params["s1"])[0]
+    assert got["s1"].token_ids == alone.token_ids and forks["s1"].tokens == ids + alone.token_ids
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_a_speculative_fork_that_finishes_first_waits_for_the_decision(generator, tokenizer, keep):
+    """A speculative fork whose segment ends before its parent's k-th token comes back only with the decision, and
+    only if the decision keeps it; if not, its tokens are discarded."""
+    from arpo_algo.generator import SamplingParams
+
+    ids = prompt(tokenizer)
+    params = SamplingParams(max_new_tokens=24, temperature=1.0, entropy_k=8, stop=(), seed=21)
+    short = replace(params, max_new_tokens=2, seed=22)
+    fork = generator.fork(generator.new_path(ids))
+    decided_at = []
+
+    def decide(entropies):
+        decided_at.append(len(polls))
+        return [("s", fork, short)] if keep else []
+
+    spent = generator.stats.speculative_tokens
+    generator.submit(generator.new_path(ids), params, "a", decide, [("s", fork, short)])
+    polls = []
+    while generator._requests_in_flight:
+        polls.append(dict(generator.poll()))
+    polls += drain(generator)
+    where = {key: i for i, poll in enumerate(polls) for key in poll}
+    (at,) = decided_at
+    if keep:
+        assert where["s"] == at and len(polls[at]["s"].token_ids) == 2  # held from its 2nd token to the 8th
+        assert generator.stats.speculative_tokens == spent
+    else:
+        assert list(where) == ["a"] and generator.stats.speculative_tokens - spent == 2
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.0])
+def test_speculative_branches_through_vllm(generator, alpha):
+    """ARPO with speculative branches on the engine: with α = 1 the branches are speculative ones (started with the
+    segment after a tool result, so no branch waits for its decision), with α = 0 all are aborted, their tokens
+    counted; exactly M per task either way, and nothing left in the engine."""
+    import gymnasium as gym
+    from tiny_agent import TASK
+
+    import arpo_env  # noqa: F401
+    from arpo_algo.rollout import ARPORollout, RolloutConfig
+
+    config = RolloutConfig(num_generations=4, num_global=2, alpha=alpha, beta=0.0, max_new_tokens=32,
+                           max_completion_tokens=400, temperature=0.5, seed=0, entropy_k=4, spare_samples=0,
+                           min_spare_samples=0, speculative_branches=True)
+    spent = generator.stats.speculative_tokens
+    engine = ARPORollout(generator, lambda: gym.make("ARPO-Math-v0").unwrapped, config)
+    (tree,) = engine.run([TASK])
+    assert len(tree.trajectories) == 4 and engine.speculative["started"] > 0
+    assert not generator._requests_in_flight and not generator.llm.llm_engine.has_unfinished_requests()
+    if alpha:  # the first decision takes the task's branch budget: a speculative branch of the other is dropped
+        assert tree.branches == 2 and engine.speculative["kept"] == 2
+        assert (generator.stats.speculative_tokens > spent) == (engine.speculative["started"] > 2)
+    else:
+        assert tree.branches == 0 and engine.speculative["kept"] == 0
+        assert generator.stats.speculative_tokens > spent
 
 
 def vllm_prompt_logprobs(llm, ids: list[int]) -> list[float]:
