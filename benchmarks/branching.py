@@ -25,6 +25,7 @@ from _warmup import warmed_model
 import arpo_env  # noqa: F401
 from arpo_algo.entropy import branch_probability
 from arpo_algo.hf_generator import HFGenerator
+from arpo_algo.models import generation_device
 from arpo_algo.rollout import ARPORollout, RolloutConfig
 from arpo_algo.tree import write_jsonl
 
@@ -70,6 +71,7 @@ def main() -> None:
     args = parser.parse_args()
 
     model, tokenizer = warmed_model()
+    model = model.to(generation_device() or "cpu")  # the GPU where there is one
     config = RolloutConfig(num_generations=args.num_generations, num_global=args.num_global,
                            max_new_tokens=args.max_new_tokens, max_completion_tokens=512, seed=args.seed)
     engine = ARPORollout(HFGenerator(model, tokenizer),

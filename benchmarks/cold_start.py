@@ -22,10 +22,10 @@ def evaluate(model: str, env_kwargs: dict, n_tasks: int, max_new_tokens: int, la
 
     import arpo_env  # noqa: F401
     from arpo_algo.hf_generator import HFGenerator
-    from arpo_algo.models import load_model
+    from arpo_algo.models import generation_device, load_model
     from arpo_algo.rollout import GRPORollout, RolloutConfig
 
-    loaded, tokenizer = load_model(model)
+    loaded, tokenizer = load_model(model, device=generation_device())  # the GPU where there is one
     config = RolloutConfig(num_generations=1, num_global=1, max_new_tokens=max_new_tokens,
                            max_completion_tokens=3 * max_new_tokens, temperature=0.0, branching=False)
     with tqdm(total=n_tasks, desc=label, unit="episode") as bar:

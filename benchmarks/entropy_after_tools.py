@@ -31,7 +31,7 @@ from tqdm import tqdm
 import arpo_env  # noqa: F401
 from arpo_algo.generator import SamplingParams
 from arpo_algo.hf_generator import HFGenerator
-from arpo_algo.models import load_model, prompt_ids
+from arpo_algo.models import generation_device, load_model, prompt_ids
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -73,7 +73,7 @@ def episodes(suite: str, n: int, data_dir: str) -> list[tuple[list[dict], str, s
 
 
 def measure(model_name: str, suites: dict[str, list], k: int, seed: int) -> dict[str, dict]:
-    model, tokenizer = load_model(model_name)
+    model, tokenizer = load_model(model_name, device=generation_device())  # the GPU where there is one
     generator = HFGenerator(model, tokenizer)
     generator.seed(seed)
     params = SamplingParams(max_new_tokens=k, temperature=1.0, entropy_k=k)
