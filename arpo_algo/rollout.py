@@ -68,6 +68,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+import warnings
 from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -279,6 +280,7 @@ class ARPORollout:
         probabilities of its decisions, and the tool steps of its finished paths."""
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None  # the tool pool of the rollout under way
+        self._closing: list[Future] = []  # the envs it is closing
 
     @contextmanager
     def _env_time(self) -> Iterator[None]:
@@ -379,11 +381,16 @@ class ARPORollout:
                         trees[t] = self._tree(state)
                         if on_tree:
                             on_tree(t, trees[t])
-        return [tree if tree is not None else self._tree(state) for tree, state in zip(trees, states)]
+        self._pool = None
+        trees = [tree if tree is not None else self._tree(state) for tree, state in zip(trees, states)]
+        for future in self._closing:  # done: the pool's exit waited for them
+            if future.exception() is not None:
+                warnings.warn(f"an environment failed to close: {future.exception()!r}", RuntimeWarning, stacklevel=2)
+        self._closing = []
+        return trees
 
     def _tree(self, state: _TaskState) -> RolloutTree:
-        with self._env_time():
-            state.root_env.close()
+        self._close(state.root_env)
         return RolloutTree(state.task, self.algo, state.nodes, state.done,
                            {"branches": sum(n.kind == "branch" for n in state.nodes),
                             "tool_calls": sum(tr.tool_calls for tr in state.done)})
@@ -476,8 +483,7 @@ class ARPORollout:
             x.steps += 1
         if x.cancelled:  # a spare stopped while its tool ran
             self.spares["discarded_tool_calls"] += bool(info.get("tool"))
-            with self._env_time():
-                x.environment().close()
+            self._close(x.environment())
             return False
         x.tool_steps_left = self._tool_steps_left(x.environment())
         if terminated or truncated:
@@ -575,6 +581,22 @@ class ARPORollout:
             children.append(child)
         self.speculative["kept"] += min(count, len(speculative))
         return children
+
+    def _close(self, env: Any) -> None:
+        """Close an env that is done with (its sandbox's process killed, its working directory removed) off the
+        critical path: in the tool pool while the rollout runs (its time counts in `step_seconds`), else here."""
+        if self._pool is not None:
+            try:
+                self._closing.append(self._pool.submit(self._closed, env))
+                return
+            except RuntimeError:  # the pool of a rollout that stopped on an error: shut down
+                pass
+        with self._env_time():
+            env.close()
+
+    def _closed(self, env: Any) -> None:
+        with self._pool_time():
+            env.close()
 
     def _forks(self, env: Any, count: int) -> list[Any]:
         """`count` live copies of `env`, one after another (a tool pool job; its time counts in `step_seconds`)."""
@@ -689,8 +711,7 @@ class ARPORollout:
         self.spares["discarded_tokens"] += sum(x.mask) + dropped
         self.spares["discarded_tool_calls"] += x.steps
         if x.ended is None and not x.stepping:
-            with self._env_time():
-                x.environment().close()
+            self._close(x.environment())
 
     def _capacity(self, x: _Live) -> int:
         """The most trajectories a live path can still end as: Z^r with r its tool steps left (each branch point
@@ -718,8 +739,7 @@ class ARPORollout:
                 parts = env.score().as_dict()
         trajectory = Trajectory(x.node, state.prompt_ids, x.completion, x.mask, x.logprobs, x.entropies, x.segments,
                                 float(parts["total"]), parts, env_state.total_tool_calls, x.decisions, truncated)
-        with self._env_time():
-            env.close()
+        self._close(env)
         if x.spare:  # not seen until taken: what spares do must not steer which spares run
             x.ended = trajectory
             return

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import replace
+import threading
 import time
+from dataclasses import replace
 
 import gymnasium as gym
 import pytest
@@ -172,6 +173,43 @@ def test_same_seed_same_trees_whatever_the_tools_timing(agent, tokenizer, contin
         assert [(n.parent, n.start, n.kind, n.turn) for n in x.nodes] == [(n.parent, n.start, n.kind, n.turn)
                                                                           for n in y.nodes]
     assert sum(t.tool_calls for x in a for t in x.trajectories) > 0
+
+
+def test_finished_environments_close_off_the_critical_path(agent, tokenizer):
+    """An env that is done with (a finished trajectory's, a task's root) is closed in the tool pool, not on the
+    thread that drives generation, and every one is closed by the time the rollout returns; what it costs counts as
+    the tools' time, not the environments' time on the critical path."""
+    closed, made = [], []
+    main = threading.get_ident()
+
+    class SlowClose(type(make_env())):
+        def close(self):
+            time.sleep(0.05)
+            closed.append((id(self), threading.get_ident()))
+            super().close()
+
+    def make():
+        env = SlowClose(sandbox_options={"timeout_s": 5}, max_tool_calls=4)
+        made.append(env)
+        return env
+
+    forked = []
+    fork = SlowClose.fork
+
+    def recording_fork(self):
+        child = fork(self)
+        forked.append(child)
+        return child
+
+    SlowClose.fork = recording_fork
+    cfg = RolloutConfig(num_generations=4, num_global=2, alpha=1.0, beta=0.0, max_new_tokens=24,
+                        max_completion_tokens=400, temperature=0.3, seed=1, spare_samples=0, min_spare_samples=0)
+    engine = ARPORollout(HFGenerator(agent, tokenizer), make, cfg)
+    (tree,) = engine.run([TASK])
+    assert len(tree.trajectories) == 4 and len(made) == 1 and len(forked) == 4
+    assert sorted(i for i, _ in closed) == sorted(id(env) for env in made + forked)  # each once
+    assert all(thread != main for _, thread in closed)
+    assert engine.step_seconds >= 0.05 * len(closed)  # counted as the tools' time
 
 
 def test_jsonl_round_trip_appends(agent, tokenizer, tmp_path):
