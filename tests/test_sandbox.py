@@ -67,6 +67,20 @@ def test_fork_copies_live_state_and_is_independent(box):
         child.close()
 
 
+def test_a_cell_that_rebinds_json_keeps_its_interpreter(box):
+    """The channel's codec was taken before any cell ran: a cell that rebinds ``json.dumps`` and ``json.loads`` for
+    its own use gets them, and the worker, its variables and its forks go on (before, the worker died at its answer
+    and every variable was lost)."""
+    box.call("import json\nx = 41\njson.dumps = lambda *a, **k: 'mine'\njson.loads = lambda *a, **k: 'mine too'")
+    out = box.call("print(json.dumps({}), json.loads('1'), x + 1)")
+    assert not out.failed and out.text == "mine mine too 42" and not box.restarts
+    child = box.fork()
+    try:
+        assert child.call("x + 2").text == "43" and child.call("json.dumps(1)").text == "'mine'"
+    finally:
+        child.close()
+
+
 def test_fork_copies_the_random_state(box):
     # A copy of the interpreter draws what the original would have drawn next (Python's `random` reseeds itself in
     # every forked process unless the fork puts its state back), with `random` and numpy's global generator alike.

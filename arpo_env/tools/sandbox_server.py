@@ -65,6 +65,9 @@ import traceback
 MAX_MESSAGE = 64 * 1024 * 1024
 _RANDOM = random._inst  # `random`'s global generator (what random.random() draws from), as the template imported it
 _HEADER = struct.Struct("!I")
+_DUMPS, _LOADS = json.dumps, json.loads
+"""The channel's codec, taken before any cell runs: a cell that rebinds ``json.dumps`` or ``json.loads`` for its own
+use (``json.dumps = functools.partial(json.dumps, default=str)``) changes what its code calls, not the channel."""
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -87,11 +90,11 @@ def recv_message(sock: socket.socket) -> tuple[dict, list[int]]:
     (size,) = _HEADER.unpack(_recv_exact(sock, _HEADER.size, fds))
     if size > MAX_MESSAGE:
         raise ValueError(f"message of {size} bytes is over the {MAX_MESSAGE}-byte limit")
-    return json.loads(_recv_exact(sock, size, fds)), fds
+    return _LOADS(_recv_exact(sock, size, fds)), fds
 
 
 def send_message(sock: socket.socket, message: dict, fds: list[int] | None = None) -> None:
-    data = json.dumps(message).encode()  # ensure_ascii: lone surrogates in model text survive the trip
+    data = _DUMPS(message).encode()  # ensure_ascii: lone surrogates in model text survive the trip
     frame = _HEADER.pack(len(data)) + data
     if fds:
         socket.send_fds(sock, [frame[:_HEADER.size]], fds)
