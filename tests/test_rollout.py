@@ -179,7 +179,7 @@ def test_finished_environments_close_off_the_critical_path(agent, tokenizer):
     """An env that is done with (a finished trajectory's, a task's root) is closed in the tool pool, not on the
     thread that drives generation, and every one is closed by the time the rollout returns; what it costs counts as
     the tools' time, not the environments' time on the critical path."""
-    closed, made = [], []
+    closed, made, forked = [], [], []
     main = threading.get_ident()
 
     class SlowClose(type(make_env())):
@@ -188,20 +188,14 @@ def test_finished_environments_close_off_the_critical_path(agent, tokenizer):
             closed.append((id(self), threading.get_ident()))
             super().close()
 
+        def fork(self):
+            forked.append(super().fork())
+            return forked[-1]
+
     def make():
-        env = SlowClose(sandbox_options={"timeout_s": 5}, max_tool_calls=4)
-        made.append(env)
-        return env
+        made.append(SlowClose(sandbox_options={"timeout_s": 5}, max_tool_calls=4))
+        return made[-1]
 
-    forked = []
-    fork = SlowClose.fork
-
-    def recording_fork(self):
-        child = fork(self)
-        forked.append(child)
-        return child
-
-    SlowClose.fork = recording_fork
     cfg = RolloutConfig(num_generations=4, num_global=2, alpha=1.0, beta=0.0, max_new_tokens=24,
                         max_completion_tokens=400, temperature=0.3, seed=1, spare_samples=0, min_spare_samples=0)
     engine = ARPORollout(HFGenerator(agent, tokenizer), make, cfg)
