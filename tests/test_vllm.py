@@ -337,9 +337,9 @@ def test_a_cancelled_request_is_aborted_in_the_engine(generator, tokenizer):
     assert generator.stats.generated_tokens - before == len(back[0][1].token_ids) + dropped
 
 
-def drain(generator, limit: int = 400) -> list[dict]:
-    """Poll until nothing is in flight: what each engine step brought back."""
-    polls = []
+def drain(generator, polls: list[dict] | None = None, limit: int = 400) -> list[dict]:
+    """Poll until nothing is in flight: what each engine step brought back (appended to `polls`)."""
+    polls = [] if polls is None else polls
     while generator._requests_in_flight and len(polls) < limit:
         polls.append(dict(generator.poll()))
     assert not generator._requests_in_flight and not generator.llm.llm_engine.has_unfinished_requests()
@@ -392,12 +392,9 @@ def test_a_speculative_fork_that_finishes_first_waits_for_the_decision(generator
         decided_at.append(len(polls))
         return [("s", fork, short)] if keep else []
 
-    spent = generator.stats.speculative_tokens
+    spent, polls = generator.stats.speculative_tokens, []
     generator.submit(generator.new_path(ids), params, "a", decide, [("s", fork, short)])
-    polls = []
-    while generator._requests_in_flight:
-        polls.append(dict(generator.poll()))
-    polls += drain(generator)
+    drain(generator, polls)
     where = {key: i for i, poll in enumerate(polls) for key in poll}
     (at,) = decided_at
     if keep:
