@@ -20,6 +20,7 @@ the dataset column ``answer``, ``ground_truth``, ``solution`` or ``reward_model[
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -61,17 +62,43 @@ def _as_latex(text: str) -> str:
     return text if "\\boxed" in text else f"\\boxed{{{text}}}"
 
 
+_TEXT_MACRO = re.compile(r"\\(?:text|textrm|textit|textbf|textnormal|mathrm|mbox|operatorname)\s*\{([^{}]*)\}")
+_PROSE = re.compile(r"[A-Za-z][A-Za-z\s,.;:!?'\-]*")
+_WORD = re.compile(r"[A-Za-z]+")
+
+
+def prose(answer: str, least: int = 2) -> str | None:
+    r"""`answer` as lower-case words joined by spaces when it is prose: letters, spaces and punctuation only (after
+    ``\text{…}`` and its kin are unwrapped) with at least `least` distinct words of three letters or more; else None.
+
+    math-verify reads plain prose as a product of one-letter symbols: "the cat sat on the mat" equals the same words
+    in any order, and a few hundred characters take it a second or more. Prose is not mathematics: `math_equal`
+    compares it as text. Short letter strings ("ABD", "abc", "No", "A and B") stay math-verify's, which reads them as
+    it always has (as products: "seat" equals "east")."""
+    text = _TEXT_MACRO.sub(r" \1 ", answer).replace("\\ ", " ").replace("~", " ").strip().strip("$").strip()
+    if not _PROSE.fullmatch(text):
+        return None
+    words = _WORD.findall(text.lower())
+    if len({w for w in words if len(w) >= 3}) < least:
+        return None
+    return " ".join(words)
+
+
 def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None) -> bool:
     """Whether `prediction` and `gold` are the same mathematical answer (math-verify; any gold alias may match).
 
     Bounded from any thread: math-verify runs in a killable worker process (`arpo_env.bounded`); an answer that
     makes it overrun `timeout_s` (default ``ARPO_SCORE_TIMEOUT``, 5 s), exhaust its memory or crash is not equal.
+    A prediction in prose (`prose`) is compared as text, in this thread: equal when a gold alias has the same words.
     """
     if prediction is None or not str(prediction).strip():
         return False
     golds = [str(g) for g in (gold if isinstance(gold, (list, tuple)) else [gold])]
     if any(g.strip() == str(prediction).strip() for g in golds):
         return True
+    words = prose(str(prediction))
+    if words is not None:  # not mathematics: compared as text, here
+        return any(prose(g, least=1) == words for g in golds)
     from arpo_env.bounded import BoundExceeded, pool
 
     try:

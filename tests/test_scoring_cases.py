@@ -79,6 +79,16 @@ MATH = [
     ("math500", "\\text{east}", answer("\\text{west}"), 0.0),
     ("math500", "(a+5)(b+2)", answer("(b+2)(a+5)"), 1.0),
     ("math500", "(a+5)(b+2)", answer("(a+2)(b+5)"), 0.0),
+    # prose is text, not a product of letters; short letter strings stay math-verify's
+    ("math500", "\\text{no real solutions}", answer("no real solutions"), 1.0),
+    ("math500", "\\text{no real solutions}", answer("\\text{No real solutions.}"), 1.0),
+    ("math500", "\\text{the cat sat on the mat}", answer("the mat sat on the cat"), 0.0),
+    ("math500", "\\text{the cat sat on the mat}", answer("on the mat the cat sat"), 0.0),
+    ("math", "the cat sat on the mat", answer("on the mat the cat sat"), 0.0),
+    ("math", "the cat sat on the mat", answer("The cat sat on the mat."), 1.0),
+    ("math500", "42", answer("the answer is forty two"), 0.0),
+    ("math500", "\\text{(C)}", answer("\\text{C}"), 1.0),
+    ("math500", "ABD", answer("DBA"), 1.0),
     # extraction: the final answer wherever it is, never one inside a tool result
     ("math500", "7", "The answer is \\boxed{7}.", 1.0),
     ("math500", "7", "first \\boxed{3}, then \\boxed{7}", 1.0),

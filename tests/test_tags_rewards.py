@@ -210,3 +210,20 @@ def test_reward_works_off_the_main_thread():
 
     with ThreadPoolExecutor(2) as pool:
         assert list(pool.map(lambda _: rewards.math_equal("\\frac{2}{4}", "1/2"), range(4))) == [True] * 4
+
+
+def test_prose_is_compared_as_text_without_a_scoring_worker(monkeypatch):
+    """math-verify reads plain prose as a product of letters (any order of the words is equal) and takes a second or
+    more on a few hundred characters: a prose answer is compared as text, in the caller's thread."""
+    from arpo_env import bounded
+
+    def no_worker(*args, **kwargs):
+        raise AssertionError("prose went to a scoring worker")
+
+    monkeypatch.setattr(bounded.WorkerPool, "call", no_worker)
+    long = "the answer is the number of apples that Tom has left after he gives some away " * 40
+    assert not rewards.math_equal(long, "42")
+    assert rewards.math_equal(long.upper() + "!", f"\\text{{{long}}}")
+    assert not rewards.math_equal("sat the cat on the mat", "the cat sat on the mat")
+    assert rewards.prose("ABD") is None and rewards.prose("A and B and C") is None  # letters, not prose
+    assert rewards.prose("\\sin x \\cos x") is None and rewards.prose("x = 3") is None
