@@ -329,9 +329,12 @@ def _asset(name: str) -> str:
 
 
 def render(trees: list[dict[str, Any]], source: Source, metrics: list[dict[str, Any]],
-           plots: dict[str, bytes]) -> str:
-    """The report as one HTML string."""
-    head = totals(trees) if trees else {"tasks": 0}  # no trees: no tree numbers, and the run's curves only
+           plots: dict[str, bytes], head: dict[str, Any] | None = None) -> str:
+    """The report as one HTML string; `head`: the trees' `totals`, when the caller has them."""
+    if not trees:  # no trees: no tree numbers, and the run's curves only
+        head = {"tasks": 0}
+    elif head is None:
+        head = totals(trees)
     cells = []
     for key, value in head.items():
         if value is None:
@@ -412,8 +415,9 @@ def build(path: str | Path, out: str | Path, limit: int | None = DEFAULT_LIMIT) 
             p = out.with_suffix(".training.png")
             p.write_bytes(train)
             written.append(p)
-    out.write_text(render(trees, source, metrics, plots), encoding="utf-8")
-    return {"report": out, "plots": written, "totals": totals(trees), "skipped": source.bad_lines,
+    head = totals(trees)
+    out.write_text(render(trees, source, metrics, plots, head), encoding="utf-8")
+    return {"report": out, "plots": written, "totals": head, "skipped": source.bad_lines,
             "trees read": read, "logged steps": len(metrics)}
 
 
