@@ -18,7 +18,8 @@ ARPO, per task:
 
 Spare samples take the top-ups' wait off the critical path. A task keeps fresh samples under way ahead of its
 top-ups while it can still fall short of M (its finished and live paths make fewer): ``min_spare_samples`` (1 by
-default) from the start, and up to ``spare_samples`` (2) while it is expected to fall short: its finished
+default) under way from the start, and up to ``spare_samples`` (2) under way while it is expected to fall short (a
+spare that has finished waits to be taken and is no longer under way: another may start beside it): its finished
 trajectories, plus what each live path is expected to grow into, (1 + (Z−1)·p̄)^q with p̄ the mean branching
 probability of the rollout's decisions so far and q the path's expected tool steps left (from the mean over
 finished paths, with one more at the full budget as a prior), plus one per top-up, fall short of M by at least
@@ -28,10 +29,10 @@ top-up when the others were ending, and its top-up ran alone after them. Spares 
 branch budget. When the task needs a top-up it takes its spares first, in the order they started (a spare is then
 already under way, or already finished), and starts a new sample only when none is left. As soon as a task cannot
 need a spare any more (its finished and live paths would make M even without another branch), the spare is stopped
-and its work discarded. Which spares run, and when,
-depends only on the tree's own events, never on what a spare generated or how fast, and a taken spare is exactly the
-fresh sample a top-up would have drawn: so spares change when top-ups run, not what trees the rollout draws. Their
-cost is the discarded spares' tokens and tool calls, reported in `spares`.
+and its work discarded. Which spares run depends on the tree's own events and on when spares finish, and a taken
+spare is exactly the fresh sample a top-up would have drawn (top-up j draws from its own stream, whenever it starts):
+so spares change when top-ups run, not what trees the rollout draws. Their cost is the discarded spares' tokens and
+tool calls, reported in `spares`.
 
 H₀ belongs to each trajectory and is measured anew for every task and batch (the reference implementation kept a
 table across batches). GRPO is the same machinery with N = M and no branching.
@@ -660,9 +661,10 @@ class ARPORollout:
                   generating: dict[int, _Live]) -> list[_Live]:
         """Start spares where a task is expected to fall short, stop those it can no longer need; returns the new
         ones. A task needs at most M − (done + live) more top-ups (its finished and live paths end as at least one
-        trajectory each): the spares beyond that many, or beyond `spare_samples`, go (the last started first). It
-        is expected to need M minus the trajectories it is expected to end with (`_expected`), rounded: spares are
-        started up to that many, and up to `min_spare_samples` whatever the expectation."""
+        trajectory each): the spares beyond that many go (the last started first). It is expected to need M minus
+        the trajectories it is expected to end with (`_expected`), rounded: spares are started up to that many, and
+        up to `min_spare_samples` under way whatever the expectation, with at most `spare_samples` under way. A spare
+        that has finished waits to be taken and is no longer under way: another may start in its place."""
         cfg = self.config
         by_task: list[list[_Live]] = [[] for _ in states]
         for x in live:
@@ -670,12 +672,13 @@ class ARPORollout:
                 by_task[x.task].append(x)
         fresh = []
         for t, state in enumerate(states):
-            keep = min(self._spares(cfg), max(0, cfg.num_generations - len(state.done) - state.live))
-            for x in state.spares[keep:]:
+            limit = max(0, cfg.num_generations - len(state.done) - state.live)
+            for x in state.spares[limit:]:
                 self._cancel(x, ready, generating)
-            del state.spares[keep:]
+            del state.spares[limit:]
             expected = math.floor(cfg.num_generations - self._expected(state, by_task[t]) + 0.5)
-            want = min(keep, max(cfg.min_spare_samples, expected))
+            finished = sum(x.ended is not None for x in state.spares)
+            want = min(limit, finished + self._spares(cfg), max(finished + cfg.min_spare_samples, expected))
             while len(state.spares) < want:
                 state.spares.append(self._topup(t, state, spare=True))
                 fresh.append(state.spares[-1])
@@ -740,7 +743,7 @@ class ARPORollout:
         trajectory = Trajectory(x.node, state.prompt_ids, x.completion, x.mask, x.logprobs, x.entropies, x.segments,
                                 float(parts["total"]), parts, env_state.total_tool_calls, x.decisions, truncated)
         self._close(env)
-        if x.spare:  # not seen until taken: what spares do must not steer which spares run
+        if x.spare:  # not counted until taken: a spare's trajectory is the tree's only as a top-up
             x.ended = trajectory
             return
         state.live -= 1

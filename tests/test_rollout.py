@@ -481,6 +481,31 @@ def test_a_spare_that_ended_waits_and_joins_the_tree_when_taken(agent, tokenizer
     env.close()
 
 
+def test_a_spare_that_ended_makes_room_for_another_under_way(agent, tokenizer):
+    """`spare_samples` and `min_spare_samples` count the spares under way: one that has finished waits to be taken
+    and no longer counts, so another starts in its place while the task can still need both (on arithmetic a task's
+    third top-up was certain only when its last long path ended, and ran alone after every other path)."""
+    from arpo_algo.rollout import _TaskState
+
+    config = RolloutConfig(num_generations=4, num_global=2, spare_samples=1, min_spare_samples=1)
+    engine = ARPORollout(HFGenerator(agent, tokenizer), make_env, config)
+    env = make_env()
+    env.reset(options=TASK)
+    state = _TaskState(TASK, env, [1, 2, 3], engine.generator.new_path([1, 2, 3]))
+    paths = [engine._global(0, state) for _ in range(2)]  # two live paths: the task may need two top-ups
+    assert [x.topup for x in engine._spare_up([state], paths, [], {})] == [0]
+    assert engine._spare_up([state], paths, [], {}) == []  # one under way: the most `spare_samples` allows
+    engine._finish(state.spares[0], state, truncated=True)
+    assert [x.topup for x in engine._spare_up([state], paths, [], {})] == [1]  # the first waits, another runs
+    assert [x.ended is not None for x in state.spares] == [True, False] and engine.spares["discarded"] == 0
+    paths.append(engine._global(0, state))  # a third live path (as a branch would be): at most one top-up is needed
+    assert engine._spare_up([state], paths, [], {}) == [] and len(state.spares) == 1  # the later spare goes
+    assert state.spares[0].ended is not None and engine.spares["discarded"] == 1
+    for x in paths + state.spares:
+        engine._close(x.environment())
+    env.close()
+
+
 def test_a_cancelled_request_leaves_the_batch_and_the_other_draws_as_alone(agent, tokenizer):
     """`cancel` takes a request out of the running batch mid-segment (or out of the queue before it joins): it never
     comes back, the tokens it had generated count in the stats, and the request beside it draws exactly what it
