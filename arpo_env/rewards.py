@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from arpo_env import tags
-from arpo_env.qa_metrics import best_em, qa_score
+from arpo_env.qa_metrics import best_em, normalize_answer, qa_score
 
 BONUS_TOOLS = frozenset({tags.SEARCH, tags.PYTHON})
 # math-verify warns on every call made with its (signal-based) timeout off, which worker threads must do.
@@ -62,23 +62,22 @@ def _as_latex(text: str) -> str:
     return text if "\\boxed" in text else f"\\boxed{{{text}}}"
 
 
-_TEXT_MACRO = re.compile(r"\\(?:text|textrm|textit|textbf|textnormal|mathrm|mbox|operatorname)\s*\{([^{}]*)\}")
 _PROSE = re.compile(r"[A-Za-z][A-Za-z\s,.;:!?'\-]*")
-_WORD = re.compile(r"[A-Za-z]+")
 
 
 def prose(answer: str, least: int = 2) -> str | None:
-    r"""`answer` as lower-case words joined by spaces when it is prose: letters, spaces and punctuation only (after
-    ``\text{…}`` and its kin are unwrapped) with at least `least` distinct words of three letters or more; else None.
+    r"""`answer` normalised as QA answers are (`qa_metrics.normalize_answer`: lower case, no punctuation, no articles)
+    when it is prose: letters, spaces and punctuation only once ``\text{…}`` and its kin are unwrapped
+    (`tags.unwrap_text`), with at least `least` distinct words of three letters or more; else None.
 
     math-verify reads plain prose as a product of one-letter symbols: "the cat sat on the mat" equals the same words
     in any order, and a few hundred characters take it a second or more. Prose is not mathematics: `math_equal`
     compares it as text. Short letter strings ("ABD", "abc", "No", "A and B") stay math-verify's, which reads them as
     it always has (as products: "seat" equals "east")."""
-    text = _TEXT_MACRO.sub(r" \1 ", answer).replace("\\ ", " ").replace("~", " ").strip().strip("$").strip()
+    text = tags.unwrap_text(answer).replace("\\ ", " ").replace("~", " ").strip()
     if not _PROSE.fullmatch(text):
         return None
-    words = _WORD.findall(text.lower())
+    words = normalize_answer(text).split()
     if len({w for w in words if len(w) >= 3}) < least:
         return None
     return " ".join(words)
