@@ -20,6 +20,7 @@ the dataset column ``answer``, ``ground_truth``, ``solution`` or ``reward_model[
 from __future__ import annotations
 
 import logging
+import math
 import re
 import threading
 from dataclasses import asdict, dataclass, field
@@ -83,12 +84,153 @@ def prose(answer: str, least: int = 2) -> str | None:
     return " ".join(words)
 
 
+MAX_NESTING = 10
+"""Brackets nested deeper than this are beyond math-verify's reach: its LaTeX grammar takes exponential time in the
+depth (10 braces about 1 s, 15 more than 5 s). The golds of the shipped datasets nest 4 deep at most."""
+MAX_DIGITS = 1e6
+"""Numbers of more digits than this are beyond its reach: sympy evaluates them (10^{10^6} about 0.5 s, 3^{3^{3^3}}
+more than 5 s)."""
+_MATH_TOKEN = re.compile(r"\s+|\\(?:(?:left|right|displaystyle)(?![A-Za-z])|[,;:! ])|(\d+(?:\.\d*)?|\.\d+)"
+                         r"|(\\[A-Za-z]+|\\.|\*\*|.)", re.S)
+_OPENERS, _CLOSERS = {"{": "}", "(": ")", "[": "]", "\\{": "\\}"}, {"}", ")", "]", "\\}"}
+_PRODUCT = {"*", "/", "\\cdot", "\\times", "\\div"}
+
+
+def _nesting(text: str) -> int:
+    depth = deepest = 0
+    for ch in text:
+        if ch in "{([":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "})]":
+            depth = max(0, depth - 1)
+    return deepest
+
+
+class _Digits:
+    """An upper bound on the decimal digits of every number sympy would compute from a LaTeX expression: each value
+    is held as log10 of the larger of |x| and 1/|x|, products and quotients add, sums add log10 2, ``a^b`` multiplies
+    a's by b's largest value, ``n!`` is lgamma; letters and symbols count as 1 (sympy keeps ``x^{10^7}`` as it is), a
+    command as the product of its braced arguments. Read once, left to right; brackets recurse (`_nesting` bounds
+    them first)."""
+
+    def __init__(self, text: str) -> None:
+        self.tokens = [(m.group(1), m.group(2)) for m in _MATH_TOKEN.finditer(text) if m.group(1) or m.group(2)]
+        self.i, self.most = 0, 0.0
+
+    def peek(self) -> str | None:
+        return None if self.i >= len(self.tokens) else self.tokens[self.i][0] or self.tokens[self.i][1]
+
+    def note(self, size: float) -> float:
+        self.most = max(self.most, size)
+        return size
+
+    def sequence(self, closer: str | None) -> float:
+        """Expressions separated by anything that is not an operator (``,``, ``=``, ``&``…) up to `closer`."""
+        size = 0.0
+        while self.peek() is not None and self.peek() != closer:
+            start = self.i
+            size = max(size, self.sum())
+            if self.i == start:  # a separator, or a stray closer
+                self.i += 1
+        if self.peek() == closer:
+            self.i += 1
+        return size
+
+    def sum(self) -> float:
+        size = self.product()
+        while self.peek() in ("+", "-"):
+            self.i += 1
+            size = self.note(max(size, self.product()) + 0.302)
+        return size
+
+    def product(self) -> float:
+        size = self.power()
+        while self.peek() is not None and (self.peek() in _PRODUCT or self.atom_next()):
+            if self.peek() in _PRODUCT:
+                self.i += 1
+            size = self.note(size + self.power())
+        return size
+
+    def atom_next(self) -> bool:
+        number, other = self.tokens[self.i]
+        return bool(number) or other in _OPENERS or other.isalpha() or (
+            other.startswith("\\") and other[1:].isalpha() and other not in _PRODUCT)
+
+    def power(self) -> float:
+        while self.peek() in ("+", "-"):  # signs, however many
+            self.i += 1
+        operands = [self.factorial()]
+        while self.peek() in ("^", "**"):
+            self.i += 1
+            while self.peek() in ("+", "-"):
+                self.i += 1
+            operands.append(self.factorial())
+        size = operands.pop()
+        while operands:  # right to left: a^b^c is a^(b^c)
+            base = operands.pop()
+            size = self.note(0.0 if base == 0 else math.inf if size > 300 else base * 10 ** size)
+        return size
+
+    def factorial(self) -> float:
+        size = self.atom()
+        while self.peek() == "!":
+            self.i += 1
+            size = self.note(math.inf if size > 15 else math.lgamma(10 ** size + 1) / math.log(10))
+        return size
+
+    def atom(self) -> float:
+        if self.peek() is None:
+            return 0.0
+        number, other = self.tokens[self.i]
+        self.i += 1
+        if number:
+            whole = number.split(".")[0].lstrip("0")
+            if len(whole) > 15:
+                return self.note(float(len(whole)))
+            value = float(number)
+            return self.note(abs(math.log10(value)) if value else 0.0)
+        if other in _OPENERS:
+            return self.note(self.sequence(_OPENERS[other]))
+        if other.startswith("\\") and other[1:].isalpha():  # a command: its braced or bracketed arguments
+            size = 0.0
+            while self.peek() in ("{", "["):
+                opener = self.peek()
+                self.i += 1
+                size += self.sequence(_OPENERS[opener])
+            return self.note(size)
+        if other.isalpha():
+            return 0.0
+        self.i -= 1  # an operator or separator where an operand should be: not consumed here
+        return 0.0
+
+
+def intractable(answer: str, longest: int = 20_000) -> str | None:
+    r"""Why math-verify cannot score `answer` in reasonable time, or None: brackets nested deeper than `MAX_NESTING`,
+    or numbers of more than `MAX_DIGITS` digits (``9^{9^{9^9}}``, ``(10^6)!``: bounded from above, `_Digits`).
+    Found in a linear pass in the caller's thread (under 0.1 s); an answer longer than `longest` characters is not
+    looked at (None: the scoring worker's time bound holds it)."""
+    text = str(answer)
+    if len(text) > longest:
+        return None
+    depth = _nesting(text)
+    if depth > MAX_NESTING:
+        return f"brackets nested {depth} deep"
+    digits = _Digits(text)
+    digits.sequence(None)
+    if digits.most > MAX_DIGITS:
+        return "a number of more than 10^6 digits"
+    return None
+
+
 def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None) -> bool:
     """Whether `prediction` and `gold` are the same mathematical answer (math-verify; any gold alias may match).
 
     Bounded from any thread: math-verify runs in a killable worker process (`arpo_env.bounded`); an answer that
     makes it overrun `timeout_s` (default ``ARPO_SCORE_TIMEOUT``, 5 s), exhaust its memory or crash is not equal.
     A prediction in prose (`prose`) is compared as text, in this thread: equal when a gold alias has the same words.
+    One beyond math-verify's reach (`intractable`: a power tower, brackets nested deep) is not equal, at once, unless a
+    gold alias is beyond it too.
     """
     if prediction is None or not str(prediction).strip():
         return False
@@ -98,6 +240,10 @@ def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None
     words = prose(str(prediction))
     if words is not None:  # not mathematics: compared as text, here
         return any(prose(g, least=1) == words for g in golds)
+    beyond = intractable(str(prediction))
+    if beyond is not None and not any(intractable(g) for g in golds):  # no gold is like it: not equal, and at once
+        _log.debug("math scoring declined %r: %s", str(prediction)[:80], beyond)
+        return False
     from arpo_env.bounded import BoundExceeded, pool
 
     try:

@@ -22,6 +22,7 @@ PATHOLOGICAL = {
     "huge power of ten": "10^{10^{10}}",
     "huge factorial": "1000000!",
     "nested braces": "{" * 5000 + "1" + "}" * 5000,
+    "nested braces, too long to look at": "{" * 15_000 + "1" + "}" * 15_000,  # rewards.intractable leaves it: bounded
     "nested roots": "\\sqrt{" * 2000 + "2" + "}" * 2000,
     "200,000 digits": "9" * 200_000,
     "division by zero": "\\frac{1}{0}",

@@ -154,7 +154,8 @@ def test_hierarchical_reward_parts():
     assert reward(GOOD, "408").total == 1.0
     assert reward(GOOD, "409").total == 0.0
     assert reward("<answer>408</answer>", "408").total == -1.0
-    both = "<search>q</search><result>\nr\n</result><python>1</python><result>\n1\n</result><answer>\\boxed{408}</answer>"
+    both = ("<search>q</search><result>\nr\n</result><python>1</python><result>\n1\n</result>"
+            "<answer>\\boxed{408}</answer>")
     assert reward(both, "408").total == pytest.approx(1.1)
     assert reward(both, "7").total == 0.0  # no bonus when wrong
 
@@ -227,3 +228,32 @@ def test_prose_is_compared_as_text_without_a_scoring_worker(monkeypatch):
     assert not rewards.math_equal("sat the cat on the mat", "the cat sat on the mat")
     assert rewards.prose("ABD") is None and rewards.prose("A and B and C") is None  # letters, not prose
     assert rewards.prose("\\sin x \\cos x") is None and rewards.prose("x = 3") is None
+
+
+def test_answers_beyond_math_verify_are_not_equal_without_a_scoring_worker(monkeypatch):
+    """A power tower, a huge factorial or brackets nested deep take math-verify seconds (9^{9^9}: 5.6 s) or more than
+    its bound, and the worker is then replaced: they are seen in a linear pass and are not equal, in the caller's
+    thread. Ordinary answers, symbolic towers and a gold that is itself beyond reach still go to the worker."""
+    from arpo_env import bounded
+
+    calls = []
+    real_call = bounded.WorkerPool.call
+
+    def counted(self, *args, **kwargs):
+        calls.append(args[1])
+        return real_call(self, *args, **kwargs)
+
+    monkeypatch.setattr(bounded.WorkerPool, "call", counted)
+    beyond = ["9^{9^{9^{9}}}", "9^{9^9}", "3^{3^{3^{3}}}", "10^{10^{7}}", "(10^{6})!", "9!!!!", "\\frac{1}{2}^{10^{9}}",
+              "10**10**10", "(2x)^{10^{7}}", "{" * 11 + "1" + "}" * 11, "\\frac{1}{" * 15 + "2" + "}" * 15]
+    for answer in beyond:
+        assert rewards.intractable(answer) is not None, answer
+        assert not rewards.math_equal(answer, "16")
+    assert calls == []
+    within = ["2^{2^{2^{2}}}", "10^{10^{5}}", "20!", "a^{b^{c^{d}}}", "x^{10^{7}}",
+              "\\left( 3, \\frac{\\pi}{2} \\right)", "((((((((((1))))))))))", "\\frac{1}{1+\\frac{1}{1+\\frac{1}{2}}}",
+              "1e100000", "9" * 25_000]
+    assert [rewards.intractable(answer) for answer in within] == [None] * len(within)
+    assert rewards.math_equal("2^{2^{2^{2}}}", "65536") and rewards.math_equal("((((((((((7))))))))))", "7")
+    assert rewards.math_equal("9^{9^9}", "9^{9^{9}}")  # a gold beyond reach too: the worker decides (here, at once)
+    assert calls == ["2^{2^{2^{2}}}", "((((((((((7))))))))))", "9^{9^9}"]
