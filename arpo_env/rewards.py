@@ -92,7 +92,7 @@ MAX_DIGITS = 1e6
 more than 5 s)."""
 _MATH_TOKEN = re.compile(r"\s+|\\(?:(?:left|right|displaystyle)(?![A-Za-z])|[,;:! ])|(\d+(?:\.\d*)?|\.\d+)"
                          r"|(\\[A-Za-z]+|\\.|\*\*|.)", re.S)
-_OPENERS, _CLOSERS = {"{": "}", "(": ")", "[": "]", "\\{": "\\}"}, {"}", ")", "]", "\\}"}
+_OPENERS, _CLOSERS = {"{", "(", "[", "\\{"}, {"}", ")", "]", "\\}"}
 _PRODUCT = {"*", "/", "\\cdot", "\\times", "\\div"}
 
 
@@ -125,15 +125,16 @@ class _Digits:
         self.most = max(self.most, size)
         return size
 
-    def sequence(self, closer: str | None) -> float:
-        """Expressions separated by anything that is not an operator (``,``, ``=``, ``&``…) up to `closer`."""
+    def sequence(self, group: bool) -> float:
+        """Expressions separated by anything that is not an operator (``,``, ``=``, ``&``…); in a `group`, up to the
+        first closing bracket, whichever it is (``(3,4]``; and so, as `_nesting` counts, never deeper than it)."""
         size = 0.0
-        while self.peek() is not None and self.peek() != closer:
+        while self.peek() is not None and not (group and self.peek() in _CLOSERS):
             start = self.i
             size = max(size, self.sum())
             if self.i == start:  # a separator, or a stray closer
                 self.i += 1
-        if self.peek() == closer:
+        if self.peek() is not None:
             self.i += 1
         return size
 
@@ -191,13 +192,12 @@ class _Digits:
             value = float(number)
             return self.note(abs(math.log10(value)) if value else 0.0)
         if other in _OPENERS:
-            return self.note(self.sequence(_OPENERS[other]))
+            return self.note(self.sequence(True))
         if other.startswith("\\") and other[1:].isalpha():  # a command: its braced or bracketed arguments
             size = 0.0
             while self.peek() in ("{", "["):
-                opener = self.peek()
                 self.i += 1
-                size += self.sequence(_OPENERS[opener])
+                size += self.sequence(True)
             return self.note(size)
         if other.isalpha():
             return 0.0
@@ -217,7 +217,7 @@ def intractable(answer: str, longest: int = 20_000) -> str | None:
     if depth > MAX_NESTING:
         return f"brackets nested {depth} deep"
     digits = _Digits(text)
-    digits.sequence(None)
+    digits.sequence(False)
     if digits.most > MAX_DIGITS:
         return "a number of more than 10^6 digits"
     return None

@@ -252,7 +252,7 @@ def test_answers_beyond_math_verify_are_not_equal_without_a_scoring_worker(monke
     assert calls == []
     within = ["2^{2^{2^{2}}}", "10^{10^{5}}", "20!", "a^{b^{c^{d}}}", "x^{10^{7}}",
               "\\left( 3, \\frac{\\pi}{2} \\right)", "((((((((((1))))))))))", "\\frac{1}{1+\\frac{1}{1+\\frac{1}{2}}}",
-              "1e100000", "9" * 25_000]
+              "1e100000", "9" * 25_000, "(]" * 5_000]  # the last: brackets that never nest deeper than one
     assert [rewards.intractable(answer) for answer in within] == [None] * len(within)
     assert rewards.math_equal("2^{2^{2^{2}}}", "65536") and rewards.math_equal("((((((((((7))))))))))", "7")
     assert rewards.math_equal("9^{9^9}", "9^{9^{9}}")  # a gold beyond reach too: the worker decides (here, at once)
