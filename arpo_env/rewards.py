@@ -228,7 +228,9 @@ def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None
 
     Bounded from any thread: math-verify runs in a killable worker process (`arpo_env.bounded`); an answer that
     makes it overrun `timeout_s` (default ``ARPO_SCORE_TIMEOUT``, 5 s), exhaust its memory or crash is not equal.
-    A prediction in prose (`prose`) is compared as text, in this thread: equal when a gold alias has the same words.
+    A prediction in prose (`prose`) is compared as text, in this thread: equal when a gold alias has the same words;
+    so is one word against a gold written as text (``\text{ellipse}``: "an ellipse." is equal, and "ellipses" goes on
+    to math-verify).
     One beyond math-verify's reach (`intractable`: a power tower, brackets nested deep) is not equal, at once, unless a
     gold alias is beyond it too.
     """
@@ -240,6 +242,9 @@ def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None
     words = prose(str(prediction))
     if words is not None:  # not mathematics: compared as text, here
         return any(prose(g, least=1) == words for g in golds)
+    word = prose(str(prediction), least=1)  # one word, against a gold written as text ("\text{ellipse}")
+    if word is not None and any("\\text" in g and prose(g, least=1) == word for g in golds):
+        return True  # "an ellipse.": else math-verify decides, which reads words as text only where \text{} says so
     beyond = intractable(str(prediction))
     if beyond is not None and not any(intractable(g) for g in golds):  # no gold is like it: not equal, and at once
         _log.debug("math scoring declined %r: %s", str(prediction)[:80], beyond)

@@ -89,6 +89,13 @@ MATH = [
     ("math500", "42", answer("the answer is forty two"), 0.0),
     ("math500", "\\text{(C)}", answer("\\text{C}"), 1.0),
     ("math500", "ABD", answer("DBA"), 1.0),
+    # one word against a gold written as text: articles, case and punctuation aside
+    ("math500", "\\text{ellipse}", answer("an ellipse"), 1.0),
+    ("math500", "\\text{ellipse}", answer("\\text{Ellipse.}"), 1.0),
+    ("math500", "\\text{ellipse}", answer("parabola"), 0.0),
+    ("math500", "\\text{even}", answer("even."), 1.0),
+    ("math500", "\\text{even}", answer("odd"), 0.0),
+    ("math500", "\\text{east}", answer("seat"), 0.0),
     # extraction: the final answer wherever it is, never one inside a tool result
     ("math500", "7", "The answer is \\boxed{7}.", 1.0),
     ("math500", "7", "first \\boxed{3}, then \\boxed{7}", 1.0),
