@@ -279,6 +279,8 @@ class ARPORollout:
         self._seen = {"p": 0.0, "decisions": 0, "tool_steps": 0, "ended": 0}
         """What this rollout has seen so far (its expected-shortfall estimate reads it): the sum of the branching
         probabilities of its decisions, and the tool steps of its finished paths."""
+        self._deltas: list[float] = []
+        """The ΔH of this rollout's decisions so far: which branches start speculatively reads their median."""
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None  # the tool pool of the rollout under way
         self._closing: list[Future] = []  # the envs it is closing
@@ -530,10 +532,15 @@ class ARPORollout:
     def _speculate(self, x: _Live, state: _TaskState) -> list[_Live]:
         """The branches the decision on the path's next segment can make, to start with that segment
         (`RolloutConfig.speculative_branches`): Z − 1, fewer if the task's budget is smaller (it never grows), none
-        where the backend cannot or the task has its M. Not in the tree, nor counted, until the decision keeps
-        them."""
+        where the backend cannot or the task has its M, and none where the decision is more likely not to branch.
+        Its draw is known now (`_draw`), its ΔH only k tokens on: they start if the draw is below the P of the median
+        ΔH of this rollout's decisions so far (0 before any), so that more than half of them would be kept if ΔH
+        were drawn from those. Not in the tree, nor counted, until the decision keeps them."""
         cfg = self.config
         if not (cfg.speculative_branches and getattr(self.generator, "speculates", False)):
+            return []
+        typical = float(np.median(self._deltas)) if self._deltas else 0.0
+        if self._draw(x) >= branch_probability(cfg.alpha, cfg.beta, typical):
             return []
         count = min(cfg.branch_factor - 1, cfg.num_generations - (len(state.done) + state.live))
         children = [self._child(x, i, len(x.completion), len(x.path.tokens)) for i in range(max(0, count))]
@@ -564,11 +571,12 @@ class ARPORollout:
         delta = h - x.h0
         p = branch_probability(cfg.alpha, cfg.beta, delta)
         budget = cfg.num_generations - (len(state.done) + state.live)
-        draw = np.random.default_rng([cfg.seed, x.task, x.stream, x.steps]).random()  # the same in any event order
-        branched = budget > 0 and cfg.branch_factor > 1 and draw < p
+        branched = budget > 0 and cfg.branch_factor > 1 and self._draw(x) < p
         x.decisions.append({"step": x.steps, "token": start, "delta_h": delta, "p": p, "branched": bool(branched)})
         self._seen["p"] += p
         self._seen["decisions"] += 1
+        if math.isfinite(delta):
+            self._deltas.append(delta)
         if not branched:
             return []
         children = []
@@ -582,6 +590,11 @@ class ARPORollout:
             children.append(child)
         self.speculative["kept"] += min(count, len(speculative))
         return children
+
+    def _draw(self, x: _Live) -> float:
+        """The uniform draw of the path's decision at its current tool step: it branches if the draw is below P. From
+        (seed, task, stream, tool step): the same in any event order, and known before the segment it decides on."""
+        return float(np.random.default_rng([self.config.seed, x.task, x.stream, x.steps]).random())
 
     def _close(self, env: Any) -> None:
         """Close an env that is done with (its sandbox's process killed, its working directory removed) off the

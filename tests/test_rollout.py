@@ -662,9 +662,16 @@ def test_speculative_branches_draw_the_same_trees_sooner(agent, tokenizer):
     assert spec.generator.stats.speculative_tokens == 0
     assert spec.generator.stats.generated_tokens == plain.generator.stats.generated_tokens
 
-    (plain, (a,)), (spec, (b,)) = run(False, alpha=0.0), run(True, alpha=0.0)
+    # P = 1 at ΔH <= 0, 0 from 1e-7 on, and this model's ΔH are a few 1e-6: the first decisions' draws (no ΔH seen
+    # yet: below P(0) = 1) start speculative branches that the decisions drop; the later ones start none
+    (plain, (a,)), (spec, (b,)) = run(False, alpha=1.0, beta=-1e7), run(True, alpha=1.0, beta=-1e7)
     same(a, b)
-    assert b.branches == 0 and len(b.trajectories) == 4
     assert spec.speculative["started"] > 0 and spec.speculative["kept"] == 0
     spent = spec.generator.stats.speculative_tokens
     assert spent > 0 and spec.generator.stats.generated_tokens == plain.generator.stats.generated_tokens + spent
+
+    # P = 0 whatever ΔH: the draws say "no branch" before the segment, and no speculative branch starts
+    (plain, (a,)), (spec, (b,)) = run(False, alpha=0.0), run(True, alpha=0.0)
+    same(a, b)
+    assert b.branches == 0 and len(b.trajectories) == 4 and spec.speculative == {"started": 0, "kept": 0}
+    assert spec.generator.stats.generated_tokens == plain.generator.stats.generated_tokens
