@@ -98,7 +98,9 @@ class ARPOConfig(GRPOConfig):
         default=False, metadata={"help": "Start the branches a decision can make with the segment it is taken on "
                                          "(transformers backend, vLLM's colocated engine), keeping them if it "
                                          "branches and discarding them if not: branches start k tokens sooner, the "
-                                         "trees are the same, and the discarded tokens are spent."})
+                                         "trees are the same, and the discarded tokens are spent. They start only "
+                                         "where the decision's draw, known before the segment, makes keeping them "
+                                         "the likelier outcome."})
     max_new_tokens_per_turn: int = field(
         default=512, metadata={"help": "Tokens generated per turn (between two tool results)."})
     eval_temperature: float | None = field(

@@ -37,8 +37,8 @@ def _rollout_parser(sub: Any) -> None:
                    help="spares per task under way from the start while it can fall short of M (at most "
                         "--spare-samples; 0: only once it is expected to)")
     p.add_argument("--speculative-branches", action="store_true",
-                   help="start the branches a decision can make with its segment, not k tokens later (transformers, "
-                        "vLLM; the ones it does not make are discarded)")
+                   help="start the branches a decision can make with its segment, not k tokens later, where its draw "
+                        "makes them likely (transformers, vLLM; the ones it does not make are discarded)")
     p.add_argument("--max-new-tokens", type=int, default=None,
                    help=f"tokens per turn (default {GPU_BUDGET[0]}; {CPU_BUDGET[0]} with the hf backend on a CPU)")
     p.add_argument("--max-completion-tokens", type=int, default=None,
