@@ -103,7 +103,7 @@ def test_sft_steps_on_real_traces_ignore_tool_output(traces, tokenizer, tmp_path
     rows = [tokenize(traces[1], tokenizer)] * 8  # one trace, so every step sees the same batch
     args = SFTConfig(str(tmp_path / "sft"), max_steps=4, per_device_train_batch_size=2, learning_rate=1e-2,
                      logging_steps=1, report_to="none", save_strategy="no", use_cpu=True,
-                     gradient_checkpointing=False)
+                     activation_checkpointing=False)
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
     trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]

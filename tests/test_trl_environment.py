@@ -7,6 +7,8 @@ import json
 import math
 from pathlib import Path
 
+import pytest
+
 from arpo_env.trl_environment import environment_factory, task_dataset
 
 
@@ -50,6 +52,7 @@ def test_the_tools_are_the_envs_own_with_schemas():
     qa.env.close()
 
 
+@pytest.mark.filterwarnings("ignore:You are using 'environment_factory', which is an experimental feature")
 def test_trl_grpo_trainer_trains_with_the_adapter(tokenizer, undecided, tmp_path):
     import copy
 
@@ -62,7 +65,7 @@ def test_trl_grpo_trainer_trains_with_the_adapter(tokenizer, undecided, tmp_path
     args = GRPOConfig(str(tmp_path / "run"), per_device_train_batch_size=4, num_generations=4, max_steps=1,
                       max_completion_length=24, learning_rate=1e-3, report_to="none", use_cpu=True, bf16=False,
                       logging_steps=1, save_strategy="no", max_tool_calling_iterations=2,
-                      gradient_checkpointing=False)
+                      activation_checkpointing=False)
     trainer = GRPOTrainer(model=copy.deepcopy(undecided), args=args, train_dataset=data, processing_class=tok,
                           environment_factory=environment_factory("ARPO-Math-v0", max_tool_calls=2))
     trainer.train()
