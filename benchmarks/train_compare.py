@@ -1,8 +1,8 @@
 """The experiment: ARPO vs GRPO (and DAPO) from one cold start, at the same trajectories per step, over seeds.
 
     python benchmarks/train_compare.py            # ARPO and GRPO x 3 seeds x 4 steps: about 25 minutes on 2 cores
-    python benchmarks/train_compare.py --algorithms arpo grpo dapo   # and DAPO: about 20 minutes more
-    python benchmarks/train_compare.py --quick    # ARPO and GRPO, one seed, 2 steps: about 12 minutes
+    python benchmarks/train_compare.py --algorithms arpo grpo dapo   # and DAPO: three runs more, about 12 minutes
+    python benchmarks/train_compare.py --quick    # ARPO and GRPO, one seed, 2 steps: about 7 minutes
     python benchmarks/train_compare.py --reuse    # table and plot again from the runs in --out
 
 Running it again goes on where it stopped: a run that reached its last step is reused, an unfinished one restarts.
