@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_agent import tiny_llama
+from tiny_agent import no_checkpointing, tiny_llama
 
 from arpo_algo.sft import from_chat, rollout_records, synthetic_records, tokenize
 from arpo_algo.tree import Node, RolloutTree, Trajectory, write_jsonl
@@ -102,8 +102,7 @@ def test_sft_steps_on_real_traces_ignore_tool_output(traces, tokenizer, tmp_path
     model = tiny_llama(tokenizer, seed=3)
     rows = [tokenize(traces[1], tokenizer)] * 8  # one trace, so every step sees the same batch
     args = SFTConfig(str(tmp_path / "sft"), max_steps=4, per_device_train_batch_size=2, learning_rate=1e-2,
-                     logging_steps=1, report_to="none", save_strategy="no", use_cpu=True,
-                     activation_checkpointing=False)
+                     logging_steps=1, report_to="none", save_strategy="no", use_cpu=True, **no_checkpointing())
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
     trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]

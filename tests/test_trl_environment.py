@@ -57,6 +57,7 @@ def test_trl_grpo_trainer_trains_with_the_adapter(tokenizer, undecided, tmp_path
     import copy
 
     import trl
+    from tiny_agent import no_checkpointing
     from trl import GRPOConfig, GRPOTrainer
 
     tok = copy.deepcopy(tokenizer)  # SmolLM2's vocabulary has Qwen's <|im_start|> tokens: use Qwen3's tool template
@@ -64,8 +65,7 @@ def test_trl_grpo_trainer_trains_with_the_adapter(tokenizer, undecided, tmp_path
     data = task_dataset("ARPO-Math-v0", limit=4)
     args = GRPOConfig(str(tmp_path / "run"), per_device_train_batch_size=4, num_generations=4, max_steps=1,
                       max_completion_length=24, learning_rate=1e-3, report_to="none", use_cpu=True, bf16=False,
-                      logging_steps=1, save_strategy="no", max_tool_calling_iterations=2,
-                      activation_checkpointing=False)
+                      logging_steps=1, save_strategy="no", max_tool_calling_iterations=2, **no_checkpointing())
     trainer = GRPOTrainer(model=copy.deepcopy(undecided), args=args, train_dataset=data, processing_class=tok,
                           environment_factory=environment_factory("ARPO-Math-v0", max_tool_calls=2))
     trainer.train()

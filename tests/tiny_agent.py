@@ -26,6 +26,16 @@ def tiny_llama(tokenizer, seed: int = 0, layers: int = 2, hidden: int = 64):
     return LlamaForCausalLM(config)
 
 
+def no_checkpointing() -> dict[str, bool]:
+    """Checkpointing off for TRL's own configs, by the name the installed transformers knows: from 5.20 on
+    ``activation_checkpointing`` (the old name warns there), before it ``gradient_checkpointing`` (the vLLM
+    environment pins transformers below 5.20)."""
+    from transformers import TrainingArguments
+
+    new = "activation_checkpointing" in TrainingArguments.__dataclass_fields__
+    return {"activation_checkpointing" if new else "gradient_checkpointing": False}
+
+
 def episode_ids(tokenizer, env) -> tuple[list[int], list[int]]:
     """Prompt ids and the scripted completion (actions and the env's real observations) of one episode."""
     _, info = env.reset(options=TASK)
