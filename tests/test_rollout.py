@@ -675,3 +675,31 @@ def test_speculative_branches_draw_the_same_trees_sooner(agent, tokenizer):
     same(a, b)
     assert b.branches == 0 and len(b.trajectories) == 4 and spec.speculative == {"started": 0, "kept": 0}
     assert spec.generator.stats.generated_tokens == plain.generator.stats.generated_tokens
+
+
+def test_an_engine_schedules_each_batch_from_what_that_batch_sees(agent, tokenizer):
+    """`arpo rollout` runs its batches through one engine. The spares a batch starts (and when) follow the mean P and
+    tool steps of that batch's own decisions and paths, so a batch run after another starts the spares that a fresh
+    engine starts on it; its trees are the same either way."""
+    first = [TASK, {"question": "Something else entirely?", "answer": "7"}]
+    second = [{"question": "And a third?", "answer": "3"}, {"question": "What is 2 + 2?", "answer": "4"}]
+    # α = 0.1: few branches are expected, so when spares start turns on how many tool steps paths are expected to
+    # take, which a fresh batch reads from a prior (the whole budget) and the batch before had learned (two)
+    config = RolloutConfig(num_generations=4, num_global=2, alpha=0.1, beta=0.0, max_new_tokens=24,
+                           max_completion_tokens=400, temperature=0.3, seed=1, spare_samples=2)
+
+    def engine():
+        e = ARPORollout(HFGenerator(agent, tokenizer), make_env, config)
+        e.started, e.first_turn = [], 0
+        topup = e._topup
+        e._topup = lambda t, state, spare: e.started.append((t, e.turns - e.first_turn, spare)) or topup(
+            t, state, spare)
+        return e
+
+    reused, fresh = engine(), engine()
+    reused.run(first)
+    reused.started, reused.first_turn = [], reused.turns
+    again, alone = reused.run(second), fresh.run(second)
+    assert fresh.started and reused.started == fresh.started
+    for a, b in zip(again, alone):
+        assert {t.node: t.completion_ids for t in a.trajectories} == {t.node: t.completion_ids for t in b.trajectories}
