@@ -223,6 +223,17 @@ def intractable(answer: str, longest: int = 20_000) -> str | None:
     return None
 
 
+_DIGIT_GROUP = re.compile(r"(?<=\d)(?:\\[,;: ]|~)(?=\d{3}(?!\d))")
+_FULL_STOP = re.compile(r"(?<=[^.\s])\.\s*$")
+
+
+def tidy(answer: str) -> str:
+    r"""`answer` without what math-verify misreads and a reader would not: digits grouped by LaTeX spaces
+    (``10\,080``, ``10\;080``, ``10~080``: 10080, as ``10{,}080`` and ``10,\!080`` already are), and a sentence's
+    full stop at its end (``12.``, ``\frac{1}{2}.``; an ellipsis ``...`` stays)."""
+    return _FULL_STOP.sub("", _DIGIT_GROUP.sub("", str(answer).strip()))
+
+
 def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None) -> bool:
     """Whether `prediction` and `gold` are the same mathematical answer (math-verify; any gold alias may match).
 
@@ -236,8 +247,9 @@ def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None
     """
     if prediction is None or not str(prediction).strip():
         return False
-    golds = [str(g) for g in (gold if isinstance(gold, (list, tuple)) else [gold])]
-    if any(g.strip() == str(prediction).strip() for g in golds):
+    golds = [tidy(g) for g in (gold if isinstance(gold, (list, tuple)) else [gold])]
+    prediction = tidy(prediction)
+    if any(g == prediction for g in golds):
         return True
     words = prose(str(prediction))
     if words is not None:  # not mathematics: compared as text, here

@@ -61,6 +61,13 @@ MATH = [
     ("gsm8k", "70000", answer("70,000"), 1.0),
     ("gsm8k", "70000", answer("7000"), 0.0),
     ("math500", "10,\\!080", answer("10080"), 1.0),
+    ("math500", "10,\\!080", answer("10\\,080"), 1.0),  # digits grouped by a LaTeX thin space
+    ("math500", "10,\\!080", answer("10\\;080"), 1.0),
+    ("math500", "10,\\!080", answer("10\\,08"), 0.0),
+    ("gsm8k", "70000", answer("70\\,000"), 1.0),
+    ("gsm8k", "18", answer("18."), 1.0),  # a sentence's full stop inside the box
+    ("gsm8k", "18", answer("\\$18."), 1.0),
+    ("gsm8k", "18", answer("17."), 0.0),
     ("math500", "58,500", answer("58500"), 1.0),
     ("math500", "58,500", answer("5850"), 0.0),
     ("aime24", "204", answer("204"), 1.0),
@@ -223,6 +230,15 @@ def test_the_reference_think_rule_is_available_by_name():
     assert rewards.math_reward_strict_think(["q"], [plain], answer=["18"]) == [-1.0]
     assert rewards.math_reward_strict_think(["q"], ["<think>x</think>" + plain], answer=["18"]) == [1.0]
     assert rewards.qa_reward_strict_think(["q"], ["<think>x</think>" + answer("Essex")], answer=[["Essex"]]) == [1.0]
+
+
+@pytest.mark.parametrize("written, tidied", [
+    ("10\\,080", "10080"), ("1\\,234\\,567", "1234567"), ("10~080", "10080"), ("18.", "18"),
+    ("\\frac{1}{2}. ", "\\frac{1}{2}"),
+    ("1, 2, 3, ...", "1, 2, 3, ..."), ("1\\,2", "1\\,2"), ("10\\,0800", "10\\,0800"), (".", "."), ("x\\,y", "x\\,y"),
+])
+def test_math_answers_lose_digit_grouping_spaces_and_a_final_full_stop_only(written, tidied):
+    assert rewards.tidy(written) == tidied
 
 
 # Every shipped benchmark: its first items, exact, reformatted, wrong, broken ---------------------------------------
