@@ -34,6 +34,9 @@ class EpisodeState:
     done: bool = False
     unavailable_calls: int = 0
     """Calls to a tool this env does not have: answered with an error result, and counted against the budget."""
+    refused_calls: int = 0
+    """Turns that wrote more than one tool call: none ran; answered with an error result, and counted against the
+    budget (one each)."""
 
     @property
     def completion(self) -> str:
@@ -45,22 +48,24 @@ class EpisodeState:
 
     @property
     def budget_used(self) -> int:
-        """Calls counted against ``max_tool_calls``: those that ran and those to a tool the env lacks."""
-        return self.total_tool_calls + self.unavailable_calls
+        """Calls counted against ``max_tool_calls``: those that ran, those to a tool the env lacks, and the turns
+        refused for writing several."""
+        return self.total_tool_calls + self.unavailable_calls + self.refused_calls
 
     def copy(self) -> "EpisodeState":
         return EpisodeState(self.task, list(self.segments), dict(self.tool_calls), self.turns, self.done,
-                            self.unavailable_calls)
+                            self.unavailable_calls, self.refused_calls)
 
     def to_dict(self) -> dict[str, Any]:
         return {"task": self.task.as_dict(), "segments": [list(s) for s in self.segments],
                 "tool_calls": dict(self.tool_calls), "turns": self.turns, "done": self.done,
-                "unavailable_calls": self.unavailable_calls}
+                "unavailable_calls": self.unavailable_calls, "refused_calls": self.refused_calls}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "EpisodeState":
         return cls(Task.from_dict(d["task"]), [tuple(s) for s in d["segments"]], dict(d["tool_calls"]),  # type: ignore[misc]
-                   int(d["turns"]), bool(d["done"]), int(d.get("unavailable_calls", 0)))
+                   int(d["turns"]), bool(d["done"]), int(d.get("unavailable_calls", 0)),
+                   int(d.get("refused_calls", 0)))
 
 
 class ToolEnv(gym.Env[str, str]):
@@ -151,13 +156,22 @@ class ToolEnv(gym.Env[str, str]):
         state.segments.append(("action", text))
         info: dict[str, Any] = {"tool": None, "tool_query": None, "tool_latency_s": 0.0, "tool_failed": False,
                                 "tool_error": None}
-        call = tags.last_call(text, tags.TOOL_TAGS)
+        calls = tags.tool_calls(text)
+        call = calls[-1] if calls else None
         final = tags.answer(text)
         open_tag = tags.unclosed_tag(text)
         truncation = None
 
         if final is not None and (call is None or call.start < final.start):
             observation = ""  # the answer ends the episode
+        elif call is not None and len(calls) > 1 and state.budget_used < self.max_tool_calls:
+            # Each call must be followed by its result; a turn cannot be, and running only some would mislead.
+            state.refused_calls += 1
+            written = ", ".join(f"<{c.tag}>" for c in calls)
+            info.update(tool_failed=True, tool_error=f"{len(calls)} tool calls in one turn")
+            observation = tags.wrap_result(
+                f"error: {len(calls)} tool calls in one turn ({written}); none ran. Write one call, then wait for its "
+                "<result> before the next.")
         elif call is not None and call.tag not in self.tools:
             # A tool this env lacks: an observation the model can learn from, and it costs budget like any call.
             if state.budget_used >= self.max_tool_calls:
@@ -337,7 +351,7 @@ class ToolEnv(gym.Env[str, str]):
     def _counters(self) -> dict[str, Any]:
         state = self._require_state()
         return {"tool_calls": state.total_tool_calls, "tool_calls_by_tool": dict(state.tool_calls),
-                "unavailable_calls": state.unavailable_calls,
+                "unavailable_calls": state.unavailable_calls, "refused_calls": state.refused_calls,
                 "turns": state.turns, "chars": len(state.completion)}
 
     def _require_state(self) -> EpisodeState:

@@ -44,7 +44,9 @@ class MathEnv(ToolEnv):
     Termination: the action contains a complete ``<answer>…</answer>``, or it contains no tag at all (the model's
     final word). Truncation: a tool call beyond ``max_tool_calls``, ``max_turns`` steps, or a completion longer than
     ``max_chars``; the last observation says which. An unclosed tag is answered with an error observation and the
-    episode goes on. A tool failure (an exception, a timeout, a killed interpreter) is an observation too.
+    episode goes on; so is a turn with several complete tool calls, which runs none of them (each call needs its own
+    result) and counts one call against the budget (``info["refused_calls"]``). A tool failure (an exception, a
+    timeout, a killed interpreter) is an observation too.
 
     ## Arguments
     ```python

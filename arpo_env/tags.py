@@ -111,8 +111,8 @@ def used_tools(text: str) -> set[str]:
 
 
 def unanswered_calls(text: str) -> list[Span]:
-    """Tool calls not followed by a ``<result>``: calls that never ran (several in one action: the env runs the
-    last; or a completion that writes tool tags where no tool was ever attached)."""
+    """Tool calls not followed by a ``<result>``: calls that never ran (several in one action: the env runs none;
+    or a completion that writes tool tags where no tool was ever attached)."""
     found = spans(text)[0]  # sorted by start
     starts = [s.start for s in found]
     missing = []

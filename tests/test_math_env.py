@@ -340,6 +340,26 @@ def test_a_tool_the_env_lacks_is_an_observation_that_costs_budget():
     env.close()
 
 
+def test_a_turn_with_several_tool_calls_runs_none_and_says_so():
+    """Each call must be followed by its result. Running the last one alone answered `print(x)` with a NameError for
+    an `x` the model had defined one call before, and the completion was then a format error whatever it did."""
+    env = gym.make("ARPO-Math-v0", max_tool_calls=3).unwrapped
+    env.reset(options={"question": "What is 12 * 34?", "answer": "408"})
+    obs, reward, terminated, truncated, info = env.step("<python>x = 12</python> then <python>print(x * 34)</python>")
+    assert not (terminated or truncated) and "2 tool calls in one turn" in obs and "none ran" in obs
+    assert info["refused_calls"] == 1 and info["tool_calls"] == 0 and info["tool_failed"]
+    obs, *_ = env.step("<python>x = 12\nprint(x * 34)</python>")
+    assert "408" in obs and "NameError" not in obs and "last tool call" not in obs  # 2 of 3 used
+    fork = env.fork()
+    assert fork.state.refused_calls == 1 and type(env.state).from_dict(env.state.to_dict()).budget_used == 2
+    fork.close()
+    obs, *_ = env.step("<python>print(1)</python>")
+    assert "last tool call" in obs
+    obs, reward, terminated, truncated, info = env.step("<python>print(2)</python><python>print(3)</python>")
+    assert truncated and "budget" in obs  # out of budget: the episode ends as for any call
+    env.close()
+
+
 def test_interval_gold_answers_keep_their_meaning(data_dir):
     """MATH's gold [-2,0] is an interval, not the aliases -2 and 0."""
     env = gym.make("ARPO-Math-v0", dataset="math", data_dir=str(data_dir / "eval"), tools=()).unwrapped
