@@ -52,7 +52,24 @@ def test_the_output_streams_are_utf8_and_take_bytes(box):
     assert out.text == "caf\u00e9 \ufffd\n\ufffd\nok\n2" and not out.failed  # stdout, stderr, the value
     assert "TypeError" in box.call("import sys; sys.stdout.buffer.write('text')").text
     flood = box.call("import sys\nfor _ in range(1000): sys.stdout.buffer.write(b'x' * 1000)")
-    assert flood.text.startswith("x" * 100) and "998,000 more characters not shown" in flood.text
+    assert flood.text.startswith("x" * 100) and "998,000 characters not shown" in flood.text
+
+
+def test_a_flood_of_output_keeps_its_first_lines_and_its_last():
+    """A loop's output beyond the cap used to hide what the cell printed last, most often its result."""
+    box = LocalSandbox(LIMITS)
+    try:
+        out = box.call("for i in range(10_000): print(i, i * i)\nprint('the answer is', 42)")
+        head, _, end = out.text.partition("\n[output truncated: ")
+        assert head.startswith("0 0\n1 1\n2 4\n") and end.endswith("9999 99980001\nthe answer is 42")
+        assert len(out.text) < LIMITS.max_output_chars + 100 and not out.failed
+        printed = sum(len(f"{i} {i * i}\n") for i in range(10_000)) + len("the answer is 42\n")
+        dropped = printed - LIMITS.max_output_chars  # the stream kept max_output_chars of it
+        assert end.startswith(f"{dropped:,} characters not shown]\n") and out.extra["output_dropped"] == dropped
+        err = box.call("import sys\nfor i in range(10_000): print(i, file=sys.stderr)\nraise ValueError('last')")
+        assert err.text.startswith("0\n1\n") and "9999\n" in err.text and err.text.endswith("ValueError: last")
+    finally:
+        box.close()
 
 
 def test_fork_copies_live_state_and_is_independent(box):

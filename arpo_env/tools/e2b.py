@@ -11,7 +11,7 @@ import os
 import time
 from typing import Any
 
-from arpo_env.tools.protocol import ToolOutput
+from arpo_env.tools.protocol import ToolOutput, elide
 
 
 class E2BSandbox:
@@ -59,10 +59,7 @@ class E2BSandbox:
         error = execution.error
         if error is not None:
             parts.append(f"{error.name}: {error.value}")
-        text = "\n".join(p for p in parts if p) or "(no output)"
-        if len(text) > 2 * self.max_output_chars:
-            dropped = len(text) - 2 * self.max_output_chars
-            text = text[: 2 * self.max_output_chars] + f"\n[output truncated: {dropped:,} more characters not shown]"
+        text, _ = elide("\n".join(p for p in parts if p) or "(no output)", 2 * self.max_output_chars)
         return ToolOutput(text, failed=error is not None, error=f"{error.name}: {error.value}" if error else None,
                           latency_s=time.perf_counter() - start)
 

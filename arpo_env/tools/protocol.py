@@ -58,3 +58,15 @@ class StatelessTool:
 
     def close(self) -> None:
         pass
+
+
+def elide(text: str, limit: int) -> tuple[str, int]:
+    """`text` cut to about `limit` characters, its first three quarters and its last quarter kept (a tool's last
+    lines are often what it was asked for; a traceback ends there too), with a line in between that says how many
+    were left out; and that number (0: `text` as it is)."""
+    if len(text) <= limit:
+        return text, 0
+    tail = limit // 4
+    dropped = len(text) - limit
+    return (text[: limit - tail] + f"\n[output truncated: {dropped:,} characters not shown]\n"
+            + (text[-tail:] if tail else "")), dropped

@@ -42,7 +42,7 @@ import time
 import weakref
 from dataclasses import asdict, dataclass
 
-from arpo_env.tools.protocol import ToolOutput
+from arpo_env.tools.protocol import ToolOutput, elide
 from arpo_env.tools.sandbox_server import recv_message, send_message
 
 SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_server.py")
@@ -60,7 +60,8 @@ class SandboxLimits:
     memory_mb: int = 1024
     """Memory a worker may allocate beyond what the template already holds (0: no limit)."""
     max_output_chars: int = 4000
-    """Characters of stdout (and, separately, stderr) kept per cell; the rest is counted and reported."""
+    """Characters of stdout (and, separately, stderr) kept per cell: the first three quarters and the last quarter;
+    a line between them says how many were left out."""
     file_size_mb: int = 64
     """Largest file a cell may write (at most `disk_mb`)."""
     disk_mb: int = 256
@@ -528,12 +529,8 @@ class LocalSandbox:
 
 def _format_reply(reply: dict, max_chars: int) -> str:
     parts = [reply["stdout"].rstrip("\n"), reply["stderr"].rstrip("\n"), reply["value"] or "", reply["error"] or ""]
-    text = "\n".join(p for p in parts if p)
-    if len(text) > 2 * max_chars:
-        reply["dropped"] += len(text) - 2 * max_chars
-        text = text[: 2 * max_chars]
-    if reply["dropped"]:
-        text += f"\n[output truncated: {reply['dropped']:,} more characters not shown]"
+    text, cut = elide("\n".join(p for p in parts if p), 2 * max_chars)  # each stream says what it dropped
+    reply["dropped"] += cut
     if reply["timed_out"]:
         text += "\n(the cell was interrupted; variables it had defined before that are kept)"
     return text or "(no output)"

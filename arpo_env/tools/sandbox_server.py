@@ -663,15 +663,19 @@ def _set_subreaper() -> None:
 # Running cells
 # --------------------------------------------------------------------------------------------------------------------
 class CappedWriter(io.TextIOBase):
-    """A text stream that keeps the first `cap` characters and counts the rest (output floods cost nothing). Like
-    the standard streams it is UTF-8 and has a binary `buffer` (``sys.stdout.buffer.write(b"...")``), whose bytes
-    are decoded into the same text."""
+    """A text stream that keeps `cap` characters, its first three quarters and its last quarter, and counts the rest
+    (output floods cost nothing): a loop's first lines and what the cell printed last (its result, mostly) are both
+    read, with a line in between that says how much was left out. Like the standard streams it is UTF-8 and has a
+    binary `buffer` (``sys.stdout.buffer.write(b"...")``), whose bytes are decoded into the same text."""
 
     def __init__(self, cap: int) -> None:
-        self.cap = cap
-        self.parts: list[str] = []
+        self.cap = max(0, cap)
+        self.tail = self.cap // 4
+        self.parts: list[str] = []  # the head
         self.kept = 0
-        self.dropped = 0
+        self.end: list[str] = []  # the most recent writes past the head, trimmed to `tail` now and then
+        self.end_len = 0
+        self.written = 0
         self.buffer = _BytesInto(self)
 
     @property
@@ -688,15 +692,30 @@ class CappedWriter(io.TextIOBase):
     def write(self, s: str) -> int:
         if not isinstance(s, str):
             raise TypeError(f"write() argument must be str, not {type(s).__name__}")
-        room = self.cap - self.kept
+        n = len(s)
+        self.written += n
+        room = self.cap - self.tail - self.kept
         if room > 0:
             self.parts.append(s[:room])
-            self.kept += min(room, len(s))
-        self.dropped += max(0, len(s) - max(room, 0))
-        return len(s)
+            self.kept += min(room, n)
+            s = s[room:]
+        if s and self.tail:
+            s = s[-self.tail:]
+            self.end.append(s)
+            self.end_len += len(s)
+            if self.end_len > 2 * self.tail:  # amortised: a million short prints cost a million appends
+                last = "".join(self.end)[-self.tail:]
+                self.end, self.end_len = [last], len(last)
+        return n
+
+    @property
+    def dropped(self) -> int:
+        return self.written - self.kept - min(self.end_len, self.tail)
 
     def getvalue(self) -> str:
-        return "".join(self.parts) + self.buffer.pending()
+        end = "".join(self.end)[-self.tail:] if self.tail else ""
+        skipped = f"\n[output truncated: {self.dropped:,} characters not shown]\n" if self.dropped else ""
+        return "".join(self.parts) + skipped + end + self.buffer.pending()
 
 
 class _BytesInto(io.RawIOBase):
