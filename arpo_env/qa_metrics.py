@@ -3,6 +3,7 @@ character-level for Chinese, letter matching for multiple choice, and an optiona
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import string
@@ -48,20 +49,29 @@ def exact_match(prediction: str, gold: str) -> float:
     return float(normalize_answer(prediction) == normalize_answer(gold))
 
 
+def missing(value: Any) -> bool:
+    """Whether a gold answer (or one of its aliases) is not there: None, NaN (a null read through pandas), empty
+    text. Its ``str`` ("None", "nan", "") is no answer, and must not score as one."""
+    return (value is None or (isinstance(value, float) and math.isnan(value))
+            or (isinstance(value, str) and not value.strip()))
+
+
 def aliases(gold: Any) -> list[str]:
-    return [str(g) for g in gold] if isinstance(gold, (list, tuple)) else [str(gold)]
+    """The gold's aliases as text, the missing ones left out (`missing`): a row without a gold has none."""
+    items = gold if isinstance(gold, (list, tuple)) else [gold]
+    return [str(g) for g in items if not missing(g)]
 
 
 def best_f1(prediction: str | None, gold: Any) -> float:
     if prediction is None:
         return 0.0
-    return max(f1_score(prediction, g) for g in aliases(gold))
+    return max((f1_score(prediction, g) for g in aliases(gold)), default=0.0)
 
 
 def best_em(prediction: str | None, gold: Any) -> float:
     if prediction is None:
         return 0.0
-    return max(exact_match(prediction, g) for g in aliases(gold))
+    return max((exact_match(prediction, g) for g in aliases(gold)), default=0.0)
 
 
 _CHOICE_FORMS = [
@@ -94,8 +104,8 @@ def qa_score(prediction: str | None, gold: Any, meta: Mapping[str, Any] | None =
     from arpo_env.tags import unwrap_text
 
     if (meta or {}).get("answer_type") == "multipleChoice":
-        letter = choice_letter(prediction)
-        return float(letter is not None and letter == choice_letter(aliases(gold)[0]))
+        letter, golds = choice_letter(prediction), aliases(gold)
+        return float(letter is not None and bool(golds) and letter == choice_letter(golds[0]))
     return best_f1(unwrap_text(prediction), gold)
 
 

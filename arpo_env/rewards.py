@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from arpo_env import tags
-from arpo_env.qa_metrics import best_em, normalize_answer, qa_score
+from arpo_env.qa_metrics import aliases, best_em, normalize_answer, qa_score
 
 BONUS_TOOLS = frozenset({tags.SEARCH, tags.PYTHON})
 # math-verify warns on every call made with its (signal-based) timeout off, which worker threads must do.
@@ -247,7 +247,7 @@ def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None
     """
     if prediction is None or not str(prediction).strip():
         return False
-    golds = [tidy(g) for g in (gold if isinstance(gold, (list, tuple)) else [gold])]
+    golds = [tidy(g) for g in aliases(gold)]  # a missing gold (None, NaN) has none: nothing is equal to it
     prediction = tidy(prediction)
     if any(g == prediction for g in golds):
         return True
@@ -383,6 +383,10 @@ def row_meta(kwargs: dict[str, Any], i: int) -> dict[str, Any]:
 def _batch(reward: HierarchicalReward, completions: Sequence[Any], kwargs: dict[str, Any],
            part: Callable[[RewardParts], float]) -> list[float]:
     golds = gold_answers(kwargs)
+    empty = [i for i, g in enumerate(golds[:len(completions)]) if not aliases(g)]
+    if empty:  # scored as wrong (a well-formed answer 0, a broken one -1); the dataset is the user's to fix
+        _log.warning("%d of %d rows have no gold answer (rows %s: %r); no answer is right for them",
+                     len(empty), len(completions), empty[:5], golds[empty[0]])
     return [part(reward(completion_text(c), g, row_meta(kwargs, i)))
             for i, (c, g) in enumerate(zip(completions, golds))]
 

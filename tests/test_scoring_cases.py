@@ -241,6 +241,26 @@ def test_math_answers_lose_digit_grouping_spaces_and_a_final_full_stop_only(writ
     assert rewards.tidy(written) == tidied
 
 
+@pytest.mark.parametrize("reward, written, gold", [
+    (rewards.math_reward, "None", None), (rewards.qa_reward, "None", None), (rewards.qa_reward, "nan", float("nan")),
+    (rewards.math_reward, "nan", float("nan")), (rewards.qa_reward, "x", []), (rewards.math_reward, "x", []),
+    (rewards.qa_reward, "None", [None]), (rewards.qa_reward, "x", "  "),
+])
+def test_a_row_without_a_gold_answer_has_no_right_answer_and_says_so(reward, written, gold, caplog):
+    """A null in the dataset used to be the gold "None" (or "nan"), so that answering it scored 1; an empty alias
+    list crashed QA scoring."""
+    with caplog.at_level("WARNING", logger="arpo_env.rewards"):
+        assert reward(["q", "q"], [answer(written), answer("18")], answer=[gold, "18"]) == [0.0, 1.0]
+    assert "1 of 2 rows have no gold answer (rows [0]" in caplog.text
+
+
+def test_missing_aliases_are_left_out():
+    assert rewards.qa_reward(["q"], [answer("Paris")], answer=[[None, "Paris"]]) == [1.0]
+    assert rewards.qa_reward(["q"], [answer("None")], answer=[[None, "Paris"]]) == [0.0]
+    assert rewards.qa_score("B", None, {"answer_type": "multipleChoice"}) == 0.0
+    assert rewards.math_reward(["q"], [answer("0")], answer=[0]) == [1.0]  # 0 is an answer
+
+
 # Every shipped benchmark: its first items, exact, reformatted, wrong, broken ---------------------------------------
 SHIPPED = ["aime24", "aime25", "math500", "gsm8k", "math", "hotpotqa", "2wiki", "musique", "bamboogle", "webwalker",
            "xbench"]
