@@ -279,12 +279,7 @@ class ARPORollout:
         """Spare samples: started, taken as top-ups, and discarded because their task did not need them, with the
         tokens the discarded ones had generated and the tool calls they had made (counted in `tool_calls` and in
         the generator's stats too: they were spent)."""
-        self._seen: dict[str, float] = {}
-        """What this batch has seen so far (its expected-shortfall estimate reads it): the sum of the branching
-        probabilities of its decisions, and the tool steps of its finished paths (`_new_batch`)."""
-        self._deltas: list[float] = []
-        """The ΔH of this batch's decisions so far: which branches start speculatively reads their median."""
-        self._new_batch()
+        self._new_batch()  # what the scheduler learns within a batch: `_seen`, `_deltas`
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None  # the tool pool of the rollout under way
         self._closing: list[Future] = []  # the envs it is closing
@@ -293,8 +288,11 @@ class ARPORollout:
         """Forget what the batch before saw: the scheduler's estimates are learned within each `run` (the first paths
         of a batch to end say more about its tasks than the last batch does), also when one engine runs several
         batches (`arpo rollout --batch-tasks`)."""
-        self._seen = {"p": 0.0, "decisions": 0, "tool_steps": 0, "ended": 0}
-        self._deltas = []
+        self._seen: dict[str, float] = {"p": 0.0, "decisions": 0, "tool_steps": 0, "ended": 0}
+        """What this batch has seen so far (its expected-shortfall estimate reads it): the sum of the branching
+        probabilities of its decisions, and the tool steps of its finished paths."""
+        self._deltas: list[float] = []
+        """The ΔH of this batch's decisions so far: which branches start speculatively reads their median."""
 
     @contextmanager
     def _env_time(self) -> Iterator[None]:
