@@ -248,25 +248,25 @@ def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None
     if prediction is None or not str(prediction).strip():
         return False
     golds = [tidy(g) for g in aliases(gold)]  # a missing gold (None, NaN) has none: nothing is equal to it
-    prediction = tidy(prediction)
-    if any(g == prediction for g in golds):
+    text = tidy(prediction)
+    if any(g == text for g in golds):
         return True
-    words = prose(str(prediction))
+    words = prose(text)
     if words is not None:  # not mathematics: compared as text, here
         return any(prose(g, least=1) == words for g in golds)
-    word = prose(str(prediction), least=1)  # one word, against a gold written as text ("\text{ellipse}")
+    word = prose(text, least=1)  # one word, against a gold written as text ("\text{ellipse}")
     if word is not None and any("\\text" in g and prose(g, least=1) == word for g in golds):
         return True  # "an ellipse.": else math-verify decides, which reads words as text only where \text{} says so
-    beyond = intractable(str(prediction))
+    beyond = intractable(text)
     if beyond is not None and not any(intractable(g) for g in golds):  # no gold is like it: not equal, and at once
-        _log.debug("math scoring declined %r: %s", str(prediction)[:80], beyond)
+        _log.debug("math scoring declined %r: %s", text[:80], beyond)
         return False
     from arpo_env.bounded import BoundExceeded, pool
 
     try:
-        return bool(pool().call("math_equal", str(prediction), golds, timeout_s=timeout_s))
+        return bool(pool().call("math_equal", text, golds, timeout_s=timeout_s))
     except BoundExceeded as exc:
-        _log.warning("math scoring gave up on %r: %s", str(prediction)[:80], exc)
+        _log.warning("math scoring gave up on %r: %s", text[:80], exc)
         return False
 
 
