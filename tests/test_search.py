@@ -92,6 +92,20 @@ def test_recorded_replay_and_fallback(data_dir):
     assert not with_fallback.call("Amy Smart debut").failed
 
 
+def test_recorded_replay_matches_up_to_whitespace(data_dir):
+    """The release's recording keeps its queries as the model wrote them, double spaces included ("Wolverine-Hoosier
+    Athletic Conference headquarters  location"), and `SearchTool` collapses the model's spaces before it asks: the
+    very query that was recorded was "not recorded"."""
+    path = data_dir / "search" / "search_cache.json"
+    records = json.loads(path.read_text())
+    query = "Wolverine-Hoosier Athletic Conference headquarters  location"
+    assert query in records
+    out = SearchTool(RecordedSearch(path)).call(query)
+    assert not out.failed, out.text
+    assert parse_recorded(records[query])[0].snippet[:200] in out.text
+    assert not SearchTool(RecordedSearch(path)).call("  Wolverine-Hoosier Athletic Conference\nheadquarters location ").failed
+
+
 def test_parse_recorded_pages():
     hits = parse_recorded("Page 1: first snippet\nPage 2: second one …")
     assert [h.snippet for h in hits] == ["first snippet", "second one …"]

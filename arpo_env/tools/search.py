@@ -250,7 +250,10 @@ def parse_recorded(value: Any) -> list[SearchHit]:
 
 
 class RecordedSearch:
-    """Exact replay of recorded queries; unrecorded ones go to `fallback` (or fail when there is none)."""
+    """Exact replay of recorded queries; unrecorded ones go to `fallback` (or fail when there is none).
+
+    A query matches a record whose key is the same text up to whitespace: `SearchTool` collapses the model's runs of
+    spaces before it asks, and recordings keep them as they were written (``"… headquarters  location"``)."""
 
     name = "recorded"
 
@@ -258,14 +261,18 @@ class RecordedSearch:
         self.path = Path(path)
         with open(self.path, encoding="utf-8") as f:
             self.records: dict[str, Any] = json.load(f)
+        self._by_words: dict[str, Any] = {}
+        for key, value in self.records.items():  # an exact key first; else the first key with the same words
+            self._by_words.setdefault(" ".join(key.split()), value)
         self.fallback = fallback
 
     def cache_id(self) -> str:
         return f"recorded:{self.path.resolve()}:{self.fallback.cache_id() if self.fallback else ''}"
 
     def search(self, query: str, top_k: int) -> list[SearchHit]:
-        if query in self.records:
-            return parse_recorded(self.records[query])[:top_k]
+        record = self.records.get(query, self._by_words.get(" ".join(query.split())))
+        if record is not None:
+            return parse_recorded(record)[:top_k]
         if self.fallback is None:
             raise SearchError("this query was not recorded and no fallback backend is configured")
         return self.fallback.search(query, top_k)
