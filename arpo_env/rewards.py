@@ -225,13 +225,20 @@ def intractable(answer: str, longest: int = 20_000) -> str | None:
 
 _DIGIT_GROUP = re.compile(r"(?<=\d)(?:\\[,;: ]|~)(?=\d{3}(?!\d))")
 _FULL_STOP = re.compile(r"(?<=[^.\s])\.\s*$")
+_E_NOTATION = re.compile(r"([+-]?(?:\d+(?:\.\d*)?|\.\d+))[eE]([+-]?\d{1,7})")  # linear: the answer is hostile
 
 
 def tidy(answer: str) -> str:
     r"""`answer` without what math-verify misreads and a reader would not: digits grouped by LaTeX spaces
-    (``10\,080``, ``10\;080``, ``10~080``: 10080, as ``10{,}080`` and ``10,\!080`` already are), and a sentence's
-    full stop at its end (``12.``, ``\frac{1}{2}.``; an ellipsis ``...`` stays)."""
-    return _FULL_STOP.sub("", _DIGIT_GROUP.sub("", str(answer).strip()))
+    (``10\,080``, ``10\;080``, ``10~080``: 10080, as ``10{,}080`` and ``10,\!080`` already are), a sentence's
+    full stop at its end (``12.``, ``\frac{1}{2}.``; an ellipsis ``...`` stays), and a whole answer that is a number
+    in E notation, as Python prints floats (``1e6``, ``1.5e-05``: math-verify reads the ``e`` as Euler's number), is
+    written as ``1\times10^{6}``."""
+    text = _FULL_STOP.sub("", _DIGIT_GROUP.sub("", str(answer).strip()))
+    number = _E_NOTATION.fullmatch(text)
+    if number is not None:
+        text = f"{number.group(1)}\\times10^{{{int(number.group(2))}}}"
+    return text
 
 
 def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None) -> bool:

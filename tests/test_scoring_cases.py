@@ -68,6 +68,11 @@ MATH = [
     ("gsm8k", "18", answer("18."), 1.0),  # a sentence's full stop inside the box
     ("gsm8k", "18", answer("\\$18."), 1.0),
     ("gsm8k", "18", answer("17."), 0.0),
+    ("gsm8k", "70000", answer("7e4"), 1.0),  # a float as Python prints it
+    ("gsm8k", "70000", answer("70000.0e+00"), 1.0),
+    ("gsm8k", "70000", answer("7e3"), 0.0),
+    ("math500", "\\frac{1}{2}", answer("5e-01"), 1.0),
+    ("math500", "\\frac{1}{2}", answer("5e-02"), 0.0),
     ("math500", "58,500", answer("58500"), 1.0),
     ("math500", "58,500", answer("5850"), 0.0),
     ("aime24", "204", answer("204"), 1.0),
@@ -236,8 +241,10 @@ def test_the_reference_think_rule_is_available_by_name():
     ("10\\,080", "10080"), ("1\\,234\\,567", "1234567"), ("10~080", "10080"), ("18.", "18"),
     ("\\frac{1}{2}. ", "\\frac{1}{2}"),
     ("1, 2, 3, ...", "1, 2, 3, ..."), ("1\\,2", "1\\,2"), ("10\\,0800", "10\\,0800"), (".", "."), ("x\\,y", "x\\,y"),
+    ("1e6", "1\\times10^{6}"), ("-1.5e-05", "-1.5\\times10^{-5}"), ("2.E+03.", "2.\\times10^{3}"),
+    ("2e", "2e"), ("e^{2}", "e^{2}"), ("3e2x", "3e2x"), ("x=1e6", "x=1e6"),
 ])
-def test_math_answers_lose_digit_grouping_spaces_and_a_final_full_stop_only(written, tidied):
+def test_math_answers_lose_digit_grouping_spaces_and_a_final_full_stop_and_e_notation_only(written, tidied):
     assert rewards.tidy(written) == tidied
 
 
