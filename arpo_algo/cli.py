@@ -69,6 +69,21 @@ def rollout_budget(args: argparse.Namespace) -> tuple[tuple[int, int], str]:
     return chosen, why if chosen == default else "as given"
 
 
+def writable(path: str) -> None:
+    """Fail now, in one line, when the trees file cannot be appended to (a folder, a missing folder, no permission),
+    not after the first batch's rollouts, which were lost with a traceback. Leaves no file behind."""
+    from arpo_algo import ConfigError, jsonl
+
+    existed = os.path.lexists(path)
+    try:
+        jsonl.append(path).close()
+    except OSError as exc:
+        raise ConfigError(f"--out {path} cannot be written ({exc.strerror or exc}): give a file for the trees, or - "
+                          "for standard output") from None
+    if not existed:
+        os.remove(path)
+
+
 def make_generator(model: str, backend: str = "hf") -> Any:
     if backend == "vllm":
         from arpo_algo.models import resolve
@@ -109,6 +124,8 @@ def rollout_main(args: argparse.Namespace) -> int:
     if args.tasks < 1 or args.batch_tasks < 1 or not 0 <= args.start < len(probe.tasks):
         raise ConfigError(f"--tasks and --batch-tasks must be at least 1 (not {args.tasks} and {args.batch_tasks}), "
                           f"and --start a task of the dataset, from 0 to {len(probe.tasks) - 1} (not {args.start})")
+    if args.out != "-":
+        writable(args.out)
     (max_new, max_completion), why = rollout_budget(args)
     config = RolloutConfig(num_generations=args.num_generations, num_global=min(args.num_global, args.num_generations),
                            branch_factor=args.branch_factor, alpha=args.alpha, beta=args.beta,

@@ -624,8 +624,12 @@ def same_settings(out: Path, settings: dict[str, Any]) -> None:
                 raise SystemExit(f"arpo eval: {out} holds samples made with other settings ({', '.join(differ)}): "
                                  f"give another --out, or delete {out / 'samples.jsonl'} to start again")
             return
-    out.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(settings, indent=1) + "\n", encoding="utf-8")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(settings, indent=1) + "\n", encoding="utf-8")
+    except OSError as exc:  # a file where the folder should be, no permission: one line, before any sample is made
+        what = "is a file, not a folder" if out.is_file() else f"cannot be written ({exc.strerror or exc})"
+        raise SystemExit(f"arpo eval: --out {out} {what}: give a folder for the results") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

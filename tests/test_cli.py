@@ -195,6 +195,26 @@ def test_rollout_says_which_budget_it_uses(tiny_model_dir, tmp_path):
     assert "tokens per turn" in result.stderr and ("CPU budget" in result.stderr or "default budget" in result.stderr)
 
 
+def test_an_output_that_cannot_be_written_is_one_clear_line_before_any_work(tiny_model_dir, tmp_path, data_dir):
+    """`arpo rollout --out FOLDER` rolled the first batch out, then lost it to an IsADirectoryError traceback (a file
+    in a missing folder: the same work, then the error); `arpo eval --out FILE` was a FileExistsError traceback."""
+    for out, why in [(tmp_path, "Is a directory"), (tmp_path / "missing" / "t.jsonl", "No such file or directory")]:
+        result = run_cli("rollout", "--model", str(tiny_model_dir), "--dataset", "arithmetic:4:3", "--tasks", "1",
+                         "-M", "2", "-N", "1", "--out", str(out))
+        assert result.returncode == 2, result.stderr[-2000:]
+        assert f"arpo rollout: --out {out} cannot be written ({why})" in result.stderr
+        assert "Traceback" not in result.stderr and "loading" not in result.stderr  # before the model, and any rollout
+    result = run_cli("rollout", "--model", "nobody/nothing", "--out", str(tmp_path / "new.jsonl"))
+    assert result.returncode == 2 and not (tmp_path / "new.jsonl").exists()  # the check leaves no file behind
+    taken = tmp_path / "taken"
+    taken.write_text("not a folder")
+    result = run_cli("eval", "--model", str(tiny_model_dir), "--benchmarks", "gsm8k", "--data-dir",
+                     str(data_dir / "eval"), "--limit", "1", "--out", str(taken))
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert f"arpo eval: --out {taken} is a file, not a folder: give a folder for the results" in result.stderr
+    assert "Traceback" not in result.stderr and taken.read_text() == "not a folder"
+
+
 def test_rollout_defaults_agree_everywhere_they_are_written():
     """The rollout's settings have defaults in three places: `RolloutConfig`, `ARPOConfig` (the trainer's, TRL's
     style) and `arpo rollout`'s flags (written out there so that the command line starts without torch). They must
