@@ -82,6 +82,20 @@ def parse_recipe(parser: TrlParser, argv: Sequence[str] | None) -> tuple[Any, ..
         raise ConfigError(message) from None
 
 
+def check_output_dir(output_dir: str) -> None:
+    """An ``output_dir`` that cannot be a run directory — a file is there, or a file stands where one of its parent
+    folders should — as a `ConfigError` now: it was a FileExistsError traceback from transformers once the model was
+    loaded (and, with a cold start, after the SFT stage had run)."""
+    from arpo_algo import ConfigError
+
+    folder = Path(output_dir)
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"output_dir {output_dir} is a file, not a folder: give a folder for the run")
+    blocking = next((p for p in folder.parents if p.exists() and not p.is_dir()), None)
+    if not folder.exists() and blocking is not None:
+        raise ConfigError(f"output_dir {output_dir} cannot be made: {blocking} is a file")
+
+
 def resolve_resume(value: Any, output_dir: str, command: str = "arpo train") -> str | None:
     """``last``/``true`` → the newest complete ``checkpoint-N`` in ``output_dir`` (None when there is none yet). A
     checkpoint is complete once its ``trainer_state.json``, which transformers writes last, reads: a run killed while
@@ -290,6 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     parser = make_parser()
     script_args, args, model_args = parse_recipe(parser, argv)
+    check_output_dir(args.output_dir)
     resume = resolve_resume(args.resume_from_checkpoint, args.output_dir)
     trainer = build_trainer(script_args, args, model_args)
     start = time.perf_counter()  # the RL phase; the cold start (if it ran) is timed in build_trainer

@@ -215,6 +215,20 @@ def test_an_output_that_cannot_be_written_is_one_clear_line_before_any_work(tiny
     assert "Traceback" not in result.stderr and taken.read_text() == "not a folder"
 
 
+@pytest.mark.parametrize("command, recipe, below", [("train", "smollm2_cpu.yaml", ""),
+                                                     ("sft", "smollm2_sft_cpu.yaml", "sub")])
+def test_an_output_dir_that_cannot_be_one_is_one_clear_line(command, recipe, below, tmp_path):
+    """A file where the run directory (or a folder above it) should be was transformers' FileExistsError traceback,
+    once the model was loaded; with a cold start, after the SFT stage."""
+    taken = tmp_path / "taken"
+    taken.write_text("not a folder")
+    out = taken / below if below else taken
+    result = run_cli(command, "--config", f"examples/recipes/{recipe}", "--output_dir", str(out))
+    why = f"{taken} is a file, not a folder" if not below else f"{out} cannot be made: {taken} is a file"
+    assert result.returncode == 2 and f"arpo {command}: output_dir {why}" in result.stderr, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr and taken.read_text() == "not a folder"
+
+
 def test_rollout_defaults_agree_everywhere_they_are_written():
     """The rollout's settings have defaults in three places: `RolloutConfig`, `ARPOConfig` (the trainer's, TRL's
     style) and `arpo rollout`'s flags (written out there so that the command line starts without torch). They must
