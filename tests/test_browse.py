@@ -293,6 +293,17 @@ def test_second_browse_is_served_from_the_cache(server, tmp_path):
     assert again.extra["cache"] == "hit" and Handler.hits["/cached"] - before == 1
 
 
+def test_a_private_page_in_the_cache_is_not_served_to_a_tool_that_refuses_private_addresses(server, tmp_path):
+    """The cache outlives the run and is shared: a page of 127.0.0.1 (an intranet's) read by a run that allowed
+    private hosts was served from it to a run that refuses them, past the address check."""
+    cache = str(tmp_path / "c.sqlite")
+    allowed = browse_tool_factory({"cache": cache, "private_hosts": True})()
+    assert not allowed.call(f"{server}/article").failed
+    refused = browse_tool_factory({"cache": cache})().call(f"{server}/article")
+    assert refused.failed and "is not a public address" in refused.text and refused.extra["cache"] == "miss"
+    assert allowed.call(f"{server}/article").extra["cache"] == "hit"
+
+
 def test_a_cache_that_cannot_be_used_costs_a_warning_not_the_env(server, tmp_path):
     """A cache file that is not a database (a file of another program, one cut short) or whose folder cannot be made:
     making the env raised sqlite3.DatabaseError or an OSError. Now the tools run without the cache."""

@@ -8,7 +8,7 @@ the page's plain text (lxml, linear time) stands in, and the model is told so. A
 (by its content, in this process), so another visit reads its plain text at once instead of waiting out the bound
 again. An offline page store (``{url: html file}``) serves pages without network; live fetching can be switched off.
 Results are cached in the shared SQLite tool cache, a plain-text stand-in excepted: the cache outlives the run, and an
-overrun can be the machine's load of the moment. Every failure is an observation (``browse failed: …``).
+overrun can be the machine's load of the moment. Pages read with ``private_hosts`` are cached under keys of their own. Every failure is an observation (``browse failed: …``).
 
 The URL is the model's, so by default only public addresses are fetched: a host that resolves to a loopback, private,
 link-local or otherwise non-global address (``127.0.0.1:8000``, a vLLM server; ``169.254.169.254``, a cloud's
@@ -172,7 +172,10 @@ class BrowseTool(StatelessTool):
         start = time.perf_counter()
         url = query.strip()
         extra: dict[str, Any] = {}
-        key = ToolCache.key("browse", url, self.max_chars, self.summarizer.cache_id() if self.summarizer else None)
+        # Pages read with private_hosts have keys of their own: a run that refuses local and private addresses must
+        # not be served an intranet page (or a local server's) that another run, which allowed them, cached.
+        key = ToolCache.key("browse", url, self.max_chars, self.summarizer.cache_id() if self.summarizer else None,
+                            *(("private hosts",) if self.private_hosts else ()))
         text = self.cache.get(key) if self.cache else None
         extra["cache"] = ("hit" if text is not None else "miss") if self.cache else "off"
         if text is None:
