@@ -103,7 +103,8 @@ def test_recorded_replay_matches_up_to_whitespace(data_dir):
     out = SearchTool(RecordedSearch(path)).call(query)
     assert not out.failed, out.text
     assert parse_recorded(records[query])[0].snippet[:200] in out.text
-    assert not SearchTool(RecordedSearch(path)).call("  Wolverine-Hoosier Athletic Conference\nheadquarters location ").failed
+    spaced = "  Wolverine-Hoosier Athletic Conference\nheadquarters location "
+    assert not SearchTool(RecordedSearch(path)).call(spaced).failed
 
 
 def test_parse_recorded_pages():

@@ -1,14 +1,15 @@
 """The ``<browse>`` tool: fetch a page, extract its main text, optionally condense it with a model.
 
 Fetching uses httpx with a per-page deadline, a size cap, a redirect limit (loops are detected) and a content-type
-check; the main text is extracted with trafilatura (navigation, ads and scripts dropped) and truncated with a
-visible note. Extraction is bounded: trafilatura runs in a killable worker process (`arpo_env.bounded`), since its
-time grows faster than the page (a 1.3 MB page of short paragraphs takes it 18 s); past ``extract_timeout_s``
-the page's plain text (lxml, linear time) stands in, and the model is told so. A page that overran is remembered
-(by its content, in this process), so another visit reads its plain text at once instead of waiting out the bound
-again. An offline page store (``{url: html file}``) serves pages without network; live fetching can be switched off.
-Results are cached in the shared SQLite tool cache, a plain-text stand-in excepted: the cache outlives the run, and an
-overrun can be the machine's load of the moment. Pages read with ``private_hosts`` are cached under keys of their own. Every failure is an observation (``browse failed: …``).
+check; the main text is extracted with trafilatura (navigation, ads and scripts dropped) and truncated with a visible
+note. Extraction is bounded: trafilatura runs in a killable worker process (`arpo_env.bounded`), since its time grows
+faster than the page (a 1.3 MB page of short paragraphs takes it 18 s); past ``extract_timeout_s`` the page's plain text
+(lxml, linear time) stands in, and the model is told so. A page that overran is remembered (by its content, in this
+process), so another visit reads its plain text at once instead of waiting out the bound again. An offline page store
+(``{url: html file}``) serves pages without network; live fetching can be switched off. Results are cached in the shared
+SQLite tool cache, a plain-text stand-in excepted: the cache outlives the run, and an overrun can be the machine's load
+of the moment. Pages read with ``private_hosts`` are cached under keys of their own. Every failure is an observation
+(``browse failed: …``).
 
 The URL is the model's, so by default only public addresses are fetched: a host that resolves to a loopback, private,
 link-local or otherwise non-global address (``127.0.0.1:8000``, a vLLM server; ``169.254.169.254``, a cloud's
