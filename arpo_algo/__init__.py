@@ -34,6 +34,39 @@ def env_arguments(env_id: str) -> Iterator[None]:
         raise ConfigError(f"{env_id}: {' '.join(str(exc).split())}") from None
 
 
+def takes_sandbox_options(env_id: str) -> bool:
+    """Whether the env registered as `env_id` takes ``sandbox_options`` (ours do; another may not)."""
+    import inspect
+
+    import gymnasium as gym
+
+    import arpo_env  # noqa: F401 - registers the ids
+
+    try:
+        from arpo_env.math_env import MathEnv
+        from arpo_env.qa_env import QAEnv
+
+        creator = gym.envs.registration.load_env_creator(gym.spec(env_id).entry_point)
+        if isinstance(creator, type) and issubclass(creator, (MathEnv, QAEnv)):
+            return True  # DeepSearchEnv passes its keyword arguments on
+        return "sandbox_options" in inspect.signature(creator).parameters
+    except Exception:  # noqa: BLE001 - an id gym.make will report on itself, or a creator without a signature
+        return False
+
+
+def hide_from_sandbox(env_id: str, kwargs: dict[str, Any], path: str) -> dict[str, Any]:
+    """`kwargs` (gym.make's) with `path` among the local sandbox's hidden paths, where the env takes
+    ``sandbox_options``: what a run writes (rollout trees, a training run's folder) holds the tasks' answers, and the
+    same tasks come back. With another sandbox (E2B: a VM that cannot see this machine's files), `kwargs` as they are."""
+    import os
+
+    if kwargs.get("sandbox", "local") != "local" or not takes_sandbox_options(env_id):
+        return kwargs
+    options = dict(kwargs.get("sandbox_options") or {})
+    options["hidden_paths"] = (*options.get("hidden_paths", ()), os.path.abspath(path))
+    return {**kwargs, "sandbox_options": options}
+
+
 def __getattr__(name: str) -> Any:
     if name == "ARPOConfig":
         from arpo_algo.arpo_config import ARPOConfig

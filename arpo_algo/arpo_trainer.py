@@ -36,7 +36,7 @@ import torch
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
-from arpo_algo import ConfigError, jsonl
+from arpo_algo import ConfigError, hide_from_sandbox, jsonl
 from arpo_algo.advantages import grpo_advantages, hard_token_advantages, reinforce_pp_advantages
 from arpo_algo.arpo_config import ARPOConfig
 from arpo_algo.rollout import ARPORollout, GRPORollout, RolloutConfig
@@ -123,11 +123,7 @@ class ARPOTrainer(GRPOTrainer):
         kwargs = dict(args.env_kwargs or {})
         if args.max_tool_calls is not None:
             kwargs["max_tool_calls"] = args.max_tool_calls
-        if kwargs.get("sandbox", "local") == "local" and args.output_dir and _takes_sandbox_options(args.env_id):
-            options = dict(kwargs.get("sandbox_options") or {})
-            options["hidden_paths"] = (*options.get("hidden_paths", ()), os.path.abspath(args.output_dir))
-            kwargs["sandbox_options"] = options
-        return kwargs
+        return hide_from_sandbox(args.env_id, kwargs, args.output_dir) if args.output_dir else kwargs
 
     # Generation -----------------------------------------------------------------------------------------------------
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -453,26 +449,6 @@ class _HFGeneration:
         for ctx in reversed(self.contexts):
             ctx.__exit__(*exc)
         self.trainer.model.train(self.was_training)
-
-
-def _takes_sandbox_options(env_id: str) -> bool:
-    """Whether the env registered as `env_id` takes ``sandbox_options`` (ours do; another may not)."""
-    import inspect
-
-    import gymnasium as gym
-
-    import arpo_env  # noqa: F401 - registers the ids
-
-    try:
-        from arpo_env.math_env import MathEnv
-        from arpo_env.qa_env import QAEnv
-
-        creator = gym.envs.registration.load_env_creator(gym.spec(env_id).entry_point)
-        if isinstance(creator, type) and issubclass(creator, (MathEnv, QAEnv)):
-            return True  # DeepSearchEnv passes its keyword arguments on
-        return "sandbox_options" in inspect.signature(creator).parameters
-    except Exception:  # noqa: BLE001 - an id gym.make will report on itself, or a creator without a signature
-        return False
 
 
 def _env_maker(env_id: str, env_kwargs: dict[str, Any]) -> Callable[[], Any]:

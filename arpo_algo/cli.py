@@ -97,14 +97,11 @@ def make_generator(model: str, backend: str = "hf") -> Any:
     return HFGenerator(loaded, tokenizer)
 
 
-def rollout_main(args: argparse.Namespace) -> int:
-    import gymnasium as gym
-    from tqdm.auto import tqdm
-
-    import arpo_env  # noqa: F401
-    from arpo_algo import ConfigError, env_arguments
-    from arpo_algo.rollout import ARPORollout, GRPORollout, RolloutConfig
-    from arpo_algo.tree import write_jsonl
+def rollout_env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """gym.make's keyword arguments for `arpo rollout`: ``--env-kwargs`` with ``--dataset`` and ``--data-dir``, and the
+    trees file (``--out``) hidden from the local sandbox: it holds the tasks' answers, and a run appending to it may
+    roll the same tasks out again."""
+    from arpo_algo import ConfigError, hide_from_sandbox
 
     try:
         env_kwargs = json.loads(args.env_kwargs)
@@ -117,6 +114,19 @@ def rollout_main(args: argparse.Namespace) -> int:
         env_kwargs["dataset"] = args.dataset
     if args.data_dir:
         env_kwargs["data_dir"] = args.data_dir
+    return env_kwargs if args.out == "-" else hide_from_sandbox(args.env, env_kwargs, args.out)
+
+
+def rollout_main(args: argparse.Namespace) -> int:
+    import gymnasium as gym
+    from tqdm.auto import tqdm
+
+    import arpo_env  # noqa: F401
+    from arpo_algo import ConfigError, env_arguments
+    from arpo_algo.rollout import ARPORollout, GRPORollout, RolloutConfig
+    from arpo_algo.tree import write_jsonl
+
+    env_kwargs = rollout_env_kwargs(args)
     with env_arguments(args.env):  # fail early on a bad env, dataset or argument, with its message
         probe = gym.make(args.env, **env_kwargs).unwrapped
     n_tasks = min(args.tasks, len(probe.tasks) - args.start)
