@@ -9,7 +9,8 @@ asks ``get_reward()`` for the reward when the rollout ends. `environment_factory
   `task_dataset`) and returns how to use the tools;
 * one tool per tool of the env — ``python(code)``, ``search(query)``, ``browse(url)`` — each a step of the env, so
   budgets, the sandbox's state and the tool cache work as in `ToolEnv`; and ``answer(final_answer)``, which submits
-  the final answer and ends the episode;
+  the final answer and ends the episode. An argument the text protocol cannot carry — one holding its call's closing
+  tag (``</python>``), an answer whose braces do not balance — is refused with a message, uncounted;
 * ``get_reward()`` is arpo's hierarchical reward of the episode: −1 if no answer was submitted, else correctness
   (math-verify or F1) and +0.1 when both search and Python ran.
 
@@ -69,6 +70,11 @@ class TRLEnvironment:
         """
         if self.done:
             return "The task has already ended."
+        final_answer = str(final_answer)
+        _protocol_safe("answer", "final_answer", final_answer)
+        if not _balanced(final_answer):  # it goes inside \boxed{…}, which its braces would end early or leave open
+            raise ValueError("answer(): the braces { } in final_answer do not balance; give the answer with every { "
+                             "closed by a }")
         _, reward, _, _, _ = self.env.step(f"<answer>\\boxed{{{final_answer}}}</answer>")
         self.reward, self.done = float(reward), True
         return "Answer received."
@@ -82,6 +88,24 @@ class TRLEnvironment:
         return _strip_result(obs)
 
 
+def _protocol_safe(tag: str, argument: str, value: str) -> None:
+    """A tool's argument goes into arpo's text protocol as ``<tag>value</tag>``: a ``</tag>`` in it would end the
+    call early (the rest of the code run as a call of its own, or the completion's format broken: reward −1), so it
+    is refused with a message the model reads (TRL hands it what a tool raises), and the call is not counted."""
+    if f"</{tag}>" in value:
+        raise ValueError(f"{tag}(): the {argument} cannot hold the text '</{tag}>' here (it would end the call); "
+                         f"build it from parts, as '</' + '{tag}>'")
+
+
+def _balanced(text: str) -> bool:
+    depth = 0
+    for ch in text:
+        depth += (ch == "{") - (ch == "}")
+        if depth < 0:
+            return False
+    return depth == 0
+
+
 def _strip_result(observation: str) -> str:
     found = [s for s in tags.spans(observation)[0] if s.tag == tags.RESULT]
     return found[-1].content.strip() if found else observation.strip()
@@ -93,6 +117,7 @@ def _tool_method(tag: str, argument: str, summary: str, arg_help: str) -> Callab
         if len(given) != 1 or (kwargs and argument not in kwargs):  # TRL hands the model this message
             raise TypeError(f"{tag}() takes one argument, {argument!r}; it was called with "
                             f"{len(args)} positional and {sorted(kwargs) or 'no'} keyword arguments")
+        _protocol_safe(tag, argument, str(given[0]))
         return self._run(tag, str(given[0]))
 
     method.__name__ = tag

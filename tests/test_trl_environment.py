@@ -36,6 +36,26 @@ def test_adapter_plays_an_episode_with_tools_and_reward():
     env.env.close()
 
 
+def test_arguments_that_would_break_the_text_protocol_are_refused_with_a_message():
+    """A JSON tool call's code may hold '</python>' (HTML, XML written by the code): wrapped as <python>…</python>, it
+    ended the call early, ran the rest as garbage, and broke the completion's format, so that the reward was −1
+    whatever the answer. So did an answer whose braces end \\boxed{} early."""
+    env = environment_factory("ARPO-Math-v0", max_tool_calls=3)()
+    env.reset(question="What is 6 * 7?", answer="42")
+    for call, words in [(lambda: env.python(code='print("</python>")'), "python(): the code cannot hold the text "
+                                                                         "'</python>' here"),
+                        (lambda: env.answer(final_answer="42}"), "braces { } in final_answer do not balance"),
+                        (lambda: env.answer(final_answer="{42"), "do not balance"),
+                        (lambda: env.answer(final_answer="42</answer>"), "cannot hold the text '</answer>'")]:
+        with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):
+            call()
+    assert env.python(code='print("<" + "/python>")') == "</python>"  # not counted: the budget is whole
+    assert env.env.state.budget_used == 1 and not env.done
+    assert env.answer(final_answer="\\frac{84}{2}") == "Answer received."
+    assert env.get_reward() == 1.0 and not env.env.score().errors
+    env.env.close()
+
+
 def test_the_tools_are_the_envs_own_with_schemas():
     from transformers.utils import get_json_schema
 
