@@ -74,10 +74,13 @@ def best_em(prediction: str | None, gold: Any) -> float:
     return max((exact_match(prediction, g) for g in aliases(gold)), default=0.0)
 
 
+# After the letter: punctuation, the end, or a space before the option's text, which does not go on in lower case
+# ("D Non-elitism"): "I think it is B", "a dog" and "D and E" name no single option.
+_AFTER_LETTER = r"(?:[.:)\]]|$|\s(?!\s*(?-i:[a-z])))"
 _CHOICE_FORMS = [
-    re.compile(r"^\(?([A-Za-z])\)?(?:[.:)\]]|\s|$)"),  # "D", "(D)", "D.", "D) text", "D text"
+    re.compile(r"^\(?([A-Za-z])\)?" + _AFTER_LETTER),  # "D", "(D)", "D.", "D) text", "D Text"
     re.compile(r"^(?:the\s+)?(?:final\s+|correct\s+)?(?:answer|option|choice)\s*(?:is|:|：|=)?\s*"
-               r"(?:option\s+|choice\s+)?\(?([A-Za-z])\)?(?:[.:)\]]|\s|$)", re.I),
+               r"(?:option\s+|choice\s+)?\(?([A-Za-z])\)?" + _AFTER_LETTER, re.I),
 ]
 
 
