@@ -151,6 +151,9 @@ class ToolEnv(gym.Env[str, str]):
         state = self._require_state()
         if state.done:
             raise gym.error.ResetNeeded("the episode has ended: call reset() before stepping again")
+        if self.tool_factories and not self.tools:  # answering its calls with "there is no <python> tool" would lie
+            raise gym.error.ClosedEnvironmentError("the environment is closed (its tools are shut down): call reset() "
+                                                   "to start a new episode")
         text = _as_text(action)
         state.turns += 1
         state.segments.append(("action", text))

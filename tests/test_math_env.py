@@ -105,6 +105,23 @@ def test_turn_and_length_budgets_truncate():
     zero.close()
 
 
+def test_a_closed_env_says_so_and_a_reset_opens_it_again():
+    """Stepped after close(), the env answered a Python call with "there is no <python> tool here", counted it
+    against the budget, and went on."""
+    e = gym.make("ARPO-Math-v0").unwrapped
+    e.reset(options=Q)
+    e.close()
+    with pytest.raises(gym.error.ClosedEnvironmentError, match="the environment is closed"):
+        e.step("<python>print(1)</python>")
+    e.reset(options=Q)
+    assert e.step("<python>print(6 * 7)</python>")[0] == "\n<result>\n42\n</result>\n"
+    e.close()
+    bare = gym.make("ARPO-Math-v0", tools=()).unwrapped  # nothing to shut down: it answers as before
+    bare.reset(options=Q)
+    bare.close()
+    assert bare.step("<answer>\\boxed{4}</answer>")[2]
+
+
 @pytest.mark.parametrize("action, expect", [
     ("<python>print(1)", "<python> tag is not closed"),
     ("<answer>\\boxed{4}", "<answer> tag is not closed"),
