@@ -90,6 +90,11 @@ depth (10 braces about 1 s, 15 more than 5 s). The golds of the shipped datasets
 MAX_DIGITS = 1e6
 """Numbers of more digits than this are beyond its reach: sympy evaluates them (10^{10^6} about 0.5 s, 3^{3^{3^3}}
 more than 5 s)."""
+FAR_LONGER, MIN_FAR_LONGER = 20, 1000
+"""An answer of more than `MIN_FAR_LONGER` characters and more than `FAR_LONGER` times as long as every gold is not
+equal to one, at once: math-verify's time grows with the answer (3,000 characters of ``a1 a1 …`` took it 1 s, 21,000
+3.5 s, and longer ones its whole 5 s bound), and a policy that has fallen into writing long garbage answers would
+hold the scoring workers that long for each."""
 _MATH_TOKEN = re.compile(r"\s+|\\(?:(?:left|right|displaystyle)(?![A-Za-z])|[,;:! ])|(\d+(?:\.\d*)?|\.\d+)"
                          r"|(\\[A-Za-z]+|\\.|\*\*|.)", re.S)
 _OPENERS, _CLOSERS = {"{", "(", "[", "\\{"}, {"}", ")", "]", "\\}"}
@@ -250,7 +255,7 @@ def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None
     so is one word against a gold written as text (``\text{ellipse}``: "an ellipse." is equal, and "ellipses" goes on
     to math-verify).
     One beyond math-verify's reach (`intractable`: a power tower, brackets nested deep) is not equal, at once, unless a
-    gold alias is beyond it too.
+    gold alias is beyond it too; nor is one far longer than every gold (`FAR_LONGER`).
     """
     if prediction is None or not str(prediction).strip():
         return False
@@ -264,6 +269,11 @@ def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None
     word = prose(text, least=1)  # one word, against a gold written as text ("\text{ellipse}")
     if word is not None and any("\\text" in g and prose(g, least=1) == word for g in golds):
         return True  # "an ellipse.": else math-verify decides, which reads words as text only where \text{} says so
+    longest_gold = max((len(g) for g in golds), default=0)
+    if len(text) > max(MIN_FAR_LONGER, FAR_LONGER * longest_gold):  # far longer than every gold: not equal, at once
+        _log.debug("math scoring declined %r: %d characters against golds of %d at most", text[:80], len(text),
+                   longest_gold)
+        return False
     beyond = intractable(text)
     if beyond is not None and not any(intractable(g) for g in golds):  # no gold is like it: not equal, and at once
         _log.debug("math scoring declined %r: %s", text[:80], beyond)

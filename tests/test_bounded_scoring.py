@@ -102,3 +102,20 @@ def test_an_episode_starts_its_scoring_workers_before_its_first_answer():
                          cwd=os.path.dirname(os.path.dirname(__file__)))
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["2", "2", "2", "1.0"], out.stdout
+
+
+def test_an_answer_far_longer_than_every_gold_is_not_equal_without_asking_math_verify(monkeypatch):
+    """math-verify's time grows with the answer (3,000 characters of "a1 a1 …" took it 1 s of a scoring worker, 21,000
+    took 3.5 s): a policy fallen into long garbage answers held the workers that long for each. Answers within
+    `FAR_LONGER` times the longest gold (or under `MIN_FAR_LONGER` characters) still go to it."""
+    import arpo_env.bounded
+
+    asked = []
+    real = arpo_env.bounded.pool
+    monkeypatch.setattr(arpo_env.bounded, "pool", lambda *args: asked.append(args) or real(*args))
+    assert not rewards.math_equal("a1 " * 1000, "42") and not asked
+    assert not rewards.math_equal("1+" * 600 + "1", ["42", "7"]) and not asked
+    assert rewards.math_equal("+".join(["1"] * 101), "101") and len(asked) == 1  # 201 characters: math-verify's
+    gold = "+".join(["2"] * 50)  # 99 characters: answers up to 1,980 are math-verify's
+    answer = " + ".join(["1"] * 100) + " + " + "+".join(["0"] * 600)  # 1,599 characters
+    assert rewards.math_equal(answer, gold) and len(asked) == 2
