@@ -195,9 +195,9 @@ def test_rollout_says_which_budget_it_uses(tiny_model_dir, tmp_path):
     assert "tokens per turn" in result.stderr and ("CPU budget" in result.stderr or "default budget" in result.stderr)
 
 
-def test_an_output_that_cannot_be_written_is_one_clear_line_before_any_work(tiny_model_dir, tmp_path, data_dir):
+def test_a_trees_file_that_cannot_be_written_is_one_clear_line_before_any_work(tiny_model_dir, tmp_path):
     """`arpo rollout --out FOLDER` rolled the first batch out, then lost it to an IsADirectoryError traceback (a file
-    in a missing folder: the same work, then the error); `arpo eval --out FILE` was a FileExistsError traceback."""
+    in a missing folder: the same work, then the error)."""
     for out, why in [(tmp_path, "Is a directory"), (tmp_path / "missing" / "t.jsonl", "No such file or directory")]:
         result = run_cli("rollout", "--model", str(tiny_model_dir), "--dataset", "arithmetic:4:3", "--tasks", "1",
                          "-M", "2", "-N", "1", "--out", str(out))
@@ -206,6 +206,10 @@ def test_an_output_that_cannot_be_written_is_one_clear_line_before_any_work(tiny
         assert "Traceback" not in result.stderr and "loading" not in result.stderr  # before the model, and any rollout
     result = run_cli("rollout", "--model", "nobody/nothing", "--out", str(tmp_path / "new.jsonl"))
     assert result.returncode == 2 and not (tmp_path / "new.jsonl").exists()  # the check leaves no file behind
+
+
+def test_an_eval_output_that_is_a_file_is_one_clear_line_before_any_work(tiny_model_dir, tmp_path, data_dir):
+    """`arpo eval --out FILE` was a FileExistsError traceback."""
     taken = tmp_path / "taken"
     taken.write_text("not a folder")
     result = run_cli("eval", "--model", str(tiny_model_dir), "--benchmarks", "gsm8k", "--data-dir",
