@@ -233,37 +233,31 @@ def test_an_output_dir_that_cannot_be_one_is_one_clear_line(command, recipe, bel
     assert "Traceback" not in result.stderr and taken.read_text() == "not a folder"
 
 
-def test_the_trees_file_of_a_rollout_and_the_folder_of_a_training_run_are_hidden_from_the_sandbox(tmp_path):
+def test_the_trees_file_of_a_rollout_is_hidden_from_the_sandbox(tmp_path):
     """`arpo rollout`'s trees hold every task's answer, and a run appending to the file may roll the same tasks out
-    again: its cells could read them (the trainer and `arpo eval` hid their outputs; the rollout did not)."""
+    again: its cells could read them (the trainer and `arpo eval` hid their outputs, `tests/test_trainer.py` and
+    `tests/test_eval.py`; the rollout did not)."""
     import argparse
 
     import gymnasium as gym
 
-    from arpo_algo.arpo_config import ARPOConfig
-    from arpo_algo.arpo_trainer import ARPOTrainer
     from arpo_algo.cli import _rollout_parser, rollout_env_kwargs
 
     parser = argparse.ArgumentParser()
     _rollout_parser(parser.add_subparsers(dest="command"))
     trees = tmp_path / "trees.jsonl"
     trees.write_text('{"task": {"answer": "204"}}\n')
-    rollout = rollout_env_kwargs(parser.parse_args(["rollout", "--env-kwargs", '{"max_tool_calls": 2}', "--out",
-                                                    str(trees)]))
-    assert rollout == {"max_tool_calls": 2, "sandbox_options": {"hidden_paths": (str(trees),)}}
+    kwargs = rollout_env_kwargs(parser.parse_args(["rollout", "--env-kwargs", '{"max_tool_calls": 2}', "--out",
+                                                   str(trees)]))
+    assert kwargs == {"max_tool_calls": 2, "sandbox_options": {"hidden_paths": (str(trees),)}}
     assert "sandbox_options" not in rollout_env_kwargs(parser.parse_args(["rollout", "--out", "-"]))
-    run = tmp_path / "run"
-    (run / "rollouts.jsonl").parent.mkdir()
-    (run / "rollouts.jsonl").write_text('{"task": {"answer": "204"}}\n')
-    training = ARPOTrainer.env_kwargs(ARPOConfig(output_dir=str(run), report_to="none"))
-    for kwargs, path in [(rollout, trees), (training, run / "rollouts.jsonl")]:
-        env = gym.make("ARPO-Math-v0", **kwargs).unwrapped
-        try:
-            env.reset(seed=0)
-            obs, *_ = env.step(f"<python>print(open({str(path)!r}).read())</python>")
-            assert "is hidden from the sandbox" in obs and '"answer"' not in obs, obs
-        finally:
-            env.close()
+    env = gym.make("ARPO-Math-v0", **kwargs).unwrapped
+    try:
+        env.reset(seed=0)
+        obs, *_ = env.step(f"<python>print(open({str(trees)!r}).read())</python>")
+        assert "is hidden from the sandbox" in obs and '"answer"' not in obs, obs
+    finally:
+        env.close()
 
 
 def test_rollout_defaults_agree_everywhere_they_are_written():
