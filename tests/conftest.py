@@ -36,6 +36,21 @@ def group_members(pgid: int) -> list[tuple[int, str]]:
     return members
 
 
+def assert_hidden_from_the_sandbox(env_kwargs: dict, path, env_id: str = "ARPO-Math-v0") -> None:
+    """A cell of ``gym.make(env_id, **env_kwargs)`` that reads `path` (a file of answers) is refused, and reads none."""
+    import gymnasium as gym
+
+    import arpo_env  # noqa: F401
+
+    env = gym.make(env_id, **env_kwargs).unwrapped
+    try:
+        env.reset(seed=0)
+        obs, *_ = env.step(f"<python>print(open({str(path)!r}).read())</python>")
+        assert "is hidden from the sandbox" in obs and '"answer"' not in obs, obs
+    finally:
+        env.close()
+
+
 def wait_until(predicate, seconds: float = 10.0) -> bool:
     """Poll `predicate` until it holds (process exits are asynchronous); never a timing assertion."""
     deadline = time.monotonic() + seconds

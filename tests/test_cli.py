@@ -239,7 +239,7 @@ def test_the_trees_file_of_a_rollout_is_hidden_from_the_sandbox(tmp_path):
     `tests/test_eval.py`; the rollout did not)."""
     import argparse
 
-    import gymnasium as gym
+    from conftest import assert_hidden_from_the_sandbox
 
     from arpo_algo.cli import _rollout_parser, rollout_env_kwargs
 
@@ -251,13 +251,7 @@ def test_the_trees_file_of_a_rollout_is_hidden_from_the_sandbox(tmp_path):
                                                    str(trees)]))
     assert kwargs == {"max_tool_calls": 2, "sandbox_options": {"hidden_paths": (str(trees),)}}
     assert "sandbox_options" not in rollout_env_kwargs(parser.parse_args(["rollout", "--out", "-"]))
-    env = gym.make("ARPO-Math-v0", **kwargs).unwrapped
-    try:
-        env.reset(seed=0)
-        obs, *_ = env.step(f"<python>print(open({str(trees)!r}).read())</python>")
-        assert "is hidden from the sandbox" in obs and '"answer"' not in obs, obs
-    finally:
-        env.close()
+    assert_hidden_from_the_sandbox(kwargs, trees)
 
 
 def test_rollout_defaults_agree_everywhere_they_are_written():

@@ -287,18 +287,13 @@ def test_a_base_url_that_is_a_web_site_stops_the_run_with_its_words(web_page_ser
 
 def test_the_output_folder_is_hidden_from_the_sandbox(tmp_path):
     # samples.jsonl holds every question's gold answer: a later benchmark, or a run started again, could read it.
+    from conftest import assert_hidden_from_the_sandbox
+
     kwargs = env_kwargs(BENCHMARKS["aime24"], None, Settings(), out=tmp_path / "eval")
     assert kwargs["sandbox_options"] == {"hidden_paths": (str((tmp_path / "eval").resolve()),)}
-    env = gym.make("ARPO-Math-v0", sandbox_options=kwargs["sandbox_options"])
     (tmp_path / "eval").mkdir()
     (tmp_path / "eval" / "samples.jsonl").write_text('{"answer": "204"}\n')
-    try:
-        env.reset(seed=0)
-        samples = str(tmp_path / "eval" / "samples.jsonl")
-        obs, *_ = env.unwrapped.step(f"<python>print(open({samples!r}).read())</python>")
-        assert "is hidden from the sandbox" in obs and '"answer"' not in obs, obs
-    finally:
-        env.close()
+    assert_hidden_from_the_sandbox({"sandbox_options": kwargs["sandbox_options"]}, tmp_path / "eval" / "samples.jsonl")
 
 
 def test_token_budget_and_default_output_folder():

@@ -230,7 +230,7 @@ def test_hard_attribution_keeps_a_shared_prefix_when_its_first_trajectory_is_tru
 def test_the_runs_rollout_trees_are_hidden_from_the_sandbox(tmp_path):
     # rollouts.jsonl holds every task with its answer, and a task comes back each epoch: a cell that read it would
     # be rewarded for copying. The trainer's envs hide the output folder (besides what they hide themselves).
-    import gymnasium as gym
+    from conftest import assert_hidden_from_the_sandbox
 
     from arpo_algo.arpo_trainer import ARPOTrainer
 
@@ -241,13 +241,7 @@ def test_the_runs_rollout_trees_are_hidden_from_the_sandbox(tmp_path):
         f.write(json.dumps({"task": TASK}) + "\n")
     kwargs = ARPOTrainer.env_kwargs(args)
     assert kwargs["sandbox_options"]["timeout_s"] == 5 and kwargs["max_tool_calls"] == 4  # the user's stay
-    env = gym.make(args.env_id, **kwargs).unwrapped
-    try:
-        env.reset(seed=0)
-        obs, *_ = env.step(f"<python>print(open({trees!r}).read())</python>")
-        assert "is hidden from the sandbox" in obs and '"answer"' not in obs, obs
-    finally:
-        env.close()
+    assert_hidden_from_the_sandbox(kwargs, trees, args.env_id)
     e2b = config(tmp_path, env_kwargs={"sandbox": "e2b", "sandbox_options": {"template": "x"}})
     assert ARPOTrainer.env_kwargs(e2b)["sandbox_options"] == {"template": "x"}  # E2B takes no such option
     other = config(tmp_path, env_id="CartPole-v1", env_kwargs={})
