@@ -57,7 +57,8 @@ def takes_sandbox_options(env_id: str) -> bool:
 def hide_from_sandbox(env_id: str, kwargs: dict[str, Any], path: str) -> dict[str, Any]:
     """`kwargs` (gym.make's) with `path` among the local sandbox's hidden paths, where the env takes
     ``sandbox_options``: what a run writes (rollout trees, a training run's folder) holds the tasks' answers, and the
-    same tasks come back. With another sandbox (E2B: a VM that cannot see this machine's files), `kwargs` as they are."""
+    same tasks come back. With another sandbox (E2B: a VM that cannot see this machine's files), `kwargs` as they
+    are."""
     import os
 
     if kwargs.get("sandbox", "local") != "local" or not takes_sandbox_options(env_id):

@@ -182,8 +182,8 @@ HLE = [  # multiple choice: the option letter, in its usual forms
     ("E", "Option E", 1.0), ("E", "The correct answer is E", 1.0), ("E", "Everything", 0.0), ("B", "B) 12", 1.0),
     ("B", "none", 0.0),
     # a one-letter word that begins prose is not an option, nor is a hedge between two
-    ("I", "I think it is B", 0.0), ("B", "I think it is B", 0.0), ("A", "a dog", 0.0), ("A", "The answer is a dog", 0.0),
-    ("D", "D and E", 0.0), ("D", "D Non-elitism", 1.0), ("D", "The answer is D Paris", 1.0),
+    ("I", "I think it is B", 0.0), ("B", "I think it is B", 0.0), ("A", "a dog", 0.0),
+    ("A", "The answer is a dog", 0.0), ("D", "D and E", 0.0), ("D", "D Non-elitism", 1.0), ("D", "The answer is D Paris", 1.0),
 ]
 
 
