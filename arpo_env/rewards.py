@@ -259,7 +259,9 @@ def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None
     """
     if prediction is None or not str(prediction).strip():
         return False
-    golds = [tidy(g) for g in aliases(gold)]  # a missing gold (None, NaN) has none: nothing is equal to it
+    golds = [tidy(g) for g in aliases(gold)]
+    if not golds:  # a missing gold (None, NaN, empty): nothing is equal to it
+        return False
     text = tidy(prediction)
     if any(g == text for g in golds):
         return True
@@ -269,7 +271,7 @@ def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None
     word = prose(text, least=1)  # one word, against a gold written as text ("\text{ellipse}")
     if word is not None and any("\\text" in g and prose(g, least=1) == word for g in golds):
         return True  # "an ellipse.": else math-verify decides, which reads words as text only where \text{} says so
-    longest_gold = max((len(g) for g in golds), default=0)
+    longest_gold = max(len(g) for g in golds)
     if len(text) > max(MIN_FAR_LONGER, FAR_LONGER * longest_gold):  # far longer than every gold: not equal, at once
         _log.debug("math scoring declined %r: %d characters against golds of %d at most", text[:80], len(text),
                    longest_gold)

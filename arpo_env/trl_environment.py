@@ -72,10 +72,11 @@ class TRLEnvironment:
             return "The task has already ended."
         final_answer = str(final_answer)
         _protocol_safe("answer", "final_answer", final_answer)
-        if not _balanced(final_answer):  # it goes inside \boxed{…}, which its braces would end early or leave open
+        boxed = f"\\boxed{{{final_answer}}}"
+        if tags.boxed(boxed) != final_answer:  # its braces would end \boxed{} early, or leave it open
             raise ValueError("answer(): the braces { } in final_answer do not balance; give the answer with every { "
                              "closed by a }")
-        _, reward, _, _, _ = self.env.step(f"<answer>\\boxed{{{final_answer}}}</answer>")
+        _, reward, _, _, _ = self.env.step(f"<answer>{boxed}</answer>")
         self.reward, self.done = float(reward), True
         return "Answer received."
 
@@ -95,15 +96,6 @@ def _protocol_safe(tag: str, argument: str, value: str) -> None:
     if f"</{tag}>" in value:
         raise ValueError(f"{tag}(): the {argument} cannot hold the text '</{tag}>' here (it would end the call); "
                          f"build it from parts, as '</' + '{tag}>'")
-
-
-def _balanced(text: str) -> bool:
-    depth = 0
-    for ch in text:
-        depth += (ch == "{") - (ch == "}")
-        if depth < 0:
-            return False
-    return depth == 0
 
 
 def _strip_result(observation: str) -> str:
