@@ -52,7 +52,8 @@ def make_parser() -> TrlParser:
 def parse_recipe(parser: TrlParser, argv: Sequence[str] | None) -> tuple[Any, ...]:
     """`parser.parse_args_and_config(argv)`, with a recipe that is not YAML, not a mapping, or has a key no config
     knows, and a setting TRL or transformers refuses in its own checks (``generation_batch_size (8) must be divisible
-    by num_generations (3)``), as a `ConfigError`: one line, not a traceback."""
+    by num_generations (3)``), as a `ConfigError`: one line, not a traceback. Those checks run before TRL looks for
+    unknown keys, so a misspelt key whose default they refuse (``num_generation: 4`` leaves 16) is named first."""
     import yaml
 
     from arpo_algo import ConfigError
@@ -69,17 +70,53 @@ def parse_recipe(parser: TrlParser, argv: Sequence[str] | None) -> tuple[Any, ..
         message = " ".join(str(exc).split())
         recipe = message.startswith("Unknown arguments from config file")
         if recipe or message.startswith("Some specified arguments are not used"):
-            import difflib
-            from dataclasses import fields
-
-            known = [f.name for cls in parser.dataclass_types for f in fields(cls)]
-            unknown = re.findall(r"'--([\w.-]+)'", message)
-            hints = [f"{name} (did you mean {close[0]}?)" if (close := difflib.get_close_matches(name, known, 1))
-                     else name for name in unknown]
-            every = "--help-all" if parser.prog == "arpo train" else "--help"
-            message = (f"{'the recipe has keys no flag knows' if recipe else 'unknown flags'}: {', '.join(hints)} "
-                       f"(the flags: {parser.prog} {every})")
+            names = _unknown_names(parser, re.findall(r"'--([\w.-]+)'", message), recipe)
+            raise ConfigError(f"{names} {_all_flags(parser)}") from None
+        keys, flags = _unknown_in(parser, argv)
+        if keys or flags:
+            named = [_unknown_names(parser, keys, recipe=True)] if keys else []
+            named += [_unknown_names(parser, flags)] if flags else []
+            it = "them" if len(keys) + len(flags) > 1 else "it"
+            raise ConfigError(f"{'; '.join(named)} {_all_flags(parser)}; with {it} left out: {message}") from None
         raise ConfigError(message) from None
+
+
+def _unknown_in(parser: TrlParser, argv: Sequence[str] | None) -> tuple[list[str], list[str]]:
+    """The recipe's keys and the command line's flags that `parser` does not know (TRL reads the recipe given after
+    ``--config``; ``env`` is its table of environment variables)."""
+    import yaml
+
+    args = list(argv) if argv is not None else sys.argv[1:]
+    config: Any = {}
+    if "--config" in args:
+        at = args.index("--config")
+        try:
+            config = yaml.safe_load(Path(args[at + 1]).read_text())
+        except (IndexError, OSError, yaml.YAMLError):
+            pass
+        del args[at:at + 2]
+    known = {action.dest for action in parser._actions}
+    keys = [str(k) for k in config if k != "env" and k not in known] if isinstance(config, dict) else []
+    try:
+        rest = parser.parse_known_args(args)[1]
+    except SystemExit:  # argparse's own error: parse_args_and_config would have stopped on it before
+        rest = []
+    return keys, [s[2:].split("=")[0] for s in rest if s.startswith("--")]
+
+
+def _unknown_names(parser: TrlParser, names: Sequence[str], recipe: bool = False) -> str:
+    """"the recipe has keys no flag knows: learning_rat (did you mean learning_rate?)", or "unknown flags: …"."""
+    import difflib
+    from dataclasses import fields
+
+    known = [f.name for cls in parser.dataclass_types for f in fields(cls)]
+    hints = [f"{name} (did you mean {close[0]}?)" if (close := difflib.get_close_matches(name, known, 1)) else name
+             for name in names]
+    return f"{'the recipe has keys no flag knows' if recipe else 'unknown flags'}: {', '.join(hints)}"
+
+
+def _all_flags(parser: TrlParser) -> str:
+    return f"(the flags: {parser.prog} {'--help-all' if parser.prog == 'arpo train' else '--help'})"
 
 
 def check_output_dir(output_dir: str) -> None:

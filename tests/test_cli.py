@@ -67,6 +67,9 @@ def run_cli(*args, timeout=300):
     (["rollout", "--env-kwargs", '{"sandbox": "e2b", "sandbox_options": {"api_key": ""}}'], "needs an API key"),
     (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--num_generations", "3"], "divisible by"),  # TRL's
     (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--max_stepz", "3"], "unknown flags: max_stepz"),
+    (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--num_generationz", "3", "--gradient_accumulation_steps",
+      "3"], "unknown flags: num_generationz (did you mean num_generations?) (the flags: arpo train --help-all); with "
+            "it left out: generation_batch_size (3)"),  # was TRL's check alone, of the 4 the flag did not set
     # a model that is not there, an env argument the env refuses: tracebacks from transformers and the env
     (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--cold_start", "", "--model_name_or_path",
       "/nowhere/model"], "model /nowhere/model: no such folder"),
@@ -101,7 +104,11 @@ def test_a_recipe_with_a_mistake_is_one_clear_line(command, tmp_path):
                                                            "(line 2, column 6)"),
                         ("- a\n- b\n", "must contain a YAML mapping"),
                         ("learning_rat: 1.0e-5\nnonsense_key: 1\n", "keys no flag knows: learning_rat (did you mean "
-                                                                   "learning_rate?), nonsense_key")]:
+                                                                   "learning_rate?), nonsense_key")] + [
+            # TRL's own check refuses the default the typo left (16); it alone was the message
+            ("num_generation: 4\nper_device_train_batch_size: 4\n", "keys no flag knows: num_generation (did you "
+             "mean num_generations?) (the flags: arpo train --help-all); with it left out: generation_batch_size (8) "
+             "must be divisible by num_generations (16)")] * (command == "train"):
         (tmp_path / "recipe.yaml").write_text(text)
         result = run_cli(command, "--config", str(tmp_path / "recipe.yaml"))
         assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
