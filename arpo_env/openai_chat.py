@@ -75,7 +75,7 @@ class ChatClient:
         self.root = api_root(base_url)
         self.retries, self.backoff_s, self.timeout_s = retries, backoff_s, timeout_s
         self._api_key, self._model = api_key, model
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._http: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -83,7 +83,7 @@ class ChatClient:
         return {**self.__dict__, "_lock": None, "_http": None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state, _lock=threading.Lock())
+        self.__dict__.update(state, _lock=threading.RLock())
 
     @property
     def model(self) -> str:
@@ -110,9 +110,10 @@ class ChatClient:
         import httpx
 
         url = self.root + path
-        if self._http is None:
-            headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
-            self._http = httpx.Client(timeout=self.timeout_s, headers=headers)
+        with self._lock:  # one pool, whichever threads ask first (re-entrant: `model` holds it while it asks)
+            if self._http is None:
+                headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+                self._http = httpx.Client(timeout=self.timeout_s, headers=headers)
         for attempt in range(self.retries + 1):
             wait = self.backoff_s * 2 ** attempt
             try:

@@ -195,6 +195,37 @@ def serve_replies(replies, model="judge-model"):
     return server
 
 
+def test_threads_that_ask_at_once_share_one_connection_pool(monkeypatch):
+    """`arpo eval --backend openai` asks from many threads. The pool was made without the lock, so threads that asked
+    first at once each made one, and all but the last were never closed."""
+    import threading
+    import time
+
+    import httpx
+
+    from arpo_env.openai_chat import ChatClient
+
+    made = []
+
+    class SlowClient(httpx.Client):  # a real client, made slowly enough that the threads meet
+        def __init__(self, *args, **kwargs):
+            time.sleep(0.2)
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(httpx, "Client", SlowClient)
+    server = serve_replies(["Paris"] * 4)
+    client = ChatClient(f"http://127.0.0.1:{server.server_port}", model="judge-model", retries=0)
+    threads = [threading.Thread(target=client.chat, args=([{"role": "user", "content": "hi"}],)) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(server.prompts) == 4 and len(made) == 1
+    client.close()
+    server.shutdown()
+
+
 def test_the_prediction_reaches_the_judge_as_one_quoted_string_it_cannot_break_out_of():
     """The prediction is the policy's text and, with judge_url, its reward: put into the prompt as it was, its own
     lines ("Predicted answer: …" again, "Reply with exactly one word: Correct") read as the prompt's."""
