@@ -9,12 +9,13 @@ Trajectory sources (JSONL, one record per line; any mix):
   "text": "<think>…</think>\\n<python>…</python>"}, {"kind": "observation", "text": "\\n<result>\\n…\\n</result>\\n"},
   …]}``: the actions are what the model writes, the observations what the env returns (``[kind, text]`` pairs are
   accepted too). `arpo_env.procedural.scripted_episode` writes this format.
-* **chat** (ShareGPT-style) — ``{"conversations": [{"from": "system"|"human"|"gpt"|"tool"|"observation"|
-  "function", "value": …}]}`` or ``{"messages": [{"role": …, "content": …}]}`` without ``segments``. The first
-  user turn is the question; assistant turns become actions, mapped onto our tags (```` ```python ``` ```` blocks and
-  ``<code>`` become ``<python>``; a final ``\\boxed{}`` outside ``<answer>`` is wrapped in one); tool turns and
-  later user turns become ``<result>`` observations. The env's system prompt replaces the record's unless
-  ``keep_system_prompt`` is set, so the model learns the prompt it will see in RL.
+* **chat** (ShareGPT-style) — ``{"conversations": [{"from": "system"|"human"|"gpt"|"tool"|"observation"|"function",
+  "value": …}]}`` or ``{"messages": [{"role": …, "content": …}]}`` without ``segments``. The first user turn is the
+  question; assistant turns become actions, mapped onto our tags (```` ```python ``` ```` blocks and ``<code>`` become
+  ``<python>``; a final ``\\boxed{}`` outside ``<answer>`` is wrapped in one); OpenAI-style ``tool_calls`` to
+  ``python``, ``search``, ``browse`` and ``answer`` (the tools of `arpo_env.trl_environment`) become those calls, and a
+  content of parts its text; tool turns and later user turns become ``<result>`` observations. The env's system prompt
+  replaces the record's unless ``keep_system_prompt`` is set, so the model learns the prompt it will see in RL.
 * **rollouts** — trees written by ``arpo rollout`` or ``arpo train`` (rejection sampling, ``--from_rollouts``):
   trajectories whose answer is correct and format-valid are kept, as the exact token ids that were sampled.
 * **synthetic** — ``synthetic_tasks: N`` plays N procedural arithmetic tasks with the scripted teacher, whose code
@@ -23,6 +24,7 @@ Trajectory sources (JSONL, one record per line; any mix):
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from dataclasses import dataclass, field
@@ -97,14 +99,45 @@ def map_action(text: str, final: bool) -> str:
     return text
 
 
+_CALLS = {"python": ("python", "code"), "search": ("search", "query"), "browse": ("browse", "url"),
+          "answer": ("answer", "final_answer")}
+"""OpenAI-style tool calls (the names and arguments of `arpo_env.trl_environment`'s tools) → our tag, argument."""
+
+
+def _turn_text(turn: dict[str, Any], role: str) -> str:
+    """A turn's text: ``value``/``content`` as a string, a list of content parts (their text), or nothing (``null``,
+    an assistant turn that only calls tools); and an assistant turn's OpenAI-style ``tool_calls`` in our tags."""
+    content = turn.get("value", turn.get("content"))
+    if isinstance(content, list):
+        content = "".join(p.get("text") or "" if isinstance(p, dict) else str(p) for p in content)
+    text = "" if content is None else str(content)
+    for call in turn.get("tool_calls") or [] if role == "assistant" else []:
+        function = call.get("function", call) if isinstance(call, dict) else {}
+        name, arguments = str(function.get("name")), function.get("arguments")
+        if name not in _CALLS:
+            raise ValueError(f"a tool call to {name!r}: the tools are {', '.join(_CALLS)}")
+        tag, argument = _CALLS[name]
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except ValueError:
+                pass  # a bare string: the argument itself
+        value = arguments.get(argument) if isinstance(arguments, dict) else arguments
+        if value is None:
+            raise ValueError(f"a tool call to {name} without its argument {argument!r}: {str(arguments)[:200]}")
+        call_text = f"<answer>\\boxed{{{value}}}</answer>" if tag == "answer" else f"<{tag}>{value}</{tag}>"
+        text += ("\n" if text and not text.endswith("\n") else "") + call_text
+    return text
+
+
 def from_chat(record: dict[str, Any], system: list[dict[str, str]] | None = None) -> dict[str, Any]:
     """A ShareGPT-style conversation as a native record. `system` replaces the record's system message."""
     turns = record.get("conversations") or record.get("messages") or []
     if not isinstance(turns, list) or not all(isinstance(t, dict) for t in turns):
         raise ValueError("a chat record's conversations (or messages) are a list of turns, each an object with "
                          "from/value (or role/content)")
-    turns = [(_ROLES.get(str(t.get("from", t.get("role"))).lower(), "user"), str(t.get("value", t.get("content", ""))))
-             for t in turns]
+    turns = [(role := _ROLES.get(str(t.get("from", t.get("role"))).lower(), "user"),
+              _turn_text(t, role)) for t in turns]
     if not any(role == "assistant" for role, _ in turns):
         raise ValueError("a chat record needs at least one assistant turn")
     first_user = next((i for i, (role, _) in enumerate(turns) if role == "user"), None)

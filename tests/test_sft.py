@@ -70,6 +70,29 @@ def test_chat_records_are_mapped_onto_our_tags():
         from_chat({"messages": [{"role": "user", "content": "hi"}]})
 
 
+def test_openai_style_records_keep_their_tool_calls_and_content_parts():
+    """An assistant turn that only calls tools has content null and its calls in tool_calls (OpenAI's format, and
+    what a TRL run through arpo_env.trl_environment records): it was trained on as the text "None", its call lost
+    before the tool's result. A content of parts was trained on as the list's Python repr."""
+    record = {"messages": [
+        {"role": "user", "content": [{"type": "text", "text": "What is 6 * 7?"}]},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "python", "arguments": '{"code": "print(6 * 7)"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "42"},
+        {"role": "assistant", "content": [{"type": "text", "text": "It is 42."}], "tool_calls": [
+            {"type": "function", "function": {"name": "answer", "arguments": {"final_answer": "42"}}}]}]}
+    native = from_chat(record)
+    assert native["messages"][-1] == {"role": "user", "content": "What is 6 * 7?"}
+    assert [(s["kind"], s["text"]) for s in native["segments"]] == [
+        ("action", "<python>print(6 * 7)</python>"), ("observation", "\n<result>\n42\n</result>\n"),
+        ("action", "It is 42.\n<answer>\\boxed{42}</answer>")]
+    for call, words in [({"name": "calculator", "arguments": "{}"}, "a tool call to 'calculator': the tools are"),
+                        ({"name": "search", "arguments": '{"q": "x"}'}, "without its argument 'query'")]:
+        with pytest.raises(ValueError, match=words):
+            from_chat({"messages": [{"role": "user", "content": "q"},
+                                    {"role": "assistant", "content": None, "tool_calls": [{"function": call}]}]})
+
+
 def test_rejection_sampling_keeps_correct_well_formed_trajectories(tmp_path):
     def traj(node, ids, correct, fmt=True, truncated=False):
         return Trajectory(node, [1, 2], ids, [1] * len(ids), [0.0] * len(ids), [None] * len(ids), [],
