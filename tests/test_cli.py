@@ -68,8 +68,9 @@ def run_cli(*args, timeout=300):
     (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--num_generations", "3"], "divisible by"),  # TRL's
     (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--max_stepz", "3"], "unknown flags: max_stepz"),
     (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--num_generationz", "3",
-      "--gradient_accumulation_steps", "3"], "unknown flags: num_generationz (did you mean num_generations?) (the flags: arpo train --help-all); with "
-            "it left out: generation_batch_size (3)"),  # was TRL's check alone, of the 4 the flag did not set
+      "--gradient_accumulation_steps", "3"], "unknown flags: num_generationz (did you mean num_generations?) (the "
+                                             "flags: arpo train --help-all); with it left out: generation_batch_size "
+                                             "(3)"),  # was TRL's check alone, of the 4 the flag did not set
     # a model that is not there, an env argument the env refuses: tracebacks from transformers and the env
     (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--cold_start", "", "--model_name_or_path",
       "/nowhere/model"], "model /nowhere/model: no such folder"),
