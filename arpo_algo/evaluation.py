@@ -372,7 +372,7 @@ def dataset_size(bench: Benchmark, kwargs: dict[str, Any]) -> int:
     except DataNotFound as e:
         hint = f" {NEEDS_DATA_DIR[bench.name]} is not shipped; put it there." if bench.name in NEEDS_DATA_DIR else ""
         raise SystemExit(f"arpo eval: {bench.name}: {e}{hint}") from None
-    except (DataUnreadable, FileNotFoundError, TypeError, ValueError) as e:  # a bad file, --search, …
+    except (DataUnreadable, FileNotFoundError, TypeError, ValueError, RuntimeError) as e:  # a bad file, --search, …
         raise SystemExit(f"arpo eval: {bench.name}: {' '.join(str(e).split())}") from None
     n = len(probe.tasks)
     probe.close()

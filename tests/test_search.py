@@ -164,6 +164,22 @@ def test_corpus_format_is_checked(tmp_path):
     assert len(read_corpus(default_corpus())) > 8000
 
 
+@pytest.mark.parametrize("kwargs", [{"search": "ddgs"},
+                                    {"search": "recorded", "search_options": {"recording": "x", "fallback": "ddgs"}}])
+def test_live_search_without_its_package_is_refused_when_the_env_is_made(kwargs, monkeypatch, tmp_path):
+    """Without the ddgs package every search failed with a message in the transcript, and the run went on, training
+    on failed searches."""
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ddgs" else find_spec(name, *a))
+    if "search_options" in kwargs:
+        (tmp_path / "x").write_text("{}")
+        kwargs["search_options"]["recording"] = str(tmp_path / "x")
+    with pytest.raises(RuntimeError, match=r"search='ddgs' needs the live extra: pip install 'arpo\[live\]'"):
+        gym.make("ARPO-QA-v0", **kwargs)
+
+
 @pytest.mark.live
 @pytest.mark.skipif(os.environ.get("ARPO_LIVE_TESTS") != "1", reason="live web search: set ARPO_LIVE_TESTS=1")
 def test_ddgs_live(tmp_path):

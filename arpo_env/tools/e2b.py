@@ -7,6 +7,7 @@ sandbox (cost grows with history; see ``benchmarks/fork_latency.py`` for the loc
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import time
 from typing import Any
@@ -25,6 +26,8 @@ class E2BSandbox:
         self.api_key = api_key or os.environ.get("E2B_API_KEY")
         if not self.api_key:
             raise RuntimeError("sandbox='e2b' needs an API key: set E2B_API_KEY or pass sandbox_options={'api_key':…}")
+        if importlib.util.find_spec("e2b_code_interpreter") is None:  # else every call would fail, the run go on
+            raise RuntimeError("sandbox='e2b' needs the e2b extra: pip install 'arpo[e2b]'")
         self.template = template
         self.timeout_s = timeout_s
         self.sandbox_lifetime_s = sandbox_lifetime_s

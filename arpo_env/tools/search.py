@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -191,6 +192,9 @@ class LocalSearch:
 # --------------------------------------------------------------------------------------------------------------------
 # ddgs: live web search
 # --------------------------------------------------------------------------------------------------------------------
+_NO_DDGS = "search='ddgs' needs the live extra: pip install 'arpo[live]' (the ddgs package)"
+
+
 class DDGSSearch:
     """DuckDuckGo (and friends) through ``ddgs``, with timeouts, retries with backoff and a rate limit."""
 
@@ -200,6 +204,8 @@ class DDGSSearch:
 
     def __init__(self, timeout_s: float = 10.0, retries: int = 3, backoff_s: float = 1.0,
                  min_interval_s: float = 1.0, region: str = "us-en", backend: str = "auto") -> None:
+        if importlib.util.find_spec("ddgs") is None:  # else every search would fail, and the run go on
+            raise RuntimeError(_NO_DDGS)
         self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
         self.min_interval_s, self.region, self.backend = min_interval_s, region, backend
 
@@ -217,7 +223,7 @@ class DDGSSearch:
         try:
             from ddgs import DDGS
         except ImportError as exc:
-            raise SearchError("the ddgs backend needs the ddgs package (pip install ddgs)") from exc
+            raise SearchError(_NO_DDGS) from exc
         last_error: Exception | None = None
         for attempt in range(self.retries):
             self._wait_turn()
