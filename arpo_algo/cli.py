@@ -26,7 +26,8 @@ def _rollout_parser(sub: Any) -> None:
     p.add_argument("--start", type=int, default=0, help="index of the first task")
     p.add_argument("--algo", choices=["arpo", "grpo"], default="arpo")
     p.add_argument("--num-generations", "-M", type=int, default=16, help="M: trajectories per task")
-    p.add_argument("--num-global", "-N", type=int, default=8, help="N: global samples per task")
+    p.add_argument("--num-global", "-N", type=int, default=None, help="N: global samples per task (default: 8, or M "
+                                                                      "when M is smaller)")
     p.add_argument("--branch-factor", "-Z", type=int, default=2, help="Z: paths per branch point")
     p.add_argument("--alpha", type=float, default=0.5)
     p.add_argument("--beta", type=float, default=0.2)
@@ -137,7 +138,8 @@ def rollout_main(args: argparse.Namespace) -> int:
     if args.out != "-":
         writable(args.out)
     (max_new, max_completion), why = rollout_budget(args)
-    config = RolloutConfig(num_generations=args.num_generations, num_global=min(args.num_global, args.num_generations),
+    num_global = min(8, args.num_generations) if args.num_global is None else args.num_global  # N > M given: an error
+    config = RolloutConfig(num_generations=args.num_generations, num_global=num_global,
                            branch_factor=args.branch_factor, alpha=args.alpha, beta=args.beta,
                            entropy_k=args.entropy_k, max_new_tokens=max_new,
                            max_completion_tokens=max_completion, temperature=args.temperature,

@@ -61,6 +61,7 @@ def run_cli(*args, timeout=300):
     (["rollout", "--max-new-tokens", "0"], "at least one token (max_new_tokens=0"),  # was the default, silently
     (["rollout", "--dataset", "arithmetic:abc"], "N must be a whole number"),  # was int()'s ValueError traceback
     (["rollout", "--batch-tasks", "0"], "--batch-tasks must be at least 1"),  # was range()'s ValueError traceback
+    (["rollout", "-M", "4", "-N", "9"], "need 1 <= N (num_global=9) <= M (num_generations=4)"),  # was N=4, silently
     (["rollout", "--start", "100"], "--start a task of the dataset, from 0 to 99 (not 100)"),  # was nothing, silently
     (["rollout", "--env-kwargs", "{max: 3}"], "--env-kwargs is not JSON"),
     (["rollout", "--env-kwargs", '{"max_turns": 0}'], "max_turns at least 1"),  # the env's ValueError: a traceback
