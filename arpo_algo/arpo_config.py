@@ -193,7 +193,7 @@ class ARPOConfig(GRPOConfig):
         if isinstance(self.vllm_engine_kwargs, str):
             self.vllm_engine_kwargs = json.loads(self.vllm_engine_kwargs) if self.vllm_engine_kwargs.strip() else {}
         super().__post_init__()
-        if not 1 <= self.num_global <= self.num_generations:
+        if self.branching and not 1 <= self.num_global <= self.num_generations:  # N is ARPO's alone
             raise ConfigError(f"num_global (N={self.num_global}) must be between 1 and num_generations "
                              f"(M={self.num_generations})")
         if self.spare_samples < 0 or self.min_spare_samples < 0:

@@ -87,6 +87,8 @@ def test_one_switch_sets_each_baseline():
     assert ARPOConfig(algorithm="arpo", **common).branching
     with pytest.raises(ValueError, match="num_global"):
         ARPOConfig(**{**common, "num_global": 8})
+    for baseline in ("grpo", "dapo", "reinforce_pp"):  # N is ARPO's: its default (8) refused M=4 for them too
+        assert not ARPOConfig(algorithm=baseline, **{**common, "num_global": 8}).branching
     with pytest.raises(ValueError, match="algorithm"):
         ARPOConfig(algorithm="ppo", **common)
 
@@ -493,3 +495,23 @@ def test_held_out_rollouts_sample_at_the_eval_temperature(undecided, tokenizer, 
     assert distinct("eval")[1] == {0.0, 1.0}
     trainer.args.eval_temperature = 0.0
     assert distinct("train")[1] == {0.0, 1.0}  # training keeps its temperature
+
+
+def test_generation_with_checkpointing_on_warns_nothing_the_user_cannot_answer(tokenizer):
+    """With gradient checkpointing on (TRL's default), TRL turns it off and on around every generation by names
+    transformers 5.20+ deprecates: two FutureWarnings in every run that no setting of the user's could answer."""
+    import warnings
+
+    from accelerate import Accelerator
+    from tiny_agent import tiny_llama
+    from trl.models.utils import unwrap_model_for_generation
+
+    import arpo_algo.arpo_trainer  # noqa: F401 - its warning filters
+
+    model = tiny_llama(tokenizer)
+    enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+    enable()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", category=FutureWarning, append=True)  # after the module's own filters
+        with unwrap_model_for_generation(model, Accelerator(cpu=True)) as unwrapped:
+            assert unwrapped is model
