@@ -43,9 +43,12 @@ from arpo_algo.rollout import ARPORollout, GRPORollout, RolloutConfig
 from arpo_algo.tree import RolloutTree, entropy_windows, write_jsonl
 from arpo_env.datasets import row_task, task_dataset
 
-# TRL (1.16) asks the model `is_gradient_checkpointing` at every generation, a name transformers 5.20+ deprecates with a
-# FutureWarning that no setting of the user's can answer; only that warning is silenced.
+# TRL (1.16) asks the model `is_gradient_checkpointing` at every generation and, with checkpointing on (TRL's default),
+# turns it off and on again by `gradient_checkpointing_disable` / `_enable`: names transformers 5.20+ deprecates with a
+# FutureWarning that no setting of the user's can answer. Only those warnings are silenced.
 warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+warnings.filterwarnings("ignore", message="`gradient_checkpointing_(disable|enable)` is deprecated",
+                        category=FutureWarning)
 
 
 def env_reward(completions: list[Any], env_reward: list[float], **kwargs: Any) -> list[float]:
