@@ -245,7 +245,11 @@ def _load_hub(spec: str, kind: str | None, limit: int | None) -> list[Task]:
     except ImportError as exc:
         raise DataNotFound(f"hub:{spec} needs the 'datasets' package (pip install datasets) and a network") from exc
     repo, _, split = spec.partition(":")
-    rows = datasets.load_dataset(repo, split=split or "test")
+    try:
+        rows = datasets.load_dataset(repo, split=split or "test")
+    except (OSError, ValueError) as exc:  # offline, no such dataset (FileNotFoundError), no such split or config
+        raise DataNotFound(f"hub:{spec}: {' '.join(str(exc).split())[:500]} (a hub dataset needs a network, or the "
+                           "hub's cache; or give a data directory or a .jsonl / .parquet file)") from exc
     tasks = [task_from_record(dict(r), repo.split("/")[-1], i, kind) for i, r in enumerate(rows)]
     return tasks[:limit] if limit else tasks
 

@@ -99,6 +99,18 @@ def test_mistakes_are_one_clear_line(args, words):
     assert len([line for line in result.stderr.splitlines() if line.startswith("arpo ")]) == 1
 
 
+def test_a_hub_dataset_out_of_reach_is_one_clear_line():
+    """Offline (or a dataset the hub does not have), ``--dataset hub:owner/name`` was datasets' ConnectionError
+    traceback, after half a minute of retries when not told it is offline."""
+    pytest.importorskip("datasets")
+    result = subprocess.run([sys.executable, "-m", "arpo_algo.cli", "rollout", "--dataset", "hub:arpo-tests/nothing"],
+                            capture_output=True, text=True, timeout=300, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert "arpo rollout: hub:arpo-tests/nothing: Couldn't reach 'arpo-tests/nothing' on the Hub" in result.stderr
+    assert "(a hub dataset needs a network, or the hub's cache;" in result.stderr
+
+
 @pytest.mark.parametrize("command", ["train", "sft"])
 def test_a_recipe_with_a_mistake_is_one_clear_line(command, tmp_path):
     """A recipe that is not YAML, not a mapping, or has a key with a typo was a traceback from TRL's parser."""
