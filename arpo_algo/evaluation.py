@@ -379,6 +379,10 @@ def dataset_size(bench: Benchmark, kwargs: dict[str, Any]) -> int:
     return n
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def evaluate(benchmarks: list[Benchmark], runner: Any, data_dir: str | None, limit: int | None, runs: int,
              s: Settings, out: Path, chunk: int = 16, sizes: dict[str, int] | None = None
              ) -> dict[str, list[dict[str, Any]]]:
@@ -522,7 +526,7 @@ def table(summary: dict[str, dict[str, float]], benchmarks: list[Benchmark], jud
            "the last <answer> (else the last \\boxed{}) whatever the format; format failures are the samples that "
            "broke the training format (scored all the same)." + (" Judge fallbacks: samples scored by F1 because "
                                                                   "the judge was unreachable." if judge else ""), ""]
-    md += [f"- {b.column}: {summary[b.name]['samples']} items, {summary[b.name]['errors']} errors, "
+    md += [f"- {b.column}: {_count(summary[b.name]['samples'], 'item')}, {_count(summary[b.name]['errors'], 'error')}, "
            f"{summary[b.name]['tool_calls']:.2f} tool calls per question, "
            f"{summary[b.name].get('format_failures', 0.0):.1f}% format failures"
            + (f", {int(summary[b.name].get('judge_fallbacks', 0))} judge fallbacks" if judge else "")

@@ -95,6 +95,7 @@ def test_table_has_the_paper_layout_and_the_paper_numbers():
     assert rows[0][:3] == ["model", "GSM8K", "HotpotQA"] and rows[1][0] == "mine"
     assert rows[1][1].startswith("75.0 ±") and "F1" in md and "math-verify" in md
     assert rows[2][0] == "tool calls / question" and rows[2][1] == "1.00"
+    assert "- GSM8K: 2 items, 0 errors," in md and "- HotpotQA: 1 item, 0 errors," in md  # "1 items" once
 
 
 def test_gaia_without_a_data_dir_says_where_to_get_it(tmp_path):
