@@ -103,7 +103,9 @@ def _loading(name: str, load: Any, *args: Any, **kwargs: Any) -> Any:
 def load_tokenizer(name_or_path: str) -> Any:
     from transformers import AutoTokenizer
 
-    tokenizer = _loading(name_or_path, AutoTokenizer.from_pretrained, resolve(name_or_path))
+    path = resolve(name_or_path)
+    tokenizer = _loading(name_or_path, AutoTokenizer.from_pretrained, path)
+    check_chat_template(tokenizer, f"model {name_or_path}", path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -115,16 +117,30 @@ def load_model(name_or_path: str, dtype: str | None = None, device: str | None =
     from transformers import AutoModelForCausalLM
 
     path = resolve(name_or_path)
+    tokenizer = load_tokenizer(name_or_path)  # first: its mistakes are said before the weights load
     torch_dtype = getattr(torch, dtype) if dtype else None
     model = _loading(name_or_path, AutoModelForCausalLM.from_pretrained, path, dtype=torch_dtype)
     if device:
         model = model.to(device)
-    return model, load_tokenizer(name_or_path)
+    return model, tokenizer
+
+
+def check_chat_template(tokenizer: Any, what: str, path: str | None = None) -> None:
+    """A `ConfigError` for a tokenizer without a chat template (a base model): every prompt of arpo is chat turns,
+    and transformers' ValueError came as a traceback once the model had loaded."""
+    from arpo_algo import ConfigError
+
+    if not getattr(tokenizer, "chat_template", None):
+        local = path is not None and os.path.isdir(path)
+        where = f"a chat_template in {path}/tokenizer_config.json" if local else "a chat template"
+        raise ConfigError(f"{what}: its tokenizer has no chat template (a base model?); arpo's prompts are chat turns "
+                          f"(system, user, assistant): use an instruct model, or give it {where}")
 
 
 def prompt_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
     """The token ids of a chat prompt, ready for the assistant's turn: what rollouts generate from and what SFT
     trains after, so both see the same prefix (transformers 5 returns a BatchEncoding, older versions a list)."""
+    check_chat_template(tokenizer, "the model")
     ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
     return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 

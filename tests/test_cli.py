@@ -99,6 +99,25 @@ def test_mistakes_are_one_clear_line(args, words):
     assert len([line for line in result.stderr.splitlines() if line.startswith("arpo ")]) == 1
 
 
+def test_a_model_without_a_chat_template_is_one_clear_line_before_its_weights_load(tiny_model_dir, tmp_path):
+    """A base model's tokenizer has no chat template: transformers' ValueError was a traceback once the model had
+    loaded, in arpo rollout, eval, train and sft alike (they all load the tokenizer through arpo_algo.models)."""
+    import shutil
+
+    base = tmp_path / "base"
+    shutil.copytree(tiny_model_dir, base)
+    config = json.loads((base / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (base / "tokenizer_config.json").write_text(json.dumps(config))
+    for template in base.glob("*.jinja"):
+        template.unlink()
+    result = run_cli("rollout", "--model", str(base), "--tasks", "1", "--out", str(tmp_path / "trees.jsonl"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert (f"arpo rollout: model {base}: its tokenizer has no chat template (a base model?); arpo's prompts are "
+            f"chat turns (system, user, assistant): use an instruct model, or give it a chat_template in "
+            f"{base}/tokenizer_config.json") in result.stderr
+
+
 def test_a_hub_dataset_out_of_reach_is_one_clear_line():
     """Offline (or a dataset the hub does not have), ``--dataset hub:owner/name`` was datasets' ConnectionError
     traceback, after half a minute of retries when not told it is offline."""
