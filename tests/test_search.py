@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import gymnasium as gym
 import pytest
@@ -162,6 +163,23 @@ def test_corpus_format_is_checked(tmp_path):
     with pytest.raises(ValueError, match="no 'text' field"):
         read_corpus(bad)
     assert len(read_corpus(default_corpus())) > 8000
+
+
+def test_a_corpus_that_cannot_serve_is_refused_when_the_env_is_made(tmp_path):
+    """An empty corpus, a line that is not JSON, a file that is not gzip: the env was made, and every search of the
+    run failed ("search failed: ValueError: max() arg is an empty sequence"), the model trained on a dead tool."""
+    import gzip
+
+    cut = gzip.compress(b'{"text": "Paris is the capital of France."}\n' * 100)[:-20]
+    for name, content, words in [("empty.jsonl", b"\n", "holds no document"),
+                                 ("lines.jsonl", b'{"text": "a"}\nnot json\n', "line 2 is not JSON"),
+                                 ("words.jsonl", b'"some text"\n', "document 0 (line 1) has no 'text' field"),
+                                 ("plain.jsonl.gz", b'{"text": "a"}\n', "cannot be read after line 0 (BadGzipFile"),
+                                 ("cut.jsonl.gz", cut, "(EOFError: Compressed file ended"),
+                                 ("latin.jsonl", '{"text": "café"}\n'.encode("latin-1"), "(UnicodeDecodeError")]:
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(ValueError, match=re.escape(words)):
+            gym.make("ARPO-QA-v0", search_options={"corpus": str(tmp_path / name), "cache": False})
 
 
 @pytest.mark.parametrize("kwargs", [{"search": "ddgs"},

@@ -62,13 +62,29 @@ def default_corpus() -> Path:
 
 
 def read_corpus(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The documents of a JSONL corpus (gzipped when it ends in .gz); a `ValueError` naming the line for one that is
+    not a JSON object with a ``text`` field, or for a corpus of no document."""
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:  # type: ignore[operator]
-        docs = [json.loads(line) for line in f if line.strip()]
-    for i, doc in enumerate(docs):
-        if "text" not in doc:
-            raise ValueError(f"{path}: document {i} has no 'text' field (expected id, title, text, url)")
+    docs, n = [], 0
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:  # type: ignore[operator]
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    doc = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path}: line {n} is not JSON ({exc})") from None
+                if not isinstance(doc, dict) or "text" not in doc:
+                    raise ValueError(f"{path}: document {len(docs)} (line {n}) has no 'text' field (expected id, "
+                                     "title, text, url)")
+                docs.append(doc)
+    except (OSError, EOFError, UnicodeDecodeError) as exc:  # not gzip, cut short, not UTF-8
+        raise ValueError(f"search corpus {path} cannot be read after line {n} ({type(exc).__name__}: {exc}); a "
+                         "corpus is JSON lines, UTF-8, gzipped when its name ends in .gz") from None
+    if not docs:
+        raise ValueError(f"search corpus {path} holds no document")
     return docs
 
 
@@ -85,7 +101,9 @@ class LocalSearch:
             raise FileNotFoundError(f"search corpus {self.corpus} does not exist")
         stat = self.corpus.stat()
         self.fingerprint = f"{self.corpus.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
-        self._docs: list[dict[str, Any]] | None = None
+        # read now (the default corpus in 30 ms): a corpus that cannot serve is the env's error, not a failed search
+        # at every call of a run that goes on
+        self._docs: list[dict[str, Any]] = read_corpus(self.corpus)
         self._retriever: Any = None
         self._lock = threading.Lock()
 
@@ -114,7 +132,7 @@ class LocalSearch:
             if self._retriever is None:
                 import bm25s
 
-                docs = read_corpus(self.corpus)
+                docs = self._docs
                 folder = self.index_dir()
                 retriever, unreadable = None, False
                 if self.index_built:
@@ -129,8 +147,8 @@ class LocalSearch:
                     texts = [f"{d.get('title', '')} {d['text']}" for d in docs]
                     retriever.index(bm25s.tokenize(texts, stopwords="en", show_progress=False), show_progress=False)
                     self._save(retriever, folder, replace=unreadable)
-                self._docs, self._retriever = docs, retriever
-            return self._docs, self._retriever  # type: ignore[return-value]
+                self._retriever = retriever
+            return self._docs, self._retriever
 
     def _save(self, retriever: Any, folder: Path, replace: bool = False) -> None:
         """Write the index to `folder` whole or not at all: into a folder of its own, stamped, then renamed into
