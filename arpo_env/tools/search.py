@@ -283,8 +283,14 @@ class RecordedSearch:
 
     def __init__(self, path: str | os.PathLike, fallback: SearchBackend | None = None) -> None:
         self.path = Path(path)
-        with open(self.path, encoding="utf-8") as f:
-            self.records: dict[str, Any] = json.load(f)
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                self.records: dict[str, Any] = json.load(f)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ValueError(f"search recording {path} is not JSON in UTF-8 ({exc})") from None
+        if not isinstance(self.records, dict):
+            raise ValueError(f"search recording {path} is a JSON {type(self.records).__name__}, not an object of "
+                             "query → results (as the release's search_cache.json)")
         self._by_words: dict[str, Any] = {}
         for key, value in self.records.items():  # an exact key first; else the first key with the same words
             self._by_words.setdefault(" ".join(key.split()), value)
