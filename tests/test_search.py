@@ -213,7 +213,8 @@ def test_a_recording_that_is_not_one_is_a_clear_error_naming_it(tmp_path):
     list was an AttributeError traceback."""
     for name, content, words in [("text.json", b"not json", "is not JSON in UTF-8 (Expecting value"),
                                  ("list.json", b"[1, 2]", "is a JSON list, not an object of query"),
-                                 ("latin.json", '{"café": "x"}'.encode("latin-1"), "is not JSON in UTF-8 ('utf-8' codec")]:
+                                 ("latin.json", '{"café": "x"}'.encode("latin-1"),
+                                  "is not JSON in UTF-8 ('utf-8' codec")]:
         (tmp_path / name).write_bytes(content)
         with pytest.raises(ValueError, match=re.escape(f"search recording {tmp_path / name} {words}")):
             gym.make("ARPO-QA-v0", search="recorded", search_options={"recording": str(tmp_path / name)})
