@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections import Counter
@@ -342,6 +343,11 @@ def test_offline_page_store(tmp_path):
     assert "Gustavus Adolphus" in tool.call("https://example.org/vasa").text
     missing = tool.call("https://example.org/other")
     assert missing.failed and "live browsing is off" in missing.text
+    for content, words in [('{"https://example.org/vasa": ', "is not JSON in UTF-8 (Expecting value"),
+                           ('["vasa.html"]', "is a JSON list, not an object of url → file name")]:
+        (tmp_path / "index.json").write_text(content)  # was json's message naming no file; an AttributeError later
+        with pytest.raises(ValueError, match=f"page store index {tmp_path / 'index.json'} {re.escape(words)}"):
+            gym.make("ARPO-DeepSearch-v0", browse_options={"page_store": str(tmp_path)})
 
 
 def test_long_pages_are_truncated_visibly(server):

@@ -57,8 +57,15 @@ class PageStore:
             self.root, self.index = Path("."), dict(source)
         else:
             self.root = Path(source)
-            with open(self.root / "index.json", encoding="utf-8") as f:
-                self.index = json.load(f)
+            index = self.root / "index.json"
+            try:
+                with open(index, encoding="utf-8") as f:
+                    self.index = json.load(f)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise ValueError(f"page store index {index} is not JSON in UTF-8 ({exc})") from None
+            if not isinstance(self.index, dict):
+                raise ValueError(f"page store index {index} is a JSON {type(self.index).__name__}, not an object of "
+                                 "url → file name")
 
     def get(self, url: str) -> str | None:
         name = self.index.get(url) or self.index.get(url.rstrip("/"))
