@@ -88,12 +88,13 @@ class MathEnv(ToolEnv):
     * v0: Initial version.
     """
 
-    def __init__(self, dataset: str = "default", data_dir: str | None = None, tools: Sequence[str] = ("python",),
+    def __init__(self, dataset: str | None = "default", data_dir: str | None = None, tools: Sequence[str] = ("python",),
                  sandbox: str = "local", sandbox_options: dict[str, Any] | None = None, search: str = "local",
                  search_options: dict[str, Any] | None = None, browse_options: dict[str, Any] | None = None,
                  max_tool_calls: int = 5, max_turns: int | None = None,
                  max_chars: int = 32000, strict_think: bool = False, tool_bonus: float = 0.1,
                  tasks: Sequence[Any] | None = None, render_mode: str | None = None) -> None:
+        dataset = dataset or "default"  # None, as QAEnv takes it: an AttributeError traceback
         factories = build_tools(tools, sandbox, sandbox_options, search, search_options, browse_options,
                                 hide=task_paths(dataset, data_dir) if tasks is None else ())
         super().__init__(

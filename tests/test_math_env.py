@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -461,3 +462,20 @@ def test_chained_word_problems_need_one_call_per_step_and_read_each_result():
     first = results[0].replace("<result>", "").replace("</result>", "").strip()
     assert f"print({first} " in actions[1]  # the second call starts from the first call's printed value
     env.close()
+
+
+def test_keyword_arguments_as_a_user_would_write_them():
+    """tools="python" was read letter by letter ("unknown tool 'p'"), dataset=None (QAEnv's default) was an
+    AttributeError traceback, and a sandbox limit no worker can run under (timeout_s=-1, "10") made an env whose every
+    Python call failed."""
+    env = gym.make("ARPO-Math-v0", tools="python, search", dataset=None)
+    env.reset(seed=0)
+    assert list(env.unwrapped.tools) == ["python", "search"] and len(env.unwrapped.tasks) == 100
+    assert env.step("<python>print(6 * 7)</python>")[0] == "\n<result>\n42\n</result>\n"
+    env.close()
+    for options, words in [({"timeout_s": -1}, "timeout_s must be a number of seconds above 0, not -1"),
+                           ({"timeout_s": "10"}, "timeout_s must be a number of seconds above 0, not '10'"),
+                           ({"memory_mb": 1.5, "kill_grace_s": -1}, "kill_grace_s must be a number of seconds of at "
+                            "least 0, not -1; memory_mb must be a whole number of at least 0, not 1.5")]:
+        with pytest.raises(ValueError, match=re.escape(f"sandbox_options: {words}")):
+            gym.make("ARPO-Math-v0", sandbox_options=options)

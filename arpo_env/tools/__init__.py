@@ -45,7 +45,10 @@ def build_tools(tools: Sequence[str], sandbox: str = "local", sandbox_options: d
                 browse_options: dict[str, Any] | None = None,
                 hide: Sequence[str] = ()) -> dict[str, Callable[[], Tool]]:
     """Tool factories by tag, from the tool names and backend options an environment was given; `hide`: paths the
-    local sandbox may not read (the files of the environment's tasks)."""
+    local sandbox may not read (the files of the environment's tasks). A string names one tool, or several with
+    commas (``"python"``, ``"search,python"``: it was read letter by letter, "unknown tool 'p'")."""
+    if isinstance(tools, str):
+        tools = [name.strip() for name in tools.split(",") if name.strip()]
     factories: dict[str, Callable[[], Tool]] = {}
     for name in tools:
         if name == "python":

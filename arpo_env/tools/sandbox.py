@@ -29,6 +29,7 @@ under training, not for adversarial code: for that run the interpreter in a sepa
 from __future__ import annotations
 
 import atexit
+import math
 import os
 import shutil
 import signal
@@ -78,6 +79,25 @@ class SandboxLimits:
     max_open_files: int = 256
     kill_grace_s: float = 3.0
     """How long after `timeout_s` the host waits for an interrupted cell before it kills the worker."""
+
+    def __post_init__(self) -> None:
+        """A limit no worker can run under (a time of 0 or less, text for a number) is a `ValueError` when the env is
+        made: it was made, and every cell of the run failed (``itimer_error: Invalid argument``)."""
+        problems = []
+        for name, low in (("timeout_s", None), ("cpu_s", None), ("kill_grace_s", 0.0), ("memory_mb", 0),
+                          ("max_output_chars", 1), ("file_size_mb", 1), ("disk_mb", 0), ("max_files", 0),
+                          ("max_open_files", 1)):
+            value = getattr(self, name)
+            if value is None and name == "cpu_s":
+                continue
+            whole = isinstance(low, int)
+            number = not isinstance(value, bool) and isinstance(value, int if whole else (int, float))
+            if not (number and math.isfinite(value) and (value > 0 if low is None else value >= low)):
+                what = (f"a whole number of at least {low}" if whole else "a number of seconds above 0" if low is None
+                        else f"a number of seconds of at least {low:g}")
+                problems.append(f"{name} must be {what}, not {value!r}")
+        if problems:
+            raise ValueError("sandbox_options: " + "; ".join(problems))
 
 
 def hidden_by_default() -> list[str]:
