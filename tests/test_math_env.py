@@ -480,5 +480,5 @@ def test_keyword_arguments_as_a_user_would_write_them():
         with pytest.raises(ValueError, match=re.escape(f"sandbox_options: {words}")):
             gym.make("ARPO-Math-v0", sandbox_options=options)
     with pytest.raises(ValueError, match=re.escape("sandbox_options: unknown timeout (did you mean timeout_s?), nope; "
-                                                   "the local sandbox's options are timeout_s, cpu_s,")):
+                                                   "the options are timeout_s, cpu_s,")):
         gym.make("ARPO-Math-v0", sandbox_options={"timeout": 5, "nope": 1})  # was a TypeError naming every kwarg

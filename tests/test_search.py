@@ -218,3 +218,14 @@ def test_a_recording_that_is_not_one_is_a_clear_error_naming_it(tmp_path):
         (tmp_path / name).write_bytes(content)
         with pytest.raises(ValueError, match=re.escape(f"search recording {tmp_path / name} {words}")):
             gym.make("ARPO-QA-v0", search="recorded", search_options={"recording": str(tmp_path / name)})
+
+
+def test_a_misspelt_option_is_named_not_ignored():
+    """search_options={"topk": 3} was ignored, silently (five results a search); browse_options={"timeout": 3} was
+    BrowseTool's TypeError, wrapped by gym with every keyword argument of the env."""
+    for kwargs, words in [({"search_options": {"topk": 3}}, "search_options: unknown topk (did you mean top_k?); the "
+                                                             "options are top_k, cache, corpus,"),
+                          ({"browse_options": {"timeout": 3}}, "browse_options: unknown timeout (did you mean "
+                                                               "timeout_s?); the options are page_store, summarizer,")]:
+        with pytest.raises(ValueError, match=re.escape(words)):
+            gym.make("ARPO-DeepSearch-v0", **kwargs)

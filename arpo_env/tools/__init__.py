@@ -14,10 +14,9 @@ choosing one loads nothing else and nothing imports in a circle.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from typing import Any, Callable, Sequence
 
-from arpo_env.tools.protocol import StatelessTool, Tool, ToolOutput
+from arpo_env.tools.protocol import StatelessTool, Tool, ToolOutput, check_options
 
 __all__ = ["StatelessTool", "Tool", "ToolOutput", "build_tools", "python_tool_factory"]
 
@@ -32,13 +31,8 @@ def python_tool_factory(sandbox: str = "local", options: dict[str, Any] | None =
 
         preload = tuple(options.pop("preload", ())) or None
         options["hidden_paths"] = tuple(options.get("hidden_paths", ())) + tuple(hide)
-        known = [f.name for f in dataclasses.fields(SandboxLimits)]
-        unknown = [name for name in options if name not in known]
-        if unknown:  # was SandboxLimits' TypeError, which gym wraps with every keyword argument of the env
-            hints = [f"{name} (did you mean {close[0]}?)" if (close := difflib.get_close_matches(name, known, 1))
-                     else name for name in unknown]
-            raise ValueError(f"sandbox_options: unknown {', '.join(hints)}; the local sandbox's options are "
-                             f"{', '.join(known)} and preload")
+        # an unknown one was SandboxLimits' TypeError, which gym wraps with every keyword argument of the env
+        check_options("sandbox_options", options, [f.name for f in dataclasses.fields(SandboxLimits)] + ["preload"])
         limits = SandboxLimits(**options)
         return (lambda: LocalSandbox(limits, preload)) if preload else (lambda: LocalSandbox(limits))
     if sandbox == "e2b":

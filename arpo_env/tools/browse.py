@@ -25,6 +25,7 @@ from __future__ import annotations
 import codecs
 import hashlib
 import ipaddress
+import inspect
 import json
 import os
 import re
@@ -37,7 +38,7 @@ from typing import Any, Callable
 from urllib.parse import urljoin, urlsplit
 
 from arpo_env.tools.cache import ToolCache, resolve_cache
-from arpo_env.tools.protocol import StatelessTool, ToolOutput
+from arpo_env.tools.protocol import StatelessTool, ToolOutput, check_options
 
 TEXT_TYPES = {"text/html", "application/xhtml+xml", "text/plain", "application/xml", "text/xml"}
 EXTRACT_TIMEOUT_S = 5.0
@@ -382,6 +383,9 @@ def browse_tool_factory(options: dict[str, Any] | None = None) -> Callable[[], B
     default file, False for none; default on), ``private_hosts`` (False: only public addresses are fetched).
     """
     options = dict(options or {})
+    tool_arguments = [name for name in inspect.signature(BrowseTool).parameters if name not in ("page_store", "cache",
+                                                                                                  "summarizer")]
+    check_options("browse_options", options, ["page_store", "summarizer", "cache", *tool_arguments])
     store = options.pop("page_store", None)
     summarizer = options.pop("summarizer", None)
     cache = resolve_cache(options.pop("cache", True))

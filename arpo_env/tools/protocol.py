@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Iterable, Protocol, runtime_checkable
+
+
+def check_options(what: str, options: Iterable[str], known: Iterable[str]) -> None:
+    """A `ValueError` naming the options (of ``sandbox_options``, ``search_options``, …) that are not `known`, with
+    the nearest known one and the list: a misspelt option was ignored, silently, or a TypeError."""
+    known = list(known)
+    unknown = [str(name) for name in options if name not in known]
+    if unknown:
+        hints = [f"{name} (did you mean {close[0]}?)" if (close := difflib.get_close_matches(name, known, 1)) else name
+                 for name in unknown]
+        raise ValueError(f"{what}: unknown {', '.join(hints)}; the options are {', '.join(known)}")
 
 
 @dataclass

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from arpo_env.tools.cache import ToolCache, resolve_cache
-from arpo_env.tools.protocol import StatelessTool, ToolOutput
+from arpo_env.tools.protocol import StatelessTool, ToolOutput, check_options
 
 DEFAULT_CORPUS = "search_corpus.jsonl.gz"
 
@@ -386,6 +386,7 @@ def search_tool_factory(name: str = "local", options: dict[str, Any] | None = No
     ``fallback`` (recorded), ``ddgs`` (keyword arguments of `DDGSSearch`).
     """
     options = dict(options or {})
+    check_options("search_options", options, ("top_k", "cache", "corpus", "recording", "fallback", "ddgs"))
     backend = make_backend(name, options)
     cache = resolve_cache(options.get("cache", name != "local"))
     top_k = int(options.get("top_k", 5))
