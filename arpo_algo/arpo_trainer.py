@@ -43,12 +43,16 @@ from arpo_algo.rollout import ARPORollout, GRPORollout, RolloutConfig
 from arpo_algo.tree import RolloutTree, entropy_windows, write_jsonl
 from arpo_env.datasets import row_task, task_dataset
 
-# TRL (1.16) asks the model `is_gradient_checkpointing` at every generation and, with checkpointing on (TRL's default),
-# turns it off and on again by `gradient_checkpointing_disable` / `_enable`: names transformers 5.20+ deprecates with a
-# FutureWarning that no setting of the user's can answer. Only those warnings are silenced.
-warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
-warnings.filterwarnings("ignore", message="`gradient_checkpointing_(disable|enable)` is deprecated",
-                        category=FutureWarning)
+def quiet_trl_deprecations() -> None:
+    """TRL (1.16) asks the model `is_gradient_checkpointing` at every generation and, with checkpointing on (TRL's
+    default), turns it off and on again by `gradient_checkpointing_disable` / `_enable`: names transformers 5.20+
+    deprecates with a FutureWarning that no setting of the user's can answer. Only those warnings are silenced: when
+    this module is imported, and again by each `ARPOTrainer` (filters set since, by a test runner say, drop them)."""
+    for name in ("is_gradient_checkpointing", "gradient_checkpointing_disable", "gradient_checkpointing_enable"):
+        warnings.filterwarnings("ignore", message=f"`{name}` is deprecated", category=FutureWarning)
+
+
+quiet_trl_deprecations()
 
 
 def env_reward(completions: list[Any], env_reward: list[float], **kwargs: Any) -> list[float]:
@@ -94,6 +98,7 @@ class ARPOTrainer(GRPOTrainer):
             args = ARPOConfig(f"{str(name).rstrip('/').split('/')[-1]}-ARPO")
         if train_dataset is None:
             train_dataset = task_dataset(args.env_id, **self.env_kwargs(args))
+        quiet_trl_deprecations()
         extra = reward_funcs if isinstance(reward_funcs, list) else ([reward_funcs] if reward_funcs else [])
         with warnings.catch_warnings(), _vllm_engine_options(args):
             warnings.filterwarnings("ignore", message=".*'rollout_func'.*experimental")

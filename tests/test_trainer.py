@@ -506,12 +506,13 @@ def test_generation_with_checkpointing_on_warns_nothing_the_user_cannot_answer(t
     from tiny_agent import tiny_llama
     from trl.models.utils import unwrap_model_for_generation
 
-    import arpo_algo.arpo_trainer  # noqa: F401 - its warning filters
+    from arpo_algo.arpo_trainer import quiet_trl_deprecations
 
     model = tiny_llama(tokenizer)
     enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
     enable()
     with warnings.catch_warnings():
-        warnings.filterwarnings("error", category=FutureWarning, append=True)  # after the module's own filters
+        warnings.simplefilter("error", FutureWarning)
+        quiet_trl_deprecations()  # what importing the module and making an ARPOTrainer do
         with unwrap_model_for_generation(model, Accelerator(cpu=True)) as unwrapped:
             assert unwrapped is model
