@@ -187,11 +187,9 @@ class ARPOConfig(GRPOConfig):
         if self.bf16 is None and not self.fp16:
             self.bf16 = bf16_available()  # TRL's default is bf16, which is refused (or slow) where no device has it
         checkpointing_alias(self)
-        if isinstance(self.env_kwargs, str):
-            self.env_kwargs = json.loads(self.env_kwargs) if self.env_kwargs.strip() else {}
-        self.env_kwargs = dict(self.env_kwargs or {})
-        if isinstance(self.vllm_engine_kwargs, str):
-            self.vllm_engine_kwargs = json.loads(self.vllm_engine_kwargs) if self.vllm_engine_kwargs.strip() else {}
+        self.env_kwargs = _json_object("env_kwargs", self.env_kwargs)
+        if self.vllm_engine_kwargs is not None:
+            self.vllm_engine_kwargs = _json_object("vllm_engine_kwargs", self.vllm_engine_kwargs)
         super().__post_init__()
         if self.branching and not 1 <= self.num_global <= self.num_generations:  # N is ARPO's alone
             raise ConfigError(f"num_global (N={self.num_global}) must be between 1 and num_generations "
@@ -249,6 +247,21 @@ class ColdStartConfig(SFTConfig):
         problems = training_problems(self)
         if problems:
             raise ConfigError("ColdStartConfig: " + "; ".join(problems))
+
+
+def _json_object(name: str, value: Any) -> dict[str, Any]:
+    """A dict setting given as a dict (YAML) or as JSON text (a flag); a `ConfigError` naming it for text that is not
+    JSON, or JSON that is not an object (it was json's message alone, or a TypeError traceback for a list)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else {}
+        except json.JSONDecodeError as exc:
+            example = '{"dataset": "arithmetic"}' if name == "env_kwargs" else '{"dtype": "float32"}'
+            raise ConfigError(f"{name} is not JSON ({exc}): give an object, e.g. '{example}' on the command line") \
+                from None
+    if value is not None and not isinstance(value, dict):
+        raise ConfigError(f"{name} must be an object of keyword arguments, not {type(value).__name__} {value!r}")
+    return dict(value or {})
 
 
 def checkpointing_alias(args: Any) -> None:

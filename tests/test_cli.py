@@ -68,6 +68,10 @@ def run_cli(*args, timeout=300):
     (["rollout", "--env-kwargs", '{"sandbox": "e2b", "sandbox_options": {"api_key": ""}}'], "needs an API key"),
     (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--num_generations", "3"], "divisible by"),  # TRL's
     (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--max_stepz", "3"], "unknown flags: max_stepz"),
+    (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--env_kwargs", "{max_tool_calls: 3}"],
+     "env_kwargs is not JSON (Expecting property name"),  # was json's message alone, not naming the flag
+    (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--env_kwargs", "[3]"],
+     "env_kwargs must be an object of keyword arguments, not list [3]"),  # was a TypeError traceback
     (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--num_generationz", "3",
       "--gradient_accumulation_steps", "3"], "unknown flags: num_generationz (did you mean num_generations?) (the "
                                              "flags: arpo train --help-all); with it left out: generation_batch_size "
