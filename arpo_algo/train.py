@@ -106,13 +106,12 @@ def _unknown_in(parser: TrlParser, argv: Sequence[str] | None) -> tuple[list[str
 
 def _unknown_names(parser: TrlParser, names: Sequence[str], recipe: bool = False) -> str:
     """"the recipe has keys no flag knows: learning_rat (did you mean learning_rate?)", or "unknown flags: …"."""
-    import difflib
     from dataclasses import fields
 
+    from arpo_env.tools.protocol import did_you_mean
+
     known = [f.name for cls in parser.dataclass_types for f in fields(cls)]
-    hints = [f"{name} (did you mean {close[0]}?)" if (close := difflib.get_close_matches(name, known, 1)) else name
-             for name in names]
-    return f"{'the recipe has keys no flag knows' if recipe else 'unknown flags'}: {', '.join(hints)}"
+    return f"{'the recipe has keys no flag knows' if recipe else 'unknown flags'}: {did_you_mean(names, known)}"
 
 
 def _all_flags(parser: TrlParser) -> str:

@@ -7,15 +7,20 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Protocol, runtime_checkable
 
 
+def did_you_mean(names: Iterable[str], known: Iterable[str]) -> str:
+    """``"topk (did you mean top_k?), nope"``: each name with the nearest of `known`, where one is near."""
+    known = list(known)
+    return ", ".join(f"{name} (did you mean {close[0]}?)" if (close := difflib.get_close_matches(name, known, 1))
+                     else name for name in names)
+
+
 def check_options(what: str, options: Iterable[str], known: Iterable[str]) -> None:
     """A `ValueError` naming the options (of ``sandbox_options``, ``search_options``, …) that are not `known`, with
     the nearest known one and the list: a misspelt option was ignored, silently, or a TypeError."""
     known = list(known)
     unknown = [str(name) for name in options if name not in known]
     if unknown:
-        hints = [f"{name} (did you mean {close[0]}?)" if (close := difflib.get_close_matches(name, known, 1)) else name
-                 for name in unknown]
-        raise ValueError(f"{what}: unknown {', '.join(hints)}; the options are {', '.join(known)}")
+        raise ValueError(f"{what}: unknown {did_you_mean(unknown, known)}; the options are {', '.join(known)}")
 
 
 @dataclass
