@@ -121,9 +121,10 @@ class ToolEnv(gym.Env[str, str]):
         ``meta`` (what scorers read, e.g. ``answer_type``)."""
         super().reset(seed=seed)
         options = options or {}
-        if "question" in options:
-            if "answer" not in options:
-                raise ValueError('a custom task needs both "question" and "answer"')
+        if "question" in options or "answer" in options:  # an answer alone drew a task of the dataset, silently
+            if "answer" not in options or options.get("question") is None:
+                raise ValueError('a custom task needs both "question" (text) and "answer"; give {"index": i} for a '
+                                 'task of the dataset')
             task = Task(str(options["question"]), options["answer"], str(options.get("id") or "custom"),
                         str(options.get("source") or "custom"), str(options.get("kind") or self.tasks[0].kind),
                         dict(options.get("meta") or {}))

@@ -228,6 +228,10 @@ def test_reset_options(env):
         env.reset(options={"index": 10_000})
     with pytest.raises(ValueError, match="answer"):
         env.reset(options={"question": "q"})
+    # an answer alone drew a task of the dataset, its own gold scoring it; a question None was asked as "None"
+    for options in ({"answer": "42"}, {"question": None, "answer": "42"}):
+        with pytest.raises(ValueError, match=re.escape('a custom task needs both "question" (text) and "answer"')):
+            env.reset(options=options)
 
 
 @pytest.mark.parametrize("name, n", [("gsm8k", 1319), ("math500", 500), ("math", 5000), ("aime24", 30),
