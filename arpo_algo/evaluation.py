@@ -91,6 +91,9 @@ def select(spec: str) -> list[Benchmark]:
         else:
             raise SystemExit(f"arpo eval: unknown benchmark {part!r}. Known: {', '.join(BENCHMARKS)}; groups: "
                              f"{', '.join(GROUPS)}, all")
+    if not names:  # an empty --benchmarks ran nothing and wrote an empty table, silently
+        raise SystemExit(f"arpo eval: --benchmarks names no benchmark ({spec!r}). Known: {', '.join(BENCHMARKS)}; "
+                         f"groups: {', '.join(GROUPS)}, all")
     return [BENCHMARKS[n] for n in dict.fromkeys(names)]
 
 

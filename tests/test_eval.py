@@ -75,6 +75,9 @@ def test_selection_and_clear_errors():
     assert [b.name for b in select("gsm8k,hotpotqa,gsm8k")] == ["gsm8k", "hotpotqa"]
     with pytest.raises(SystemExit, match="unknown benchmark 'gsm9k'"):
         select("gsm9k")
+    for empty in ("", " , "):  # ran nothing and wrote an empty table
+        with pytest.raises(SystemExit, match="--benchmarks names no benchmark"):
+            select(empty)
     from arpo_algo import evaluation
 
     for flags, words in [(["--top-p", "0"], "--top-p must be in"), (["--temperature", "-1"], "--temperature must"),
