@@ -17,6 +17,22 @@ class ConfigError(ValueError):
     the command line can catch it without the training extra installed.)"""
 
 
+def json_object(name: str, value: Any, example: str) -> dict[str, Any]:
+    """A table of keyword arguments given as a dict (YAML) or as JSON text (a flag): ``--env-kwargs`` of `arpo
+    rollout`, ``env_kwargs`` and ``vllm_engine_kwargs`` of the trainer. Text that is not JSON, or JSON that is not an
+    object, is a `ConfigError` naming `name` and showing `example`."""
+    import json
+
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{name} is not JSON ({exc}): give an object, e.g. '{example}'") from None
+    if value is not None and not isinstance(value, dict):
+        raise ConfigError(f"{name} must be an object of keyword arguments, not {type(value).__name__} {value!r}")
+    return dict(value or {})
+
+
 @contextmanager
 def env_arguments(env_id: str) -> Iterator[None]:
     """Around the making of an environment from a user's arguments: an argument the env does not take, a value it

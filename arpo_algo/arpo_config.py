@@ -19,13 +19,12 @@ algorithm          rollouts              advantages / loss
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from trl import GRPOConfig, SFTConfig
 
-from arpo_algo import ConfigError
+from arpo_algo import ConfigError, json_object
 from arpo_algo.models import bf16_available
 
 ALGORITHMS = ("arpo", "grpo", "dapo", "reinforce_pp")
@@ -187,9 +186,9 @@ class ARPOConfig(GRPOConfig):
         if self.bf16 is None and not self.fp16:
             self.bf16 = bf16_available()  # TRL's default is bf16, which is refused (or slow) where no device has it
         checkpointing_alias(self)
-        self.env_kwargs = _json_object("env_kwargs", self.env_kwargs)
+        self.env_kwargs = json_object("env_kwargs", self.env_kwargs, '{"dataset": "arithmetic"}')
         if self.vllm_engine_kwargs is not None:
-            self.vllm_engine_kwargs = _json_object("vllm_engine_kwargs", self.vllm_engine_kwargs)
+            self.vllm_engine_kwargs = json_object("vllm_engine_kwargs", self.vllm_engine_kwargs, '{"dtype": "float32"}')
         super().__post_init__()
         if self.branching and not 1 <= self.num_global <= self.num_generations:  # N is ARPO's alone
             raise ConfigError(f"num_global (N={self.num_global}) must be between 1 and num_generations "
@@ -247,21 +246,6 @@ class ColdStartConfig(SFTConfig):
         problems = training_problems(self)
         if problems:
             raise ConfigError("ColdStartConfig: " + "; ".join(problems))
-
-
-def _json_object(name: str, value: Any) -> dict[str, Any]:
-    """A dict setting given as a dict (YAML) or as JSON text (a flag); a `ConfigError` naming it for text that is not
-    JSON, or JSON that is not an object (it was json's message alone, or a TypeError traceback for a list)."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value) if value.strip() else {}
-        except json.JSONDecodeError as exc:
-            example = '{"dataset": "arithmetic"}' if name == "env_kwargs" else '{"dtype": "float32"}'
-            raise ConfigError(f"{name} is not JSON ({exc}): give an object, e.g. '{example}' on the command line") \
-                from None
-    if value is not None and not isinstance(value, dict):
-        raise ConfigError(f"{name} must be an object of keyword arguments, not {type(value).__name__} {value!r}")
-    return dict(value or {})
 
 
 def checkpointing_alias(args: Any) -> None:

@@ -110,15 +110,9 @@ def rollout_env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """gym.make's keyword arguments for `arpo rollout`: ``--env-kwargs`` with ``--dataset`` and ``--data-dir``, and the
     trees file (``--out``) hidden from the local sandbox: it holds the tasks' answers, and a run appending to it may
     roll the same tasks out again."""
-    from arpo_algo import ConfigError, hide_from_sandbox
+    from arpo_algo import hide_from_sandbox, json_object
 
-    try:
-        env_kwargs = json.loads(args.env_kwargs)
-    except ValueError as exc:
-        raise ConfigError(f"--env-kwargs is not JSON ({exc}): give an object, e.g. "
-                          "'{\"max_tool_calls\": 3}'") from None
-    if not isinstance(env_kwargs, dict):
-        raise ConfigError(f"--env-kwargs must be a JSON object of the env's arguments, not {args.env_kwargs!r}")
+    env_kwargs = json_object("--env-kwargs", args.env_kwargs, '{"max_tool_calls": 3}')
     if args.dataset:
         env_kwargs["dataset"] = args.dataset
     if args.data_dir:
