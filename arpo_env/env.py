@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import math
+import numbers
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -96,15 +98,18 @@ class ToolEnv(gym.Env[str, str]):
             raise ValueError(f"unknown tools {sorted(unknown)}; known: {list(tags.TOOL_TAGS)}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, not {render_mode!r}")
-        if int(max_tool_calls) < 0 or (max_turns is not None and int(max_turns) < 1) or int(max_chars) < 1:
-            raise ValueError(f"budgets: max_tool_calls must be at least 0 (not {max_tool_calls}), max_turns at least 1 "
-                             f"(not {max_turns}) and max_chars at least 1 (not {max_chars})")
+        budgets = {"max_tool_calls": (max_tool_calls, 0), "max_chars": (max_chars, 1)}
+        budgets.update({"max_turns": (max_turns, 1)} if max_turns is not None else {})
+        problems = [f"{name} must be a whole number of at least {low}, not {value!r}"
+                    for name, (value, low) in budgets.items() if _whole(value) is None or _whole(value) < low]
+        if problems:  # 1.5 was read as 1, and True as 1, silently; text was int()'s message, without the name
+            raise ValueError("budgets: " + "; ".join(problems))
         self.tasks = list(tasks)
         self.tool_factories = dict(tools)
         self.reward_fn = reward
-        self.max_tool_calls = int(max_tool_calls)
-        self.max_turns = int(max_turns) if max_turns is not None else self.max_tool_calls + 2
-        self.max_chars = int(max_chars)
+        self.max_tool_calls = _whole(max_tool_calls)
+        self.max_turns = _whole(max_turns) if max_turns is not None else self.max_tool_calls + 2
+        self.max_chars = _whole(max_chars)
         self.render_mode = render_mode
         self.system_prompt = prompts.system_prompt(list(self.tool_factories), self.max_tool_calls)
         self.observation_space = UnicodeText(max_length=max(self.max_chars, 100_000))
@@ -385,3 +390,14 @@ def _as_text(action: Any) -> str:
     if isinstance(action, np.str_):
         return str(action)
     raise TypeError(f"an action is the text the model generated (str or UTF-8 bytes), not {type(action).__name__}")
+
+
+def _whole(value: Any) -> int | None:
+    """`value` as a whole number (an int, numpy's included, or a float such as 3.0), or None: a bool, text, 1.5."""
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer():
+        return int(value)
+    return None

@@ -64,7 +64,7 @@ def run_cli(*args, timeout=300):
     (["rollout", "-M", "4", "-N", "9"], "need 1 <= N (num_global=9) <= M (num_generations=4)"),  # was N=4, silently
     (["rollout", "--start", "100"], "--start a task of the dataset, from 0 to 99 (not 100)"),  # was nothing, silently
     (["rollout", "--env-kwargs", "{max: 3}"], "--env-kwargs is not JSON"),
-    (["rollout", "--env-kwargs", '{"max_turns": 0}'], "max_turns at least 1"),  # the env's ValueError: a traceback
+    (["rollout", "--env-kwargs", '{"max_turns": 0}'], "max_turns must be a whole number of at least 1"),  # a traceback
     (["rollout", "--env-kwargs", '{"sandbox": "e2b", "sandbox_options": {"api_key": ""}}'], "needs an API key"),
     (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--num_generations", "3"], "divisible by"),  # TRL's
     (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--max_stepz", "3"], "unknown flags: max_stepz"),

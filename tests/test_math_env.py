@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import gymnasium as gym
+import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
@@ -97,8 +98,15 @@ def test_turn_and_length_budgets_truncate():
     assert trunc and "length budget" in obs
     e.close()
     for bad in ({"max_tool_calls": -1}, {"max_turns": 0}, {"max_chars": 0}):  # no episode could keep such a budget
-        with pytest.raises(ValueError, match="budgets: max_tool_calls must be at least 0"):
+        with pytest.raises(ValueError, match=f"budgets: {next(iter(bad))} must be a whole number of at least"):
             gym.make("ARPO-Math-v0", **bad)
+    # 1.5 was read as 1 and True as 1, silently; text was int()'s message alone, without the budget's name
+    for name, bad in (("max_tool_calls", 1.5), ("max_tool_calls", True), ("max_turns", 2.7), ("max_chars", "10")):
+        with pytest.raises(ValueError, match=f"budgets: {name} must be a whole number of at least [01], not {bad!r}"):
+            gym.make("ARPO-Math-v0", **{name: bad})
+    whole = gym.make("ARPO-Math-v0", max_tool_calls=np.int64(3), max_turns=4.0).unwrapped  # whole numbers, any type
+    assert (whole.max_tool_calls, whole.max_turns) == (3, 4) and type(whole.max_turns) is int
+    whole.close()
     zero = gym.make("ARPO-Math-v0", max_tool_calls=0)  # no tool at all: the model answers directly
     zero.reset(options=Q)
     obs, _, term, trunc, _ = zero.step("<python>print(1)</python>")
