@@ -219,17 +219,20 @@ def tokenize(record: dict[str, Any], tokenizer: Any) -> dict[str, list[int]]:
         prompt, completion, mask = list(record["prompt_ids"]), list(record["completion_ids"]), list(record["mask"])
         if len(mask) != len(completion):
             raise ValueError(f"a mask of {len(mask)} for {len(completion)} completion ids")
-        return {"input_ids": prompt + completion + [eos], "assistant_masks": [0] * len(prompt) + mask + [1]}
-    ids = prompt_ids(tokenizer, record["messages"])
-    mask = [0] * len(ids)
-    for segment in record["segments"]:
-        kind, text = (segment["kind"], segment["text"]) if isinstance(segment, dict) else segment
-        if kind not in ("action", "observation"):
-            raise ValueError(f"segment kind must be action or observation, not {kind!r}")
-        piece = tokenizer.encode(text, add_special_tokens=False)
-        ids += piece
-        mask += [1 if kind == "action" else 0] * len(piece)
-    return {"input_ids": ids + [eos], "assistant_masks": mask + [1]}
+    else:
+        prompt = prompt_ids(tokenizer, record["messages"])
+        completion, mask = [], []
+        for segment in record["segments"]:
+            kind, text = (segment["kind"], segment["text"]) if isinstance(segment, dict) else segment
+            if kind not in ("action", "observation"):
+                raise ValueError(f"segment kind must be action or observation, not {kind!r}")
+            piece = tokenizer.encode(text, add_special_tokens=False)
+            completion += piece
+            mask += [1 if kind == "action" else 0] * len(piece)
+    if not any(mask):  # it trained on the EOS alone, right after the question: to stop at once, silently
+        raise ValueError("no text of the model's own (no action, or only empty ones): it would teach the model to "
+                         "stop right after the question")
+    return {"input_ids": prompt + completion + [eos], "assistant_masks": [0] * len(prompt) + mask + [1]}
 
 
 def normalise(record: dict[str, Any], system: list[dict[str, str]] | None) -> dict[str, Any]:

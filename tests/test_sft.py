@@ -11,7 +11,7 @@ import pytest
 import torch
 from tiny_agent import no_checkpointing, tiny_llama
 
-from arpo_algo.sft import from_chat, rollout_records, synthetic_records, tokenize
+from arpo_algo.sft import example, from_chat, rollout_records, synthetic_records, tokenize
 from arpo_algo.tree import Node, RolloutTree, Trajectory, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -192,6 +192,20 @@ def test_a_trajectory_file_with_a_byte_order_mark_keeps_its_first_record(tmp_pat
     path.write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(r) + "\r\n" for r in rows).encode())
     assert [(n, r["conversations"][0]["value"]) for n, r in numbered_records(str(path))] == [(1, "q0"), (2, "q1")]
     assert "skipped" not in capsys.readouterr().err
+
+
+def test_a_record_without_text_of_the_models_own_is_refused(tokenizer):
+    """No action, only empty ones, or a mask of zeros: the example trained on the EOS alone, right after the question
+    (or after tool output), teaching the model to stop at once, silently."""
+    messages = [{"role": "user", "content": "1+1?"}]
+    for record in ({"messages": messages, "segments": []},
+                   {"messages": messages, "segments": [["observation", "<result>2</result>"], ["action", ""]]},
+                   {"conversations": [{"from": "human", "value": "1+1?"}, {"from": "gpt", "value": ""}]},
+                   {"prompt_ids": [1, 2], "completion_ids": [3, 4], "mask": [0, 0]}):
+        with pytest.raises(ValueError, match=r"f.jsonl line 7 is not a trajectory record \(no text of the model's own"):
+            example(record, None, tokenizer, "f.jsonl line 7")
+    kept = example({"messages": messages, "segments": [["action", "\\boxed{2}"]]}, None, tokenizer, "f.jsonl line 8")
+    assert kept["assistant_masks"][-1] == 1 and sum(kept["assistant_masks"]) > 1
 
 
 def test_a_file_that_is_not_rollout_trees_is_one_clear_line(tokenizer, tmp_path):
