@@ -281,6 +281,22 @@ class SFTScriptArguments:
     keep_system_prompt: bool = field(
         default=False, metadata={"help": "Keep a chat record's own system prompt instead of the env's."})
 
+    def __post_init__(self) -> None:
+        """The synthetic tasks' settings, checked before the model loads and named as the flags they are: they were
+        refused once the weights had loaded, as "dataset 'arithmetic:-1:1:': N must be …"."""
+        from arpo_env.procedural import FAMILIES, MAX_LEVEL, MAX_TASKS
+
+        count = self.synthetic_tasks
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_TASKS:
+            raise ValueError(f"synthetic_tasks must be a whole number from 0 (none) to {MAX_TASKS:,}, not {count!r}")
+        name, _, level = str(self.synthetic_family).partition(":")
+        if name not in FAMILIES:
+            raise ValueError(f"synthetic_family {self.synthetic_family!r}: not a procedural family (arithmetic or "
+                             "chain, :LEVEL optional)")
+        if level.strip() and not (level.strip().isdigit() and 1 <= int(level) <= MAX_LEVEL):
+            raise ValueError(f"synthetic_family {self.synthetic_family!r}: its {FAMILIES[name][1]} must be a whole "
+                             f"number from 1 to {MAX_LEVEL:,}, not {level!r} (e.g. {name}:{FAMILIES[name][2]})")
+
 
 def make_parser() -> Any:
     from trl import ModelConfig, TrlParser

@@ -87,6 +87,10 @@ def run_cli(*args, timeout=300):
     (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--cold_start", "", "--env_kwargs",
       '{"max_turns": 0}'], "ARPO-Math-v0: budgets"),
     (["rollout", "--dataset", "chain:10:1:0"], "STEPS must be a whole number from 1"),  # was 10 questions of no step
+    (["sft", "--config", "examples/recipes/smollm2_sft_cpu.yaml", "--synthetic_tasks", "-1"],
+     "synthetic_tasks must be a whole number from 0"),  # was "dataset 'arithmetic:-1:1:': N …", after the weights
+    (["sft", "--config", "examples/recipes/smollm2_sft_cpu.yaml", "--synthetic_family", "chain:0"],
+     "synthetic_family 'chain:0': its steps must be"),
     (["eval", "--model", "x", "--benchmarks", "gsm8k", "--max-completion-tokens", "0"], "--max-completion-tokens=0"),
     (["eval", "--model", "x", "--benchmarks", "gsm8k", "--runs", "0"], "--runs must be at least 1"),  # 0 samples
     (["eval", "--model", "x", "--benchmarks", "gsm8k", "--max-tool-calls", "-1"], "--max-tool-calls must be at "
