@@ -184,18 +184,21 @@ def synthetic_records(n: int, seed: int = 1, env_id: str = "ARPO-Math-v0", progr
         env.close()
 
 
-def rollout_records(path: str, min_reward: float | None = None) -> list[dict[str, Any]]:
+def rollout_records(path: str, min_reward: float | None = None, read: list[int] | None = None
+                    ) -> list[dict[str, Any]]:
     """Rejection sampling: the correct, format-valid trajectories of rollout trees (``-`` reads standard input),
-    as token ids; duplicates (the same completion twice) are kept once."""
+    as token ids; duplicates (the same completion twice) are kept once. `read`, if given, gets the number of
+    trajectories read appended to it."""
     from arpo_algo.tree import RolloutTree
 
-    kept, seen = [], set()
+    kept, seen, total = [], set(), 0
     for n, record in numbered_records(path):
         try:
             tree = RolloutTree.from_dict(record)
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"{path} line {n} is not a rollout tree (as arpo rollout and arpo train write them): "
                              f"{type(exc).__name__}: {exc}") from None
+        total += len(tree.trajectories)
         for tr in tree.trajectories:
             parts = tr.reward_parts
             if not (parts.get("correct") and parts.get("format_ok", True)) or tr.truncated:
@@ -207,6 +210,8 @@ def rollout_records(path: str, min_reward: float | None = None) -> list[dict[str
                 continue
             seen.add(key)
             kept.append({"prompt_ids": tr.prompt_ids, "completion_ids": tr.completion_ids, "mask": tr.mask})
+    if read is not None:
+        read.append(total)
     return kept
 
 
@@ -319,9 +324,14 @@ def build_dataset(script: SFTScriptArguments, tokenizer: Any) -> Any:
             system = env_messages("", script.env_id)
         examples += [example(r, system, tokenizer, f"{path} line {n}") for n, r in batch]
     if script.from_rollouts:
-        kept = rollout_records(script.from_rollouts, script.min_reward)
-        print(f"arpo sft: {len(kept)} correct, format-valid trajectories kept from {script.from_rollouts}",
-              file=sys.stderr)
+        read: list[int] = []
+        kept = rollout_records(script.from_rollouts, script.min_reward, read)
+        least = f", reward at least {script.min_reward:g}" if script.min_reward is not None else ""
+        print(f"arpo sft: {len(kept)} of {read[0]} trajectories kept from {script.from_rollouts} (correct, "
+              f"format-valid{least}; each completion once)", file=sys.stderr)
+        if not kept and not examples and not script.synthetic_tasks:  # it said: give --from_rollouts, which was given
+            raise SystemExit(f"arpo sft: nothing to train on: no trajectory of {script.from_rollouts} is correct and "
+                             f"format-valid{least}; roll out more tasks, or add --synthetic_tasks N")
         records += kept
     if script.synthetic_tasks:
         records += synthetic_records(script.synthetic_tasks, script.synthetic_seed, script.env_id,

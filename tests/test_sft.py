@@ -11,7 +11,8 @@ import pytest
 import torch
 from tiny_agent import no_checkpointing, tiny_llama
 
-from arpo_algo.sft import example, from_chat, rollout_records, synthetic_records, tokenize
+from arpo_algo.sft import (SFTScriptArguments, build_dataset, example, from_chat, rollout_records, synthetic_records,
+                           tokenize)
 from arpo_algo.tree import Node, RolloutTree, Trajectory, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,7 +116,20 @@ def test_rejection_sampling_keeps_correct_well_formed_trajectories(tmp_path):
     write_jsonl([tree], path)
     lines = path.read_text(encoding="utf-8").splitlines()
     assert lines == [whole.rstrip("\n"), whole[:120], whole.rstrip("\n")]
-    assert rollout_records(str(path)) == kept
+    read: list[int] = []
+    assert rollout_records(str(path), read=read) == kept and read == [10]
+
+
+def test_rollouts_with_nothing_to_keep_say_so(tmp_path, tokenizer, capsys):
+    """Not one correct trajectory: "no trajectories: give --trajectories, --from_rollouts or --synthetic_tasks", when
+    --from_rollouts had been given (``arpo rollout … | arpo sft --from_rollouts -`` of a model that solved none)."""
+    wrong = Trajectory(0, [1, 2], [7], [1], [0.0], [None], [], 0.0, {"correct": False, "format_ok": True}, 1, [])
+    write_jsonl([RolloutTree({"question": "q", "answer": "a"}, "grpo", [Node(0, None, 0, "global")], [wrong])],
+                tmp_path / "trees.jsonl")
+    with pytest.raises(SystemExit, match="nothing to train on: no trajectory of .*trees.jsonl is correct and "
+                                         "format-valid, reward at least 0.5; roll out more tasks, or add"):
+        build_dataset(SFTScriptArguments(from_rollouts=str(tmp_path / "trees.jsonl"), min_reward=0.5), tokenizer)
+    assert "0 of 1 trajectories kept from" in capsys.readouterr().err
 
 
 def test_sft_steps_on_real_traces_ignore_tool_output(traces, tokenizer, tmp_path):
@@ -171,7 +185,7 @@ def test_arpo_sft_command_trains_from_rollout_trees_on_stdin(traces, tokenizer, 
     result = subprocess.run(command + ["--max_steps", "2"], input=stdin, capture_output=True, text=True, cwd=ROOT,
                             timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "1 correct, format-valid trajectories kept" in result.stderr
+    assert "1 of 1 trajectories kept from - (correct, format-valid; each completion once)" in result.stderr
     assert (out / "config.json").is_file() and "SFT finished 2 steps" in result.stdout
     # `--resume_from_checkpoint last` as arpo train takes it (transformers looked for a folder named "last")
     result = subprocess.run(command + ["--max_steps", "3", "--resume_from_checkpoint", "last"], input=stdin,
