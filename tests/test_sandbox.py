@@ -278,6 +278,62 @@ def test_the_hosts_key_stores_and_listed_paths_are_hidden(tmp_path, monkeypatch)
         box.close()
 
 
+GUARD_OFF = {  # two ways a cell got past the audit hook, which lives in its own interpreter
+    "its frames walked down to the guard": (
+        "import sys\nf, guard = sys._getframe(), None\nwhile f is not None:\n"
+        "    guard = next((v for v in list(f.f_locals.values()) if type(v).__name__ == 'Guard'), guard)\n"
+        "    f = f.f_back\nguard._local.trusted = 1\n"),
+    "a library function the hook calls replaced": (
+        "import posixpath\nreal, todo = posixpath.realpath, []\n"
+        "def evil(p, *a, **k):\n    while todo:\n        todo.pop()()\n    return real(p, *a, **k)\n"
+        "posixpath.realpath = evil\ndef unchecked(f):\n    def run():\n        try:\n            f()\n"
+        "        except OSError as exc:\n            print(f'{type(exc).__name__}: {exc}')\n"
+        "    todo.append(run)\n    open('x.txt', 'w').close()\n"),
+}
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version (0: none), asked here, not by the sandbox under test."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    return max(0, libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1)))  # landlock_create_ruleset, VERSION
+
+
+@pytest.mark.parametrize("how", list(GUARD_OFF))
+def test_past_the_audit_hook_the_kernel_still_keeps_files_outside_and_answers_hidden(how, tmp_path):
+    """Landlock's rules, set before any cell runs, hold whatever the cell does to the hook: with the hook turned
+    off, a cell wrote outside its directory and read the tasks' answers."""
+    secret = tmp_path / "answers"
+    secret.mkdir()
+    (secret / "gold.jsonl").write_text('{"answer": "42"}')
+    (tmp_path / "public.txt").write_text("anyone may read this")
+    box = LocalSandbox(SandboxLimits(hidden_paths=(str(secret),)))
+    try:
+        if not landlock_abi():
+            pytest.skip("no Landlock in this kernel: the audit hook alone keeps the files")
+        assert any("Landlock" in layer for layer in box.protections), box.protections
+        assert not box.call(GUARD_OFF[how]).failed
+        act = (lambda code: f"unchecked(lambda: {code})") if "replaced" in how else (lambda code: code)
+        outside = tmp_path / "escaped.txt"
+        out = box.call(act(f"open({str(outside)!r}, 'w').write('x')"))
+        assert "PermissionError: [Errno 13]" in out.text and not outside.exists(), out.text
+        out = box.call(act(f"print(open({str(secret / 'gold.jsonl')!r}).read())"))
+        assert "PermissionError: [Errno 13]" in out.text and "42" not in out.text, out.text
+        out = box.call(act(f"print(open({str(tmp_path / 'public.txt')!r}).read())"))  # the control: the hook is off
+        assert "anyone may read this" in out.text, out.text
+        assert box.call("open('mine.txt', 'w').write('ok')\nprint(open('mine.txt').read())").text == "ok"
+        fork = box.fork()  # a fork keeps the rules and writes in its own new directory
+        try:
+            out = fork.call(act(f"open({str(outside)!r}, 'w')"))
+            assert "PermissionError: [Errno 13]" in out.text and not outside.exists(), out.text
+            assert fork.call("open('b.txt', 'w').write('ok')\nprint(open('b.txt').read())").text == "ok"
+        finally:
+            fork.close()
+    finally:
+        box.close()
+
+
 def test_snapshot_pickle_restore_in_a_new_process(box, tmp_path):
     box.call("x = 41")
     fork = box.fork()

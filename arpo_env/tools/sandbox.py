@@ -17,11 +17,16 @@ hard links too), device nodes (no capabilities, even under root), disk bombs (a 
 starts (interrupted with the cell when its time is up; while no cell runs they may use one cell's CPU time, then they
 are interrupted, and threads that go on using CPU take the worker down with them, the model told why).
 
-What it does **not** protect against: the checks on processes, signals, files and ctypes are a CPython audit hook
-(PEP 578) inside the worker, plus resource limits, no capabilities, a seccomp filter against programs and memory
-files and, where the kernel allows, a private network namespace. Code that is built to escape CPython (a native
-extension written to disk and imported, an interpreter bug) is not contained, and reads of the files the host user
-can read, past the hidden paths (`hidden_by_default`), are allowed. Use it for the mistakes and excesses of a model
+What it does **not** protect against: the checks on processes, signals, files and ctypes are a CPython audit hook (PEP
+578) inside the worker, which a cell can get past (by walking its frames down to the hook's state, or by replacing a
+library function the hook calls); under it, the kernel's layers hold whatever the cell does: resource limits, no
+capabilities, a seccomp filter against programs and memory files and, where the kernel allows, a private network
+namespace and Landlock (writes only in the sandbox's folder, no file of the hidden paths read, no signal to another
+process from ABI 6, no other process's files or environment through /proc). Past the hook, a cell may still fork, read
+the host's command line (``/proc/<pid>/cmdline``, which any process may read) and list the hidden folders' names;
+without Landlock (a kernel before 5.13, or one that leaves it off) the hook alone keeps files and signals. Code that is
+built to escape CPython or the kernel (an interpreter or kernel bug) is not contained, and reads of the files the host
+user can read, past the hidden paths (`hidden_by_default`), are allowed. Use it for the mistakes and excesses of a model
 under training, not for adversarial code: for that run the interpreter in a separate VM with ``sandbox="e2b"``
 (`arpo_env.tools.e2b`).
 """
@@ -292,6 +297,7 @@ class _Template:
         self.network = hello.get("network", "")
         self.capabilities = hello.get("capabilities", "")
         self.programs = hello.get("programs", "")
+        self.files = hello.get("files", "")
 
     def alive(self) -> bool:
         return self.owner == os.getpid() and self.proc.poll() is None
@@ -437,7 +443,7 @@ class LocalSandbox:
     def protections(self) -> list[str]:
         """The containment layers active on this machine."""
         template = _template(self.preload)
-        layers = (template.network, template.capabilities, template.programs)
+        layers = (template.network, template.capabilities, template.programs, template.files)
         return ["audit hook", "resource limits", "cell timers"] + [layer for layer in layers if layer]
 
     def start(self) -> None:

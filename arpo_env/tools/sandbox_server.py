@@ -33,6 +33,12 @@ Containment, in layers (see ``arpo_env.tools.sandbox`` for what it does *not* pr
 * a disk quota on the working directory (what a fork copies): files are counted as they are opened for writing,
   directories as they are made, and an opening that could take the files past the quota fails with ``ENOSPC``;
 * a private network namespace with no interfaces up, when the kernel allows it (root, or user namespaces);
+* Landlock, where the kernel has it (Linux 5.13 on, unprivileged): each worker, before its first cell, is held by
+  the kernel to writing under the sandbox's folder (every worker's directory is in it) and ``/dev/null``, to reading
+  no file under the hidden paths, and (from ABI 6) to sending no signal out of itself; its forks inherit the rules.
+  Through another process's ``/proc/<pid>`` it reaches neither that process's files nor its environment. The audit
+  hook lives in the interpreter the cell runs in, so a cell can get past it (walk its frames down to the guard and
+  turn it off; replace a library function the hook calls); these rules hold whatever the cell does;
 * per-cell wall-clock and CPU timers that raise inside the cell first (the state survives), and a host-side
   deadline that kills the worker when the cell does not yield;
 * threads a cell starts may outlive it (as in a notebook) but not its limits: those running when its time is up are
@@ -201,6 +207,15 @@ def _sqlite_file(database: object) -> str | None:
     return None if name in ("", ":memory:") else name
 
 
+def _realpath(path: str) -> str:
+    """`os.path.realpath`, or the path as given where a link on the way cannot be read: another worker's
+    ``/proc/<pid>/cwd`` is out of reach under Landlock (a PermissionError from inside the hook, not its refusal)."""
+    try:
+        return os.path.realpath(path)
+    except OSError:
+        return os.path.abspath(path)
+
+
 class Guard:
     """The audit hook and its state. One per process; `trusted()` opens it for the server's own operations."""
 
@@ -233,7 +248,7 @@ class Guard:
             given = os.path.abspath(os.path.join(os.getcwd(), os.fsdecode(path)))  # type: ignore[arg-type]
         except (TypeError, ValueError):
             return
-        full = os.path.realpath(given)
+        full = _realpath(given)
         if any(full == hidden or full.startswith(hidden + os.sep) for hidden in self.hidden):
             raise SandboxViolation(f"sandbox: {path!r} is hidden from the sandbox (the tasks' data or the host's keys)")
         for full in (given, full):
@@ -251,7 +266,7 @@ class Guard:
             path = os.fsdecode(path)  # type: ignore[arg-type]
         except TypeError:
             return False
-        full = os.path.realpath(os.path.join(os.getcwd(), path))
+        full = _realpath(os.path.join(os.getcwd(), path))
         return full == self.root or full.startswith(self.root + os.sep) or full in _WRITABLE_DEVICES
 
     def __call__(self, event: str, args: tuple) -> None:
@@ -568,6 +583,107 @@ def _seccomp_filter() -> str:
             return ""
         return "no programs, memory files or new sessions (seccomp)"
     except Exception:  # noqa: BLE001 - any failure means: no filter, the audit hook still refuses the usual ways
+        return ""
+
+
+_LANDLOCK_CREATE, _LANDLOCK_ADD_RULE, _LANDLOCK_RESTRICT = 444, 445, 446  # the same on every architecture
+_FS_WRITE_FILE, _FS_READ_FILE, _FS_TRUNCATE = 1 << 1, 1 << 2, 1 << 14
+_FS_FILE_RIGHTS = 1 << 0 | _FS_WRITE_FILE | _FS_READ_FILE | _FS_TRUNCATE | 1 << 15
+"""What a rule on a file, not a directory, may grant: execute, write, read, truncate, device ioctls."""
+_LIBC = None
+"""The C library through ctypes, taken before the guard is armed (`template_main`), for the Landlock calls."""
+
+
+def _landlock_abi() -> int:
+    """The kernel's Landlock ABI version, 0 where it has none (before Linux 5.13, or not enabled)."""
+    if _LIBC is None:
+        return 0
+    try:
+        import ctypes
+
+        return max(0, int(_LIBC.syscall(_LANDLOCK_CREATE, None, ctypes.c_size_t(0), ctypes.c_uint32(1))))
+    except Exception:  # noqa: BLE001 - no Landlock
+        return 0
+
+
+def _readable_around(hidden: tuple[str, ...]) -> list[str]:
+    """What is left to read when `hidden` is taken out of the file system, as few subtrees as Landlock's rules (which
+    grant a whole subtree) can say it: every entry of each folder above a hidden path, but the hidden ones and the
+    folders on the way to one. A link is left out (a rule follows it: one to a hidden path would open it); what a
+    link elsewhere points to is read as its target is. An entry made later in a folder on the way is unreadable."""
+    ancestors = set()
+    for path in hidden:
+        while path != os.sep:
+            path = os.path.dirname(path)
+            ancestors.add(path)
+    readable = []
+    for folder in sorted(ancestors):
+        if any(folder == h or folder.startswith(h + os.sep) for h in hidden):
+            continue
+        try:
+            entries = os.scandir(folder)
+        except OSError:  # not there (a hidden path that does not exist yet), or not listable
+            continue
+        with entries:
+            for entry in entries:
+                if entry.path not in ancestors and entry.path not in hidden and not entry.is_symlink():
+                    readable.append(entry.path)
+    return readable
+
+
+def _landlock(root: str, hidden: tuple[str, ...]) -> str:
+    """Restrict this process and all it forks, by the kernel's Landlock, to writing under `root` (the folder of every
+    worker's working directory) and ``/dev/null``, and to reading no file under the `hidden` paths; return what was
+    done. Call it before any cell runs: it cannot be undone.
+
+    The audit hook refuses the same writes and reads, but from inside the interpreter the cell runs in, where a cell
+    can reach it: it found the guard by walking its frames down to the server's and turned its checks off, or replaced
+    a library function the hook calls (``posixpath.realpath``) with its own, which then ran unchecked inside the hook.
+    Either way it wrote outside its directory and read the tasks' answers. The kernel's rules hold whatever the cell
+    does."""
+    abi = _landlock_abi()
+    if abi < 1:
+        return ""
+    try:
+        import ctypes
+
+        write = _FS_WRITE_FILE | sum(1 << bit for bit in range(4, 13))  # remove and make every kind of entry
+        write |= (1 << 13 if abi >= 2 else 0) | (_FS_TRUNCATE if abi >= 3 else 0)  # refer (link, rename), truncate
+        handled = write | (_FS_READ_FILE if hidden else 0)
+        # handled_access_fs, handled_access_net (none: the network namespace), scoped: from ABI 6, no signal to a
+        # process outside this worker (the host, the template, another worker)
+        fields = struct.pack("=QQQ", handled, 0, 2) if abi >= 6 else struct.pack("=Q", handled)
+        attr = ctypes.create_string_buffer(fields, len(fields))
+        ruleset = _LIBC.syscall(_LANDLOCK_CREATE, attr, ctypes.c_size_t(len(fields)), ctypes.c_uint32(0))
+        if ruleset < 0:
+            return ""
+        try:
+            def allow(path: str, access: int) -> None:
+                try:
+                    fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+                except OSError:
+                    return
+                try:
+                    if not os.path.isdir(f"/proc/self/fd/{fd}"):
+                        access &= _FS_FILE_RIGHTS
+                    rule = ctypes.create_string_buffer(struct.pack("=Qi", access & handled, fd), 12)
+                    _LIBC.syscall(_LANDLOCK_ADD_RULE, ruleset, ctypes.c_int(1), rule, ctypes.c_uint32(0))
+                finally:
+                    os.close(fd)
+
+            allow(root, write | _FS_READ_FILE)
+            for device in _WRITABLE_DEVICES:
+                allow(device, _FS_WRITE_FILE | _FS_TRUNCATE | _FS_READ_FILE)
+            if hidden:
+                for path in _readable_around(hidden):
+                    allow(path, _FS_READ_FILE)
+            if _LIBC.syscall(_LANDLOCK_RESTRICT, ruleset, ctypes.c_uint32(0)) != 0:
+                return ""
+        finally:
+            os.close(ruleset)
+        return (f"writes only in the sandbox's folder{', hidden paths unreadable' if hidden else ''}"
+                f"{', no signals out' if abi >= 6 else ''} (Landlock ABI {abi})")
+    except Exception:  # noqa: BLE001 - any failure means: no Landlock, the audit hook still checks
         return ""
 
 
@@ -1028,6 +1144,8 @@ def _become_worker(sock: socket.socket, workdir: str, limits: dict, guard: Guard
     kept = [os.path.realpath(p) for p in (guard.root, sys.prefix, sys.base_prefix, os.path.dirname(__file__))]
     guard.hidden = tuple(h for h in (os.path.realpath(p) for p in limits.get("hidden_paths", ()))
                          if not any(k == h or k.startswith(h + os.sep) for k in kept))  # what would hide Python itself
+    with guard.trusted():  # before any cell runs: the kernel's rules for files, which no cell can undo
+        _landlock(os.path.dirname(guard.root), guard.hidden)
     if disk > 0 or entries > 0:
         guard.quota = DiskQuota(guard.root, disk if disk > 0 else sys.maxsize, file_cap, entries)
         file_cap = guard.quota.file_cap
@@ -1062,12 +1180,13 @@ def template_main(fd: int, preload: list[str]) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # exited workers are reaped by the kernel: no zombies
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in the host's terminal is for the host
     network = _private_network()
-    global _SET_ASYNC_EXC
+    global _SET_ASYNC_EXC, _LIBC
     try:
         import ctypes
 
         _SET_ASYNC_EXC = ctypes.pythonapi.PyThreadState_SetAsyncExc
         _SET_ASYNC_EXC.argtypes = [ctypes.c_ulong, ctypes.py_object]
+        _LIBC = ctypes.CDLL(None, use_errno=True)
     except Exception:  # noqa: BLE001 - without it, the cells' threads are not interrupted (only timed)
         pass
     for name in preload:
@@ -1088,8 +1207,11 @@ def template_main(fd: int, preload: list[str]) -> None:
     sys.addaudithook(guard)
     with guard.trusted():
         chan = socket.socket(fileno=fd)
+        abi = _landlock_abi()
+        files = (f"writes only in the sandbox's folder, hidden paths unreadable{', no signals out' if abi >= 6 else ''}"
+                 f" (Landlock ABI {abi})") if abi else ""
         send_message(chan, {"ok": True, "pid": os.getpid(), "network": network, "capabilities": capabilities,
-                            "programs": programs})
+                            "programs": programs, "files": files})
     while True:
         try:
             with guard.trusted():
