@@ -595,8 +595,9 @@ _LIBC = None
 
 
 def _landlock_abi() -> int:
-    """The kernel's Landlock ABI version, 0 where it has none (before Linux 5.13, or not enabled)."""
-    if _LIBC is None:
+    """The kernel's Landlock ABI version, 0 where it has none (before Linux 5.13, or not enabled; not Linux: its
+    calls' numbers are another system's calls)."""
+    if _LIBC is None or not sys.platform.startswith("linux"):
         return 0
     try:
         import ctypes
@@ -604,6 +605,12 @@ def _landlock_abi() -> int:
         return max(0, int(_LIBC.syscall(_LANDLOCK_CREATE, None, ctypes.c_size_t(0), ctypes.c_uint32(1))))
     except Exception:  # noqa: BLE001 - no Landlock
         return 0
+
+
+def _landlock_words(abi: int) -> str:
+    """The layer as `LocalSandbox.protections` lists it."""
+    return (f"writes only in the sandbox's folder, hidden paths unreadable{', no signals out' if abi >= 6 else ''} "
+            f"(Landlock ABI {abi})") if abi else ""
 
 
 def _readable_around(hidden: tuple[str, ...]) -> list[str]:
@@ -681,8 +688,7 @@ def _landlock(root: str, hidden: tuple[str, ...]) -> str:
                 return ""
         finally:
             os.close(ruleset)
-        return (f"writes only in the sandbox's folder{', hidden paths unreadable' if hidden else ''}"
-                f"{', no signals out' if abi >= 6 else ''} (Landlock ABI {abi})")
+        return _landlock_words(abi)
     except Exception:  # noqa: BLE001 - any failure means: no Landlock, the audit hook still checks
         return ""
 
@@ -1207,9 +1213,7 @@ def template_main(fd: int, preload: list[str]) -> None:
     sys.addaudithook(guard)
     with guard.trusted():
         chan = socket.socket(fileno=fd)
-        abi = _landlock_abi()
-        files = (f"writes only in the sandbox's folder, hidden paths unreadable{', no signals out' if abi >= 6 else ''}"
-                 f" (Landlock ABI {abi})") if abi else ""
+        files = _landlock_words(_landlock_abi())
         send_message(chan, {"ok": True, "pid": os.getpid(), "network": network, "capabilities": capabilities,
                             "programs": programs, "files": files})
     while True:
