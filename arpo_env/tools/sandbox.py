@@ -22,12 +22,14 @@ What it does **not** protect against: the checks on processes, signals, files an
 library function the hook calls); under it, the kernel's layers hold whatever the cell does: resource limits, no
 capabilities, a seccomp filter against programs and memory files and, where the kernel allows, a private network
 namespace and Landlock (writes only in the sandbox's folder, no file of the hidden paths read, no signal to another
-process from ABI 6, no other process's files or environment through /proc). Past the hook, a cell may still fork, read
-the host's command line (``/proc/<pid>/cmdline``, which any process may read) and list the hidden folders' names;
-without Landlock (a kernel before 5.13, or one that leaves it off) the hook alone keeps files and signals. Code that is
-built to escape CPython or the kernel (an interpreter or kernel bug) is not contained, and reads of the files the host
-user can read, past the hidden paths (`hidden_by_default`), are allowed. Use it for the mistakes and excesses of a model
-under training, not for adversarial code: for that run the interpreter in a separate VM with ``sandbox="e2b"``
+process from ABI 6, no other process's files or environment through /proc). Past the hook, a cell may still fork, fill
+the sandbox's folder past its disk quota (the quota is the hook's), reach the other workers' directories in that folder
+(a fork's new directory is beside its parent's, so the kernel's rule is the whole folder's), read the host's command
+line (``/proc/<pid>/cmdline``, which any process may read) and list the hidden folders' names; without Landlock (a
+kernel before 5.13, or one that leaves it off) the hook alone keeps files and signals. Code that is built to escape
+CPython or the kernel (an interpreter or kernel bug) is not contained, and reads of the files the host user can read,
+past the hidden paths (`hidden_by_default`), are allowed. Use it for the mistakes and excesses of a model under
+training, not for adversarial code: for that run the interpreter in a separate VM with ``sandbox="e2b"``
 (`arpo_env.tools.e2b`).
 """
 
