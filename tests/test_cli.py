@@ -156,6 +156,21 @@ def test_a_recipe_with_a_mistake_is_one_clear_line(command, tmp_path):
         assert f"arpo {command}: " in result.stderr and words in result.stderr, result.stderr[-2000:]
 
 
+@pytest.mark.parametrize("recipe", sorted(p.name for p in (ROOT / "examples" / "recipes").glob("*.yaml")))
+def test_every_shipped_recipe_parses(recipe):
+    """The 7B recipes run only on a GPU node: a key misspelt in one would show there first, after the model's
+    download. Parsed here with bf16 off (transformers refuses it on a CPU), every key must be one a flag knows."""
+    from arpo_algo import sft, train
+
+    module = sft if "_sft_" in recipe else train
+    script, args, _ = train.parse_recipe(module.make_parser(), ["--config", str(ROOT / "examples" / "recipes" /
+                                                                                 recipe), "--bf16", "false"])
+    assert args.output_dir.startswith("runs/") and args.seed == 0
+    if module is train:  # the public code's Z and k everywhere; its M and N where the GPU can take them
+        assert (args.branch_factor, args.entropy_k) == (2, 20)
+        assert not recipe.startswith("qwen") or (args.num_generations, args.num_global) == (16, 8)
+
+
 def test_train_help_leads_with_config_and_arpo_options():
     result = run_cli("train", "--help")
     assert result.returncode == 0
