@@ -311,7 +311,9 @@ def make_parser() -> Any:
     return TrlParser((SFTScriptArguments, ColdStartConfig, ModelConfig), prog="arpo sft")
 
 
-def build_dataset(script: SFTScriptArguments, tokenizer: Any) -> Any:
+def build_dataset(script: SFTScriptArguments, tokenizer: Any, vocabulary: int | None = None) -> Any:
+    """The SFT dataset of every source `script` names; `vocabulary`, the model's embedding rows, if given, is what
+    token ids must stay under (`check_token_ids`)."""
     from datasets import Dataset
 
     records: list[dict[str, Any]] = []
@@ -322,7 +324,9 @@ def build_dataset(script: SFTScriptArguments, tokenizer: Any) -> Any:
         if system is None and not script.keep_system_prompt and any("segments" not in r for _, r in batch
                                                                      if isinstance(r, dict)):
             system = env_messages("", script.env_id)
-        examples += [example(r, system, tokenizer, f"{path} line {n}") for n, r in batch]
+        for n, record in batch:
+            examples.append(example(record, system, tokenizer, f"{path} line {n}"))
+            check_token_ids(examples[-1]["input_ids"], vocabulary, f"{path} line {n}")
     if script.from_rollouts:
         read: list[int] = []
         kept = rollout_records(script.from_rollouts, script.min_reward, read)
@@ -332,6 +336,9 @@ def build_dataset(script: SFTScriptArguments, tokenizer: Any) -> Any:
         if not kept and not examples and not script.synthetic_tasks:  # it said: give --from_rollouts, which was given
             raise SystemExit(f"arpo sft: nothing to train on: no trajectory of {script.from_rollouts} is correct and "
                              f"format-valid{least}; roll out more tasks, or add --synthetic_tasks N")
+        for i, record in enumerate(kept, 1):
+            check_token_ids(record["prompt_ids"] + record["completion_ids"], vocabulary,
+                            f"{script.from_rollouts}: kept trajectory {i}")
         records += kept
     if script.synthetic_tasks:
         records += synthetic_records(script.synthetic_tasks, script.synthetic_seed, script.env_id,
@@ -340,6 +347,17 @@ def build_dataset(script: SFTScriptArguments, tokenizer: Any) -> Any:
     if not examples:
         raise SystemExit("arpo sft: no trajectories: give --trajectories, --from_rollouts or --synthetic_tasks")
     return Dataset.from_list(examples)
+
+
+def check_token_ids(ids: Sequence[int], vocabulary: int | None, where: str) -> None:
+    """A `ValueError` naming `where` for a token id the model has no embedding for: token-id records (rollout trees,
+    ``prompt_ids`` records) sampled by a model of another vocabulary. Its first training step failed on it
+    ("IndexError: index out of range in self"), after the model had loaded. (Ids inside the range but of another
+    tokenizer cannot be told apart.)"""
+    bad = next((i for i in ids if not 0 <= i < vocabulary), None) if vocabulary is not None else None
+    if bad is not None:
+        raise ValueError(f"{where} holds token id {bad}, past the model's vocabulary ({vocabulary:,} embeddings): "
+                         "token ids sampled by another model? Roll out with this one, or give the trajectories as text")
 
 
 def train(script: SFTScriptArguments, args: Any, model_args: Any) -> Any:
@@ -353,7 +371,7 @@ def train(script: SFTScriptArguments, args: Any, model_args: Any) -> Any:
     model, tokenizer = load_model(model_name, dtype=model_args.dtype if model_args.dtype not in (None, "auto")
                                   else None)
     try:
-        dataset = build_dataset(script, tokenizer)
+        dataset = build_dataset(script, tokenizer, model.get_input_embeddings().num_embeddings)
     except (ValueError, OSError) as exc:  # a file that is missing or not what it should be: one line, no traceback
         raise SystemExit(f"arpo sft: {exc}") from None
     print(f"arpo sft: {len(dataset)} trajectories, {sum(map(sum, dataset['assistant_masks']))} trained tokens "

@@ -230,7 +230,13 @@ def test_a_file_that_is_not_rollout_trees_is_one_clear_line(tokenizer, tmp_path)
     tiny_llama(tokenizer, seed=4).save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     good = json.dumps({"conversations": [{"from": "human", "value": "1+1?"}, {"from": "gpt", "value": "\\boxed{2}"}]})
+    foreign = RolloutTree({"question": "q", "answer": "a"}, "grpo", [Node(0, None, 0, "global")], [Trajectory(
+        0, [1, 2], [5, 10**6], [1, 1], [0.0, 0.0], [], [], 1.0, {"correct": True, "format_ok": True}, 1)])
     for flag, content, message in [
+            ("--from_rollouts", json.dumps(foreign.to_dict()) + "\n", "trees.jsonl: kept trajectory 1 holds token id "
+             "1000000, past the model's vocabulary"),  # another model's rollouts: an IndexError at its first step
+            ("--trajectories", '{"prompt_ids": [1], "completion_ids": [2, -3], "mask": [1, 1]}\n',
+             "trees.jsonl line 1 holds token id -3, past the model's vocabulary"),
             ("--from_rollouts", '{"question": "q"}\n', "line 1 is not a rollout tree"),
             ("--from_rollouts", '{"task": \n', "trees.jsonl: no line is JSON"),
             ("--trajectories", good + '\n{"conversations": [{"from": "gpt", "value": "2"}]}\n',
