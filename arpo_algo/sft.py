@@ -184,11 +184,12 @@ def synthetic_records(n: int, seed: int = 1, env_id: str = "ARPO-Math-v0", progr
         env.close()
 
 
-def rollout_records(path: str, min_reward: float | None = None, read: list[int] | None = None
-                    ) -> list[dict[str, Any]]:
+def rollout_records(path: str, min_reward: float | None = None, read: list[int] | None = None,
+                    tokenizer: Any = None) -> list[dict[str, Any]]:
     """Rejection sampling: the correct, format-valid trajectories of rollout trees (``-`` reads standard input),
     as token ids; duplicates (the same completion twice) are kept once. `read`, if given, gets the number of
-    trajectories read appended to it."""
+    trajectories read appended to it. With `tokenizer`, a tree whose prompt does not read as its question through
+    it is a `ValueError`: trees sampled by a model of another tokenizer, whose ids would train on other tokens."""
     from arpo_algo.tree import RolloutTree
 
     kept, seen, total = [], set(), 0
@@ -199,12 +200,16 @@ def rollout_records(path: str, min_reward: float | None = None, read: list[int] 
             raise ValueError(f"{path} line {n} is not a rollout tree (as arpo rollout and arpo train write them): "
                              f"{type(exc).__name__}: {exc}") from None
         total += len(tree.trajectories)
+        checked = tokenizer is None
         for tr in tree.trajectories:
             parts = tr.reward_parts
             if not (parts.get("correct") and parts.get("format_ok", True)) or tr.truncated:
                 continue
             if min_reward is not None and tr.reward < min_reward:
                 continue
+            if not checked:
+                _check_tokenizer(tokenizer, tr.prompt_ids, str(tree.task.get("question") or ""), f"{path} line {n}")
+                checked = True
             key = (tuple(tr.prompt_ids), tuple(tr.completion_ids))
             if key in seen:
                 continue
@@ -213,6 +218,20 @@ def rollout_records(path: str, min_reward: float | None = None, read: list[int] 
     if read is not None:
         read.append(total)
     return kept
+
+
+def _check_tokenizer(tokenizer: Any, ids: Sequence[int], question: str, where: str) -> None:
+    """A `ValueError` naming `where` unless `ids` (a trajectory's prompt) decode, through `tokenizer`, to text that
+    holds the start of `question`: the ids of another tokenizer decode to other words (or past its vocabulary)."""
+    start = " ".join(question.split())[:80]
+    try:
+        text = " ".join(tokenizer.decode(list(ids)).split())
+    except (IndexError, OverflowError, TypeError, ValueError):
+        text = ""
+    if start and start not in text:
+        raise ValueError(f"{where}: its prompt does not read as its question through this model's tokenizer (it "
+                         f"reads {text[-120:]!r}): trees sampled by a model of another tokenizer? Their token ids would "
+                         "train on other tokens; roll out with this model")
 
 
 # Tokenisation -----------------------------------------------------------------------------------------------------
@@ -329,7 +348,7 @@ def build_dataset(script: SFTScriptArguments, tokenizer: Any, vocabulary: int | 
             check_token_ids(examples[-1]["input_ids"], vocabulary, f"{path} line {n}")
     if script.from_rollouts:
         read: list[int] = []
-        kept = rollout_records(script.from_rollouts, script.min_reward, read)
+        kept = rollout_records(script.from_rollouts, script.min_reward, read, tokenizer)
         least = f", reward at least {script.min_reward:g}" if script.min_reward is not None else ""
         print(f"arpo sft: {len(kept)} of {read[0]} trajectories kept from {script.from_rollouts} (correct, "
               f"format-valid{least}; each completion once)", file=sys.stderr)

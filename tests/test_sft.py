@@ -173,7 +173,8 @@ def test_arpo_sft_command_trains_from_rollout_trees_on_stdin(traces, tokenizer, 
     tokenizer.save_pretrained(model_dir)
     row = tokenize(traces[0], tokenizer)
     prompt_len = row["assistant_masks"].index(1)
-    tree = RolloutTree({"question": "q", "answer": "a"}, "arpo", [Node(0, None, 0, "global")], [Trajectory(
+    question = traces[0]["messages"][-1]["content"]  # the tree's prompt reads as its question (another model's: not)
+    tree = RolloutTree({"question": question, "answer": "a"}, "arpo", [Node(0, None, 0, "global")], [Trajectory(
         0, row["input_ids"][:prompt_len], row["input_ids"][prompt_len:-1], row["assistant_masks"][prompt_len:-1],
         [0.0] * (len(row["input_ids"]) - prompt_len - 1), [], [], 1.0, {"correct": True, "format_ok": True}, 1)])
     stdin = json.dumps(tree.to_dict()) + "\n"
@@ -230,11 +231,17 @@ def test_a_file_that_is_not_rollout_trees_is_one_clear_line(tokenizer, tmp_path)
     tiny_llama(tokenizer, seed=4).save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     good = json.dumps({"conversations": [{"from": "human", "value": "1+1?"}, {"from": "gpt", "value": "\\boxed{2}"}]})
-    foreign = RolloutTree({"question": "q", "answer": "a"}, "grpo", [Node(0, None, 0, "global")], [Trajectory(
-        0, [1, 2], [5, 10**6], [1, 1], [0.0, 0.0], [], [], 1.0, {"correct": True, "format_ok": True}, 1)])
+    def tree(prompt, completion):
+        return json.dumps(RolloutTree({"question": "What is 1+1?", "answer": "2"}, "grpo", [Node(0, None, 0, "global")],
+                                      [Trajectory(0, prompt, completion, [1] * len(completion), [0.0] * len(completion),
+                                                  [], [], 1.0, {"correct": True, "format_ok": True}, 1)]).to_dict())
+
+    prompt = tokenizer.encode("<|im_start|>user\nWhat is 1+1?<|im_end|>\n<|im_start|>assistant\n")
     for flag, content, message in [
-            ("--from_rollouts", json.dumps(foreign.to_dict()) + "\n", "trees.jsonl: kept trajectory 1 holds token id "
+            ("--from_rollouts", tree(prompt, [5, 10**6]) + "\n", "trees.jsonl: kept trajectory 1 holds token id "
              "1000000, past the model's vocabulary"),  # another model's rollouts: an IndexError at its first step
+            ("--from_rollouts", tree([i + 1 for i in prompt], [5, 6]) + "\n", "trees.jsonl line 1: its prompt does not "
+             "read as its question through this model's tokenizer"),  # another tokenizer's ids: trained on, silently
             ("--trajectories", '{"prompt_ids": [1], "completion_ids": [2, -3], "mask": [1, 1]}\n',
              "trees.jsonl line 1 holds token id -3, past the model's vocabulary"),
             ("--from_rollouts", '{"question": "q"}\n', "line 1 is not a rollout tree"),
