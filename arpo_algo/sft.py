@@ -223,12 +223,12 @@ def rollout_records(path: str, min_reward: float | None = None, read: list[int] 
 def _check_tokenizer(tokenizer: Any, ids: Sequence[int], question: str, where: str) -> None:
     """A `ValueError` naming `where` unless `ids` (a trajectory's prompt) decode, through `tokenizer`, to text that
     holds the start of `question`: the ids of another tokenizer decode to other words (or past its vocabulary)."""
-    start = " ".join(question.split())[:80]
+    start = "".join(question.split())[:80]  # spaces aside: a tokenizer may decode them otherwise (" ?" as "?")
     try:
-        text = " ".join(tokenizer.decode(list(ids)).split())
+        text = tokenizer.decode(list(ids), clean_up_tokenization_spaces=False)
     except (IndexError, OverflowError, TypeError, ValueError):
         text = ""
-    if start and start not in text:
+    if start and start not in "".join(text.split()):
         raise ValueError(f"{where}: its prompt does not read as its question through this model's tokenizer (it "
                          f"reads {text[-120:]!r}): trees sampled by a model of another tokenizer? Their token ids would "
                          "train on other tokens; roll out with this model")
@@ -372,7 +372,7 @@ def check_token_ids(ids: Sequence[int], vocabulary: int | None, where: str) -> N
     """A `ValueError` naming `where` for a token id the model has no embedding for: token-id records (rollout trees,
     ``prompt_ids`` records) sampled by a model of another vocabulary. Its first training step failed on it
     ("IndexError: index out of range in self"), after the model had loaded. (Ids inside the range but of another
-    tokenizer cannot be told apart.)"""
+    tokenizer: `_check_tokenizer`, for rollout trees.)"""
     bad = next((i for i in ids if not 0 <= i < vocabulary), None) if vocabulary is not None else None
     if bad is not None:
         raise ValueError(f"{where} holds token id {bad}, past the model's vocabulary ({vocabulary:,} embeddings): "
