@@ -373,10 +373,11 @@ def check_token_ids(ids: Sequence[int], vocabulary: int | None, where: str) -> N
     ``prompt_ids`` records) sampled by a model of another vocabulary. Its first training step failed on it
     ("IndexError: index out of range in self"), after the model had loaded. (Ids inside the range but of another
     tokenizer: `_check_tokenizer`, for rollout trees.)"""
-    bad = next((i for i in ids if not 0 <= i < vocabulary), None) if vocabulary is not None else None
-    if bad is not None:
-        raise ValueError(f"{where} holds token id {bad}, past the model's vocabulary ({vocabulary:,} embeddings): "
-                         "token ids sampled by another model? Roll out with this one, or give the trajectories as text")
+    if vocabulary is None or not ids or 0 <= min(ids) <= max(ids) < vocabulary:  # in C: a dataset's tokens are many
+        return
+    bad = next(i for i in ids if not 0 <= i < vocabulary)
+    raise ValueError(f"{where} holds token id {bad}, past the model's vocabulary ({vocabulary:,} embeddings): token ids "
+                     "sampled by another model? Roll out with this one, or give the trajectories as text")
 
 
 def train(script: SFTScriptArguments, args: Any, model_args: Any) -> Any:
