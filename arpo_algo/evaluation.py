@@ -654,6 +654,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     problems += [f"{flag} must be at least {low}, not {value}" for flag, value, low in (
         ("--runs", args.runs, 1), ("--limit", args.limit, 0), ("--concurrency", args.concurrency, 1),
         ("--max-tool-calls", args.max_tool_calls, 0)) if value is not None and value < low]
+    from urllib.parse import urlsplit
+
+    # A --judge that is no URL was "unreachable" at every sample, each scored by F1 instead, to the run's end
+    urls = [("--judge", args.judge)] + [("--base-url", args.base_url)] * (args.backend == "openai")
+    problems += [f"{flag} must be the http(s) URL of an OpenAI-compatible endpoint (http://127.0.0.1:8000/v1), not "
+                 f"{url!r}" for flag, url in urls if url is not None and (
+                     urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).netloc)]
     if args.search == "recorded":
         problems.append("--search recorded needs its recording: --search recorded:path/to/search_cache.json "
                         "(:local or :ddgs after it for the queries it lacks)")

@@ -93,6 +93,10 @@ def run_cli(*args, timeout=300):
      "synthetic_family 'chain:0': its steps must be"),
     (["eval", "--model", "x", "--benchmarks", "gsm8k", "--max-completion-tokens", "0"], "--max-completion-tokens=0"),
     (["eval", "--model", "x", "--benchmarks", "gsm8k", "--runs", "0"], "--runs must be at least 1"),  # 0 samples
+    (["eval", "--model", "x", "--benchmarks", "webwalker", "--judge", "127.0.0.1:8001/v1"],
+     "--judge must be the http(s) URL of an OpenAI-compatible endpoint"),  # every sample's judge "unreachable": F1
+    (["eval", "--model", "x", "--benchmarks", "gsm8k", "--backend", "openai", "--base-url", "localhost:8000"],
+     "--base-url must be the http(s)"),
     (["eval", "--model", "x", "--benchmarks", "gsm8k", "--max-tool-calls", "-1"], "--max-tool-calls must be at "
                                                                                     "least 0"),  # was a traceback
 ])
