@@ -306,7 +306,7 @@ def test_past_the_audit_hook_the_kernel_still_keeps_files_outside_and_answers_hi
     off, a cell wrote outside its directory and read the tasks' answers."""
     secret = tmp_path / "answers"
     secret.mkdir()
-    (secret / "gold.jsonl").write_text('{"answer": "42"}')
+    (secret / "gold.jsonl").write_text('{"answer": "gold-7d1f"}')  # not a number a tmp path may hold (pytest-142)
     (tmp_path / "public.txt").write_text("anyone may read this")
     box = LocalSandbox(SandboxLimits(hidden_paths=(str(secret),)))
     try:
@@ -319,7 +319,7 @@ def test_past_the_audit_hook_the_kernel_still_keeps_files_outside_and_answers_hi
         out = box.call(act(f"open({str(outside)!r}, 'w').write('x')"))
         assert "PermissionError: [Errno 13]" in out.text and not outside.exists(), out.text
         out = box.call(act(f"print(open({str(secret / 'gold.jsonl')!r}).read())"))
-        assert "PermissionError: [Errno 13]" in out.text and "42" not in out.text, out.text
+        assert "PermissionError: [Errno 13]" in out.text and "gold-7d1f" not in out.text, out.text
         out = box.call(act(f"print(open({str(tmp_path / 'public.txt')!r}).read())"))  # the control: the hook is off
         assert "anyone may read this" in out.text, out.text
         assert box.call("open('mine.txt', 'w').write('ok')\nprint(open('mine.txt').read())").text == "ok"
