@@ -261,7 +261,8 @@ def checkpointing_alias(args: Any) -> None:
 
 def training_problems(args: Any) -> list[str]:
     """What in TrainingArguments transformers accepts but cannot train with: a negative learning rate (it climbs the
-    loss, silently) or weight decay, and batches of no sample (torch's sampler failed once the model was loaded)."""
+    loss, silently) or weight decay, batches of no sample (torch's sampler failed once the model was loaded), and a
+    seed numpy cannot take (the trainer failed with numpy's traceback once the model was loaded)."""
     import math
 
     problems = []
@@ -272,6 +273,8 @@ def training_problems(args: Any) -> list[str]:
     if args.per_device_train_batch_size < 1 or args.gradient_accumulation_steps < 1:
         problems.append(f"per_device_train_batch_size and gradient_accumulation_steps must be at least 1, not "
                         f"{args.per_device_train_batch_size} and {args.gradient_accumulation_steps}")
+    if not 0 <= args.seed < 2**32:
+        problems.append(f"seed must be from 0 to 2**32 - 1 (numpy's seeds), not {args.seed}")
     return problems
 
 

@@ -653,7 +653,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     problems = sampling_problems(max_new, max_completion, args.temperature, args.top_p, 1, 0.0, 0.0, flags)
     problems += [f"{flag} must be at least {low}, not {value}" for flag, value, low in (
         ("--runs", args.runs, 1), ("--limit", args.limit, 0), ("--concurrency", args.concurrency, 1),
-        ("--max-tool-calls", args.max_tool_calls, 0)) if value is not None and value < low]
+        ("--max-tool-calls", args.max_tool_calls, 0), ("--seed", args.seed, 0)) if value is not None and value < low]
     from urllib.parse import urlsplit
 
     # A --judge that is no URL was "unreachable" at every sample, each scored by F1 instead, to the run's end

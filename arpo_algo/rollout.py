@@ -136,6 +136,8 @@ class RolloutConfig:
                                      self.entropy_k, self.alpha, self.beta)
         if self.max_tool_workers < 1:
             problems.append(f"max_tool_workers must be at least 1, not {self.max_tool_workers}")
+        if self.seed < 0:  # numpy's generators and Gymnasium's reset take none below 0: it failed at the first task
+            problems.append(f"seed must be at least 0, not {self.seed}")
         if problems:
             raise ConfigError("; ".join(problems))
 

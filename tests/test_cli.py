@@ -99,6 +99,8 @@ def run_cli(*args, timeout=300):
      "--base-url must be the http(s)"),
     (["eval", "--model", "x", "--benchmarks", "gsm8k", "--max-tool-calls", "-1"], "--max-tool-calls must be at "
                                                                                     "least 0"),  # was a traceback
+    (["eval", "--model", "x", "--benchmarks", "gsm8k", "--seed", "-1"], "--seed must be at least 0"),
+    (["rollout", "--seed", "-1"], "seed must be at least 0, not -1"),  # numpy's error, once the model had loaded
 ])
 def test_mistakes_are_one_clear_line(args, words):
     if "vllm" in words and importlib.util.find_spec("vllm") is not None:

@@ -266,13 +266,16 @@ def test_settings_the_rollout_cannot_honour_are_refused(tmp_path):
                        ({"temperature": 0.0}, "above 0 for training"), ({"num_iterations": 0}, "num_iterations"),
                        ({"learning_rate": -1e-6}, "learning_rate"), ({"beta": -0.1}, "beta must"),
                        ({"epsilon": -0.2}, "clipping"), ({"weight_decay": -0.1}, "weight_decay"),
-                       ({"gradient_accumulation_steps": 0}, "gradient_accumulation_steps")]:
+                       ({"gradient_accumulation_steps": 0}, "gradient_accumulation_steps"),
+                       ({"seed": -1}, "seed must be"), ({"seed": 2**32}, "seed must be")]:
         with pytest.raises(ValueError, match=words):  # at the config, before a model is loaded
             ARPOConfig(**common, **bad)
     from arpo_algo.arpo_config import ColdStartConfig
 
     with pytest.raises(ValueError, match="learning_rate must be at least 0"):
         ColdStartConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", learning_rate=-2e-5)
+    with pytest.raises(ValueError, match="seed must be"):  # arpo sft too: numpy's traceback once the model had loaded
+        ColdStartConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", seed=-3)
     assert ARPOConfig(**common, eval_temperature=0.0).eval_temperature == 0.0  # greedy evaluation stays
 
 
@@ -293,7 +296,8 @@ def test_trls_gradient_checkpointing_is_taken_without_a_deprecation_warning(tmp_
     assert default.gradient_checkpointing is True and cold.gradient_checkpointing is True  # TRL's default stands
     assert off.gradient_checkpointing is False and getattr(off, "activation_checkpointing", False) is False
     for bad, words in [({"max_new_tokens": 0}, "max_new_tokens=0"), ({"top_p": 0.0}, "top_p"),
-                       ({"temperature": float("inf")}, "temperature"), ({"max_tool_workers": 0}, "max_tool_workers")]:
+                       ({"temperature": float("inf")}, "temperature"), ({"max_tool_workers": 0}, "max_tool_workers"),
+                       ({"seed": -1}, "seed must be at least 0")]:
         with pytest.raises(ValueError, match=words):  # the engine's own config says so in its own names
             RolloutConfig(**bad)
     assert ARPOConfig(**common, advantage_attribution="hard").beta == 0.0
