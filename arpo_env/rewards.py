@@ -164,24 +164,39 @@ class _Digits:
             other.startswith("\\") and other[1:].isalpha() and other not in _PRODUCT)
 
     def power(self) -> float:
+        """``a^b^c``, right to left. ``a^b!`` is read both ways, and the larger kept: ``a^(b!)``, and ``(a^b)!`` as
+        math-verify reads it (``10^{6}!`` is a factorial of a million, 5.6 million digits)."""
         while self.peek() in ("+", "-"):  # signs, however many
             self.i += 1
         operands = [self.factorial()]
+        bangs = 0
         while self.peek() in ("^", "**"):
             self.i += 1
             while self.peek() in ("+", "-"):
                 self.i += 1
-            operands.append(self.factorial())
-        size = operands.pop()
-        while operands:  # right to left: a^b^c is a^(b^c)
-            base = operands.pop()
+            operands.append(self.atom())
+            bangs = self.bangs()
+        exponent = self.factorial_of(operands[-1], bangs)
+        return max(self.tower(operands[:-1] + [exponent]), self.factorial_of(self.tower(operands), bangs))
+
+    def tower(self, operands: list[float]) -> float:
+        size = operands[-1]
+        for base in reversed(operands[:-1]):
             size = self.note(0.0 if base == 0 else math.inf if size > 300 else base * 10 ** size)
         return size
 
-    def factorial(self) -> float:
-        size = self.atom()
+    def bangs(self) -> int:
+        count = 0
         while self.peek() == "!":
             self.i += 1
+            count += 1
+        return count
+
+    def factorial(self) -> float:
+        return self.factorial_of(self.atom(), self.bangs())
+
+    def factorial_of(self, size: float, bangs: int) -> float:
+        for _ in range(bangs):
             size = self.note(math.inf if size > 15 else math.lgamma(10 ** size + 1) / math.log(10))
         return size
 

@@ -245,12 +245,13 @@ def test_answers_beyond_math_verify_are_not_equal_without_a_scoring_worker(monke
 
     monkeypatch.setattr(bounded.WorkerPool, "call", counted)
     beyond = ["9^{9^{9^{9}}}", "9^{9^9}", "3^{3^{3^{3}}}", "10^{10^{7}}", "(10^{6})!", "9!!!!", "\\frac{1}{2}^{10^{9}}",
-              "10**10**10", "(2x)^{10^{7}}", "{" * 11 + "1" + "}" * 11, "\\frac{1}{" * 15 + "2" + "}" * 15]
+              "10**10**10", "(2x)^{10^{7}}", "{" * 11 + "1" + "}" * 11, "\\frac{1}{" * 15 + "2" + "}" * 15,
+              "10^{6}!", "10^6!", "2^{10!}"]  # math-verify reads a^b! as (a^b)!: a factorial of a million took it 4 s
     for answer in beyond:
         assert rewards.intractable(answer) is not None, answer
         assert not rewards.math_equal(answer, "16")
     assert calls == []
-    within = ["2^{2^{2^{2}}}", "10^{10^{5}}", "20!", "a^{b^{c^{d}}}", "x^{10^{7}}",
+    within = ["2^{2^{2^{2}}}", "10^{10^{5}}", "20!", "2^{3}!", "3!^{2}", "a^{b^{c^{d}}}", "x^{10^{7}}",
               "\\left( 3, \\frac{\\pi}{2} \\right)", "((((((((((1))))))))))", "\\frac{1}{1+\\frac{1}{1+\\frac{1}{2}}}",
               "1e100000", "9" * 25_000, "(]" * 5_000]  # the last: brackets that never nest deeper than one
     assert [rewards.intractable(answer) for answer in within] == [None] * len(within)
