@@ -485,6 +485,17 @@ def paper_rows(path: Path, model: str) -> list[tuple[str, dict[str, float]]]:
     return rows
 
 
+def paper_table_problem(exc: Exception) -> str:
+    """What `paper_rows` could not read, in words."""
+    if isinstance(exc, KeyError):
+        return f"no {exc} column: it needs tab-separated columns model, method and one per benchmark"
+    if isinstance(exc, TypeError):
+        return "a row has more values than the header has columns"
+    if isinstance(exc, ValueError) and not isinstance(exc, UnicodeError):
+        return f"a benchmark's value is not a number ({exc})"
+    return str(exc) or type(exc).__name__
+
+
 def table(summary: dict[str, dict[str, float]], benchmarks: list[Benchmark], judge: str | None, label: str,
           runs: int, compare: list[tuple[str, dict[str, float]]] = ()) -> tuple[str, list[list[str]]]:
     """Markdown in the paper's layout (groups, their averages, the overall average) and the same as CSV rows."""
@@ -666,6 +677,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "(:local or :ddgs after it for the queries it lacks)")
     if problems:
         raise SystemExit("arpo eval: " + "; ".join(problems))
+    compare = []
+    if args.compare == "paper":  # read now: a table it cannot read was a traceback after the whole evaluation
+        table_path = Path(args.paper_table) if args.paper_table else PAPER_TABLE
+        try:
+            compare = paper_rows(table_path, args.model)
+        except (OSError, UnicodeError, csv.Error, KeyError, TypeError, ValueError) as exc:
+            raise SystemExit(f"arpo eval: --paper-table {table_path}: {paper_table_problem(exc)}") from None
     settings = Settings(args.mode, args.temperature, args.top_p, args.max_tool_calls, max_new, max_completion,
                         args.judge, args.search, args.seed, args.judge_model)
     out = Path(args.out) if args.out else default_out(args.model)
@@ -688,12 +706,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ServerRefused as exc:
         raise SystemExit(f"arpo eval: the model's server: {exc}") from None
     summary = summarise(results, args.runs)
-    compare = []
-    if args.compare == "paper":
-        compare = paper_rows(Path(args.paper_table) if args.paper_table else PAPER_TABLE, args.model)
-        if not compare:
-            print(f"arpo eval: the paper reports no numbers for {args.model}; its base models are "
-                  "Qwen2.5-3B-Instruct, Llama3.1-8B-Instruct and Qwen2.5-7B-Instruct", file=sys.stderr)
+    if args.compare == "paper" and not compare:
+        print(f"arpo eval: the paper reports no numbers for {args.model}; its base models are "
+              "Qwen2.5-3B-Instruct, Llama3.1-8B-Instruct and Qwen2.5-7B-Instruct", file=sys.stderr)
     label = f"{args.model} ({args.mode})"
     md, rows = table(summary, benchmarks, args.judge, label, args.runs, compare)
     backend = args.backend + (f" (transcript: {args.transcript})" if args.backend == "openai" else "")

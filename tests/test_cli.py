@@ -113,6 +113,22 @@ def test_mistakes_are_one_clear_line(args, words):
     assert len([line for line in result.stderr.splitlines() if line.startswith("arpo ")]) == 1
 
 
+def test_a_paper_table_eval_cannot_read_is_one_line_before_the_model_loads(tmp_path):
+    """`arpo eval --compare paper --paper-table T` read T only after the whole evaluation: a missing file, a column
+    missing or a value that is no number was a traceback then (the samples kept, the table not printed)."""
+    missing_column = tmp_path / "no_method.tsv"
+    missing_column.write_text("model\tgsm8k\nQwen2.5-7B-Instruct\t92.0\n")
+    not_a_number = tmp_path / "dash.tsv"
+    not_a_number.write_text("model\tmethod\tgsm8k\nQwen2.5-7B-Instruct\tARPO\t-\n")
+    for table, words in [(tmp_path / "nowhere.tsv", "No such file"), (missing_column, "no 'method' column"),
+                         (not_a_number, "is not a number")]:
+        result = run_cli("eval", "--model", "/nowhere/Qwen2.5-7B-Instruct", "--benchmarks", "gsm8k", "--compare",
+                         "paper", "--paper-table", str(table), "--out", str(tmp_path / "out"))
+        assert result.returncode == 2 and f"arpo eval: --paper-table {table}: " in result.stderr, result.stderr
+        assert words in result.stderr and "Traceback" not in result.stderr and "/nowhere/Qwen" not in result.stderr
+        assert not (tmp_path / "out").exists()  # nothing started
+
+
 def test_a_model_without_a_chat_template_is_one_clear_line_before_its_weights_load(tiny_model_dir, tmp_path):
     """A base model's tokenizer has no chat template: transformers' ValueError was a traceback once the model had
     loaded, in arpo rollout, eval, train and sft alike (they all load the tokenizer through arpo_algo.models)."""
