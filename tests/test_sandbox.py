@@ -516,6 +516,27 @@ def test_a_cell_cannot_hold_memory_past_its_limit_in_files():
         box.close()
 
 
+def test_multiprocessings_locks_and_queues_work_in_one_process_and_pools_of_threads_too(box):
+    """multiprocessing's locks, queues and events are POSIX semaphores, files in /dev/shm: under Landlock they failed
+    with a bare "PermissionError: [Errno 13] Permission denied", and `ThreadPool`, which makes one, with them. They
+    are semaphores of the worker's own process now; pools of processes are refused as processes."""
+    out = box.call("from multiprocessing.pool import ThreadPool\nwith ThreadPool(2) as p:\n"
+                   "    print(p.map(abs, [-1, -2]))")
+    assert out.text == "[1, 2]", out.text
+    out = box.call("import multiprocessing as mp, threading\nq, lock, event = mp.Queue(), mp.RLock(), mp.Event()\n"
+                   "def work():\n    with lock:\n        with lock:\n            q.put(7)\n    event.set()\n"
+                   "threading.Thread(target=work).start()\nprint(event.wait(5), q.get(timeout=5))\n"
+                   "s = mp.BoundedSemaphore(1)\nprint(s.acquire(), s.acquire(timeout=0.05), s.acquire(False))\n"
+                   "s.release()\ntry:\n    s.release()\nexcept ValueError as e:\n    print(e)\n"
+                   "try:\n    lock.release()\nexcept AssertionError as e:\n    print(e)")
+    assert out.text.splitlines() == ["True 7", "True False False", "semaphore or lock released too many times",
+                                     "attempt to release recursive lock not owned by thread"], out.text
+    for call in ("mp.Pool(2)", "cf.ProcessPoolExecutor(2).submit(abs, -1).result()"):
+        out = box.call(f"import multiprocessing as mp, concurrent.futures as cf\n{call}")
+        assert out.failed and "creating processes is not allowed" in out.text, out.text
+    assert not [name for name in os.listdir("/dev/shm") if name.startswith("sem.mp-")]
+
+
 @pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64"), reason="the seccomp filter knows these two")
 def test_a_worker_cannot_leave_the_templates_process_group(box):
     # The template takes its whole group down when its host dies; a worker with a session of its own (os.setsid,

@@ -723,6 +723,88 @@ def _refuse_unaudited() -> None:
             setattr(module, name, refuse(what, f"{module.__name__}.{name}"))
 
 
+class _ThreadSemLock:
+    """``_multiprocessing.SemLock`` for one process, on a condition variable: what multiprocessing's locks, queues,
+    events and `ThreadPool` build on. The real one is a POSIX semaphore, a file in /dev/shm, outside the working
+    directory: Landlock refuses it, and ``mp.Lock()``, ``mp.Queue()`` and ``ThreadPool(2)`` failed with a bare
+    "Permission denied". A cell cannot make processes, so one process is all there is to synchronise. The name is
+    never kept (as a semaphore unlinked at once): no resource tracker is started. Same methods and errors as the C
+    type (Modules/_multiprocessing/semaphore.c)."""
+
+    SEM_VALUE_MAX = 2**31 - 1
+    _RECURSIVE_MUTEX = 0
+
+    def __init__(self, kind: int, value: int, maxvalue: int, name: str | None = None, unlink: bool = True) -> None:
+        if kind not in (0, 1):
+            raise ValueError("unrecognized kind")
+        self.kind, self.maxvalue, self.name = kind, maxvalue, None
+        self.handle = id(self)
+        self._value, self._count_, self._owner = value, 0, None
+        self._changed = threading.Condition(threading.Lock())
+
+    def _is_mine(self) -> bool:
+        return self._count_ > 0 and self._owner == threading.get_ident()
+
+    def acquire(self, block: bool = True, timeout: float | None = None) -> bool:
+        if self.kind == self._RECURSIVE_MUTEX and self._is_mine():
+            self._count_ += 1
+            return True
+        with self._changed:
+            if not self._changed.wait_for(lambda: self._value > 0, (None if timeout is None else max(timeout, 0))
+                                          if block else 0):
+                return False
+            self._value -= 1
+            self._count_ += 1
+            self._owner = threading.get_ident()
+        return True
+
+    def release(self) -> None:
+        if self.kind == self._RECURSIVE_MUTEX:
+            if not self._is_mine():
+                raise AssertionError("attempt to release recursive lock not owned by thread")
+            if self._count_ > 1:
+                self._count_ -= 1
+                return
+        with self._changed:
+            if self._value >= self.maxvalue:
+                raise ValueError("semaphore or lock released too many times")
+            self._value += 1
+            self._count_ -= 1
+            self._changed.notify()
+
+    __enter__ = acquire
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def _count(self) -> int:
+        return self._count_
+
+    def _get_value(self) -> int:
+        return self._value
+
+    def _is_zero(self) -> bool:
+        return self._value == 0
+
+    def _after_fork(self) -> None:
+        self._count_ = 0
+
+    @classmethod
+    def _rebuild(cls, *args: object) -> None:
+        raise SandboxViolation("sandbox: a lock from another process cannot be used here")
+
+
+def _local_semaphores() -> None:
+    """Give multiprocessing semaphores of this process (`_ThreadSemLock`) in place of POSIX ones."""
+    try:
+        import _multiprocessing
+    except ImportError:
+        return
+    if hasattr(_multiprocessing, "SemLock"):
+        _ThreadSemLock.SEM_VALUE_MAX = _multiprocessing.SemLock.SEM_VALUE_MAX
+        _multiprocessing.SemLock = _ThreadSemLock
+
+
 def _guard_node_makers(guard: Guard) -> None:
     """Check `os.mknod` and `os.mkfifo`, which raise no audit event, like the calls that do: only inside the working
     directory, and within its quota. (Device nodes the kernel refuses anyway: the workers hold no capabilities.)
@@ -1210,6 +1292,7 @@ def template_main(fd: int, preload: list[str]) -> None:
     _guard_sqlite(guard)
     _guard_node_makers(guard)
     _refuse_unaudited()
+    _local_semaphores()
     sys.addaudithook(guard)
     with guard.trusted():
         chan = socket.socket(fileno=fd)
