@@ -374,6 +374,10 @@ def test_a_disk_bomb_is_held_to_the_quota_and_the_sandbox_goes_on():
                        "        os.truncate(f'w{i}', 2**23)\nexcept OSError as e:\n    print(i, e.errno)")
         assert out.text == "3 28", out.text  # three of 8 MB and five blocks: no room for a fourth
         box.call("os.remove('one-more')\nfor i in range(4):\n    os.truncate(f'w{i}', 0)")
+        # An unnamed file (O_TMPFILE, as tempfile.TemporaryFile makes) counts as a file open for writing does.
+        out = box.call("fs = []\ntry:\n    while True:\n        fs.append(os.open('.', os.O_TMPFILE | os.O_RDWR))\n"
+                       "except OSError as e:\n    print(len(fs), e.errno)\nfor f in fs:\n    os.close(f)")
+        assert out.text == "3 28", out.text  # three of 8 MB beside the four closed files' blocks
         # Closed, they take a block each: three more fit beside them (a fourth would take 16 KB past the 32 MB).
         out = box.call("fs = [open(f'x{i}', 'w') for i in range(3)]\nfor f in fs:\n    f.close()\nlen(os.listdir('.'))")
         assert out.text == "7" and not out.failed, out.text
@@ -483,6 +487,20 @@ def test_no_path_relative_to_a_directory_descriptor_gets_out(box, tmp_path):
     for where in (str(tmp_path), ".", "sub"):
         out = box.call(f"import os\nos.makedirs('sub', exist_ok=True)\nos.open({where!r}, os.O_RDONLY)")
         assert out.failed and "opening a directory as a file descriptor is not allowed" in out.text, out.text
+        out = box.call(f"os.open({where!r}, os.O_PATH | os.O_WRONLY)")  # O_PATH: a directory's, whatever the rest
+        assert out.failed and "opening a directory as a file descriptor is not allowed" in out.text, out.text
+    # tempfile's files open their folder for writing, with an opener that opens the file: no directory's descriptor
+    # (the kernel refuses a directory opened for writing), and the file itself is checked. They failed as above.
+    out = box.call("import tempfile\nwith tempfile.NamedTemporaryFile('w+') as f:\n    f.write('ok')\n    f.seek(0)\n"
+                   "    print(f.read(), os.path.dirname(f.name) == os.getcwd())\nwith tempfile.TemporaryFile() as f:\n"
+                   "    print(f.write(b'ok'))\nwith tempfile.SpooledTemporaryFile(1) as f:\n    print(f.write(b'ok'))")
+    assert out.text.splitlines() == ["ok True", "2", "2"], out.text
+    for where, words in ((".", "IsADirectoryError"), ("sub", "IsADirectoryError"),  # the kernel's own refusal
+                         (str(tmp_path), "writing outside the working directory is not allowed")):
+        out = box.call(f"os.open({where!r}, os.O_WRONLY)")
+        assert out.failed and words in out.text, out.text
+    out = box.call(f"tempfile.NamedTemporaryFile(dir={str(tmp_path)!r})")
+    assert out.failed and "writing outside the working directory is not allowed" in out.text, out.text
     # os.mknod and os.mkfifo raise no audit event: they are checked like the calls that do.
     for make in ("mkfifo", "mknod"):
         out = box.call(f"os.{make}({str(tmp_path / make)!r})")

@@ -191,7 +191,15 @@ _PATH_EVENTS = {
     "shutil.make_archive": (0,), "os.setxattr": (0,), "os.removexattr": (0,), "os.chflags": (0,),
 }
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+_O_TMPFILE = getattr(os, "O_TMPFILE", 0)
 _WRITABLE_DEVICES = {"/dev/null"}
+
+
+def _for_writing(flags: object) -> bool:
+    """Whether an opening with these flags is for writing, and so cannot give a directory's descriptor: not O_PATH,
+    which gives one whatever the rest of the flags say."""
+    return isinstance(flags, int) and (flags & os.O_ACCMODE) in (os.O_WRONLY, os.O_RDWR) and not (
+        flags & getattr(os, "O_PATH", 0))
 
 
 def _sqlite_file(database: object) -> str | None:
@@ -291,9 +299,12 @@ class Guard:
         elif event == "open":
             path, mode, flags = (tuple(args) + (None, None, None))[:3]
             self.refuse_unreadable(path)
-            if path is not None and not isinstance(path, int) and os.path.isdir(path):  # type: ignore[arg-type]
+            folder = path is not None and not isinstance(path, int) and os.path.isdir(path)  # type: ignore[arg-type]
+            if folder and not _for_writing(flags):
                 # With a directory's descriptor as `dir_fd`, a relative path reaches wherever that directory is, and
                 # the "open" event does not carry it: no directory is opened, inside or outside (use its path).
+                # Opening one for writing gives none: the kernel refuses it (EISDIR), or with O_TMPFILE makes a file
+                # in it. `tempfile`'s files open their folder so, with an opener that opens the file (checked too).
                 raise SandboxViolation(f"sandbox: opening a directory as a file descriptor is not allowed ({path!r}); "
                                        "use its path")
             writes = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
@@ -302,7 +313,10 @@ class Guard:
             if writes and not self.inside(path):
                 raise SandboxViolation(f"sandbox: writing outside the working directory is not allowed ({path!r})")
             if writes and self.quota is not None and not isinstance(path, int):
-                self.quota.admit(path)
+                if not folder:
+                    self.quota.admit(path)
+                elif isinstance(flags, int) and flags & _O_TMPFILE == _O_TMPFILE and _O_TMPFILE:  # an unnamed file
+                    self.quota.admit(os.path.join(os.fsdecode(path), "#unnamed"))  # type: ignore[arg-type]
         elif event in _PATH_EVENTS:
             for i in _PATH_EVENTS[event]:
                 if i < len(args) and args[i] is not None and not self.inside(args[i]):
