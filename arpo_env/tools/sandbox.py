@@ -154,9 +154,12 @@ class _Process:
 
     max_unanswered = 32
 
-    def __init__(self, pid: int | None, sock: socket.socket, workdir: str, greeting: bool = False) -> None:
+    def __init__(self, pid: int | None, sock: socket.socket, workdir: str, greeting: bool = False,
+                 group: int | None = None) -> None:
         self.sock, self.workdir = sock, workdir
         self.greeting = greeting
+        self.group = group
+        """The template's process group, which every worker is in (the kernel keeps them there: `_seccomp_filter`)."""
         self.unanswered = 0
         self.pid: int | None = None
         self.pidfd: int | None = None
@@ -185,7 +188,14 @@ class _Process:
             raise WorkerLost(f"the forked interpreter died at start ({exc or type(exc).__name__})",
                              timed_out=False) from exc
         self.greeting = False
-        self._adopt(int(hello["pid"]))
+        # The greeting comes from whoever holds the copy's end of the channel: a cell past the audit hook can take it
+        # from the fork's message and name any process here, which `kill` would then kill. Only a process in the
+        # sandbox's own group is adopted.
+        pid = hello.get("pid") if isinstance(hello, dict) else None
+        if not isinstance(pid, int) or self.group is not None and _process_group(pid) != self.group:
+            raise WorkerLost(f"the forked interpreter's greeting named no process of the sandbox ({pid!r})",
+                             timed_out=False)
+        self._adopt(pid)
 
     def post(self, message: dict, fds: list[int] | None = None, timeout: float = 30) -> None:
         """Send a message whose answer is read before the next request's (a fork: the caller does not wait for the
@@ -246,6 +256,13 @@ class _Process:
             os.close(self.pidfd)
         self.sock.close()
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _process_group(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except (OSError, ValueError, OverflowError):
+        return None
 
 
 _PASSED_ENV = ("PATH", "HOME", "LANG", "LANGUAGE", "TZ", "PYTHONPATH", "PYTHONHOME", "PYTHONUTF8", "PYTHONIOENCODING",
@@ -318,7 +335,7 @@ class _Template:
                 reply, _ = recv_message(self.sock)
         finally:
             theirs.close()
-        return _Process(reply["pid"], ours, workdir)
+        return _Process(reply["pid"], ours, workdir, group=self.proc.pid)  # its own group: os.setsid() at start
 
     def shutdown(self) -> None:
         if self.owner != os.getpid():  # a forked host (e.g. a vector env's worker) does not own it
@@ -528,7 +545,7 @@ class LocalSandbox:
             return child
         finally:
             theirs.close()
-        child._slot.process = _Process(None, ours, workdir, greeting=True)  # its pid comes with its greeting
+        child._slot.process = _Process(None, ours, workdir, greeting=True, group=parent.group)  # pid: its greeting
         return child
 
     def snapshot(self) -> dict:
