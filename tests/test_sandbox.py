@@ -334,6 +334,34 @@ def test_past_the_audit_hook_the_kernel_still_keeps_files_outside_and_answers_hi
         box.close()
 
 
+def test_a_greeting_that_names_a_process_outside_the_sandbox_is_not_adopted(box, tmp_path):
+    """A fork's copy says its pid in its first word on its new channel, and closing the copy kills that pid. A cell
+    past the audit hook can take the copy's end of the channel from the fork's message and name any process of the
+    user (the trainer): it was adopted, and killed. Only a process in the sandbox's own group is adopted."""
+    from arpo_env.tools.sandbox import WorkerLost, _Process
+    from arpo_env.tools.sandbox_server import send_message
+
+    box.call("x = 41")
+    group = box._slot.process.group
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        for word in ({"ok": True, "pid": victim.pid}, {"ok": True, "pid": "1"}, ["not", "a", "greeting"]):
+            ours, theirs = socket.socketpair()
+            send_message(theirs, word)
+            copy = _Process(None, ours, str(tmp_path / "copy"), greeting=True, group=group)
+            with pytest.raises(WorkerLost, match="named no process of the sandbox"):
+                copy.greet()
+            copy.kill()
+            theirs.close()
+        assert victim.poll() is None  # alive
+        fork = box.fork()  # a real copy is adopted: it is in the group
+        assert fork.call("x + 1").text == "42" and os.getpgid(fork.pid) == group
+        fork.close()
+    finally:
+        victim.kill()
+        victim.wait()
+
+
 def test_snapshot_pickle_restore_in_a_new_process(box, tmp_path):
     box.call("x = 41")
     fork = box.fork()
@@ -601,6 +629,9 @@ HOSTILE = {
     "100 MB of output": "print('x' * 100_000_000)",
     "many prints": "for i in range(2_000_000):\n    print(i)",
     "socket to 127.0.0.1": "import socket\ns = socket.socket()\ns.connect(('127.0.0.1', PORT))",
+    "socket around a descriptor": "import socket\nfor fd in range(3, 64):\n"
+                                  "    socket.socket(socket.AF_UNIX, fileno=fd)",
+    "socket pair of a network family": "import socket\nsocket.socketpair(socket.AF_INET)",
     "write outside workdir": "open('/tmp/arpo_sandbox_escape.txt', 'w').write('x')",
     "disk bomb": "for i in range(10**6):\n    open(f'f{i}', 'wb').write(b'a' * 2**24)",
     "remove outside workdir": "import os\nos.remove('/etc/hostname')",
@@ -611,6 +642,20 @@ HOSTILE = {
     "null bytes": "print('a')\x00\x01",
     "deep recursion": "def f(n):\n    return f(n + 1)\nf(0)",
 }
+
+
+def test_asyncio_runs_on_its_own_pair_of_local_sockets(box):
+    """asyncio's event loop wakes itself through `socket.socketpair`, which the hook refused as network access:
+    ``asyncio.run`` failed. A pair of connected local sockets reaches nothing but itself; every other socket is still
+    refused (`HOSTILE`)."""
+    out = box.call("import asyncio\nasync def square(i):\n    await asyncio.sleep(0.01)\n    return i * i\n"
+                   "async def main():\n    return await asyncio.gather(*(square(i) for i in range(4)))\n"
+                   "print(asyncio.run(main()))\nimport socket\na, b = socket.socketpair()\na.send(b'hi')\n"
+                   "print(b.recv(2))")
+    assert out.text.splitlines() == ["[0, 1, 4, 9]", "b'hi'"], out.text
+    for code in ("s = socket.socket(socket.AF_UNIX)", "a.connect('/tmp/arpo-test.sock')"):
+        out = box.call(code)
+        assert out.failed and "network access is not allowed" in out.text, out.text
 
 
 @pytest.fixture

@@ -868,6 +868,24 @@ def _guard_sqlite(guard: Guard) -> None:
     sqlite3.connect = sqlite3.dbapi2.connect = connect  # type: ignore[assignment]
 
 
+def _guard_socketpair(guard: Guard) -> None:
+    """Let `socket.socketpair` make its two connected local sockets, which reach nothing but each other: asyncio's
+    event loop wakes itself with one, and ``asyncio.run`` failed with "network access is not allowed". Every other
+    socket stays refused, local ones too: one made around a descriptor the cell holds (its channel to the host)
+    could take the descriptors the host passes on it."""
+    original = socket.socketpair
+
+    def socketpair(family: int | None = None, type: int = socket.SOCK_STREAM, proto: int = 0
+                   ) -> tuple[socket.socket, socket.socket]:
+        if family not in (None, socket.AF_UNIX):
+            raise SandboxViolation(f"sandbox: network access is not allowed (socket.socketpair of family {family})")
+        with guard.trusted():
+            return original(socket.AF_UNIX, type, proto)
+
+    socketpair.__doc__ = original.__doc__
+    socket.socketpair = socketpair  # type: ignore[assignment]
+
+
 def _set_subreaper() -> None:
     try:
         import ctypes
@@ -1305,6 +1323,7 @@ def template_main(fd: int, preload: list[str]) -> None:
     guard = Guard()
     _guard_sqlite(guard)
     _guard_node_makers(guard)
+    _guard_socketpair(guard)
     _refuse_unaudited()
     _local_semaphores()
     sys.addaudithook(guard)
