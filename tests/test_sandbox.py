@@ -644,6 +644,35 @@ HOSTILE = {
 }
 
 
+def test_a_cells_own_alarm_works_and_leaves_the_time_limits_to_the_sandbox():
+    """Models write timeouts of their own with SIGALRM (``signal.signal(SIGALRM, handler); signal.alarm(n)``). The
+    cell's handler replaced the worker's: every later cell's time limit ran the model's handler (its exception
+    instead of the timeout; a handler that returned turned the wall-clock limit off), and ``signal.alarm(0)``
+    cancelled the limit of the cell it ran in."""
+    box = LocalSandbox(SandboxLimits(timeout_s=2.0, kill_grace_s=1.0))
+    try:
+        out = box.call("import signal, time\nclass Late(Exception):\n    pass\ndef late(signum, frame):\n"
+                       "    raise Late('too slow')\nsignal.signal(signal.SIGALRM, late)\nsignal.alarm(1)\n"
+                       "try:\n    time.sleep(5)\nexcept Late as e:\n    print('caught', e)\n"
+                       "print(signal.alarm(10), signal.alarm(0), signal.getsignal(signal.SIGALRM) is late)")
+        assert out.text.splitlines() == ["caught too slow", "0 10 True"] and out.latency_s < 1.8, out.text
+        out = box.call("signal.setitimer(signal.ITIMER_REAL, 0.1, 0.1)\nn = 0\nfor i in range(5):\n    try:\n"
+                       "        time.sleep(1)\n    except Late:\n        n += 1\n"
+                       "signal.setitimer(signal.ITIMER_REAL, 0)\nn")
+        assert out.text == "5", out.text  # an interval timer, fired again and again
+        for code in ("time.sleep(30)",  # the limit, not the model's handler (which stays installed)
+                     "signal.signal(signal.SIGALRM, lambda signum, frame: None)\ntime.sleep(30)",  # one that returns
+                     "signal.alarm(0)\nsignal.setitimer(signal.ITIMER_REAL, 0)\ntime.sleep(30)",  # cancelled: its own
+                     "signal.alarm(100)\ntime.sleep(30)"):  # a later alarm of its own
+            out = box.call(code)
+            assert out.extra["timed_out"] and "CellTimeout: the cell exceeded its wall-clock time limit" in out.text, (
+                code, out.text)
+            assert "Late" not in out.text and not out.extra.get("restarted"), out.text  # the limit, not the host's
+        assert box.call("print('still here')").text == "still here"
+    finally:
+        box.close()
+
+
 def test_asyncio_runs_on_its_own_pair_of_local_sockets(box):
     """asyncio's event loop wakes itself through `socket.socketpair`, which the hook refused as network access:
     ``asyncio.run`` failed. A pair of connected local sockets reaches nothing but itself; every other socket is still

@@ -56,6 +56,8 @@ import errno
 import io
 import json
 import linecache
+import math
+import operator
 import os
 import random
 import resource
@@ -67,6 +69,7 @@ import sys
 import threading
 import time
 import traceback
+from typing import Any
 
 MAX_MESSAGE = 64 * 1024 * 1024
 _RANDOM = random._inst  # `random`'s global generator (what random.random() draws from), as the template imported it
@@ -974,6 +977,110 @@ class _BytesInto(io.RawIOBase):
         return self.decoder.decode(b"", final=True) if self.decoder.getstate()[0] else ""
 
 
+class _CellTimers:
+    """SIGALRM and SIGPROF, with their timers (``ITIMER_REAL``, which ``signal.alarm`` sets too, and ``ITIMER_PROF``),
+    are the worker's clocks for a cell's wall and CPU time. A cell may use them as a program does, for timeouts of
+    its own (``signal.signal(SIGALRM, handler); signal.alarm(5)``, common in models' code): `signal.signal`,
+    `~signal.getsignal`, `~signal.alarm`, `~signal.setitimer` and `~signal.getitimer` are replaced by versions that
+    keep the cell's handler and timer beside the worker's limit, and the one kernel timer is set to whichever comes
+    first. Before, the cell's handler replaced the worker's: every later cell's time limit ran the model's handler
+    (a handler that returned turned the wall-clock limit off), and ``signal.alarm(0)`` turned it off too.
+
+    A cell's timers end with the cell, as before. A cell that takes the C module's own functions (``_signal``) gets
+    past this; then the host's deadline stops the cell (the worker is replaced)."""
+
+    def __init__(self, on_limit: Any) -> None:
+        self.on_limit = on_limit
+        self.signals = {signal.ITIMER_REAL: signal.SIGALRM, signal.ITIMER_PROF: signal.SIGPROF}
+        self.clocks = {signal.ITIMER_REAL: time.monotonic, signal.ITIMER_PROF: time.process_time}
+        self.limits: dict[int, float | None] = {which: None for which in self.signals}
+        self.timers: dict[int, tuple[float, float] | None] = {which: None for which in self.signals}  # due, interval
+        self.handlers: dict[int, Any] = {signum: signal.SIG_DFL for signum in self.signals.values()}
+        self.real = {name: getattr(signal, name) for name in ("signal", "getsignal", "alarm", "setitimer", "getitimer")}
+        for signum in self.signals.values():
+            self.real["signal"](signum, self.fire)
+        signal.signal, signal.getsignal, signal.alarm = self.signal, self.getsignal, self.alarm  # type: ignore
+        signal.setitimer, signal.getitimer = self.setitimer, self.getitimer  # type: ignore[assignment]
+
+    # The worker's side --------------------------------------------------------------------------------------------
+    def limit(self, which: int, seconds: float) -> None:
+        self.limits[which] = self.clocks[which]() + seconds
+        self.arm(which)
+
+    def stop(self) -> None:
+        for which in self.signals:
+            self.limits[which] = self.timers[which] = None
+            self.real["setitimer"](which, 0)
+
+    def arm(self, which: int) -> None:
+        """Set the kernel's timer to the first of the limit and the cell's own timer."""
+        timer = self.timers[which]
+        due = [t for t in (self.limits[which], timer[0] if timer else None) if t is not None]
+        if not due:
+            self.real["setitimer"](which, 0)
+            return
+        self.real["setitimer"](which, max(min(due) - self.clocks[which](), 1e-6))
+
+    def fire(self, signum: int, frame: Any) -> None:
+        which = next(w for w, s in self.signals.items() if s == signum)
+        now = self.clocks[which]()
+        limit = self.limits[which]
+        if limit is not None and now >= limit - 1e-4:
+            self.limits[which] = None
+            self.arm(which)
+            self.on_limit(signum, frame)  # raises CellTimeout while a cell runs
+            return
+        timer = self.timers[which]
+        if timer is None or now < timer[0] - 1e-4:  # early (a clock's rounding), or a timer since cancelled
+            self.arm(which)
+            return
+        due, interval = timer
+        self.timers[which] = (due + interval * max(1, math.ceil((now - due) / interval)), interval) if interval \
+            else None
+        self.arm(which)
+        handler = self.handlers[signum]
+        if callable(handler):
+            handler(signum, frame)
+        elif handler == signal.SIG_DFL:  # what the signal does to a process with no handler: it ends it
+            os._exit(128 + signum)
+
+    # The cell's side: the signal module's functions, as documented --------------------------------------------------
+    def signal(self, signalnum: int, handler: Any) -> Any:
+        if signalnum not in self.handlers:
+            return self.real["signal"](signalnum, handler)
+        if threading.current_thread() is not threading.main_thread():
+            raise ValueError("signal only works in main thread of the main interpreter")
+        if not callable(handler) and handler not in (signal.SIG_DFL, signal.SIG_IGN):
+            raise TypeError("signal handler must be signal.SIG_IGN, signal.SIG_DFL, or a callable object")
+        old, self.handlers[signalnum] = self.handlers[signalnum], handler
+        return old
+
+    def getsignal(self, signalnum: int) -> Any:
+        return self.handlers[signalnum] if signalnum in self.handlers else self.real["getsignal"](signalnum)
+
+    def alarm(self, seconds: int) -> int:
+        left = self.getitimer(signal.ITIMER_REAL)[0]
+        self.setitimer(signal.ITIMER_REAL, operator.index(seconds))
+        whole = int(left)  # rounded as the C library's alarm() does: never 0 while one was set
+        return whole + (left - whole >= 0.5 or (whole == 0 and left > 0))
+
+    def setitimer(self, which: int, seconds: float, interval: float = 0.0) -> tuple[float, float]:
+        if which not in self.timers:
+            return self.real["setitimer"](which, seconds, interval)
+        if seconds < 0 or interval < 0:
+            raise signal.ItimerError(errno.EINVAL, "Invalid argument")
+        old = self.getitimer(which)
+        self.timers[which] = (self.clocks[which]() + seconds, float(interval)) if seconds > 0 else None
+        self.arm(which)
+        return old
+
+    def getitimer(self, which: int) -> tuple[float, float]:
+        if which not in self.timers:
+            return self.real["getitimer"](which)
+        timer = self.timers[which]
+        return (max(timer[0] - self.clocks[which](), 1e-6), timer[1]) if timer else (0.0, 0.0)
+
+
 class Worker:
     """One persistent interpreter: a namespace, a channel to the host, and the cell runner."""
 
@@ -989,8 +1096,7 @@ class Worker:
         """Threads interrupted while no cell ran, not yet reported (the next cell's output says so)."""
         self._forget_threads()
         threading.excepthook = self._thread_error
-        signal.signal(signal.SIGALRM, self._on_timer)
-        signal.signal(signal.SIGPROF, self._on_timer)
+        self.timers = _CellTimers(self._on_timer)
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a too-large file is an OSError in the cell, not death
 
     def _on_timer(self, signum: int, _frame: object) -> None:
@@ -1171,8 +1277,8 @@ class Worker:
         sys.stdout, sys.stderr = out, err
         try:
             self.in_cell = True
-            signal.setitimer(signal.ITIMER_REAL, float(opts.get("timeout_s", 10.0)))
-            signal.setitimer(signal.ITIMER_PROF, float(opts.get("cpu_s") or opts.get("timeout_s", 10.0)))
+            self.timers.limit(signal.ITIMER_REAL, float(opts.get("timeout_s", 10.0)))
+            self.timers.limit(signal.ITIMER_PROF, float(opts.get("cpu_s") or opts.get("timeout_s", 10.0)))
             value = self._execute(code, name)
         except CellTimeout as exc:
             timed_out = True
@@ -1183,8 +1289,7 @@ class Worker:
             error = self._traceback(exc)
         finally:
             self.in_cell = False
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.setitimer(signal.ITIMER_PROF, 0)
+            self.timers.stop()  # the cell's own timers end with it, as the worker's limits do
             sys.stdout, sys.stderr = old_out, old_err
             self._idle()
         return {
