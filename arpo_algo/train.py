@@ -44,6 +44,15 @@ class ARPOScriptArguments(ScriptArguments):
                           "runs first and writes it (the cold start of the paper's two-stage training)."},
     )
 
+    def __post_init__(self) -> None:
+        getattr(super(), "__post_init__", lambda: None)()
+        from arpo_algo import ConfigError
+
+        for name in ("train_limit", "eval_limit"):  # 0 trained on every task, -1 on all but the last
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"{name} must be at least 1 (left out: every task), not {value}")
+
 
 def make_parser() -> TrlParser:
     return TrlParser((ARPOScriptArguments, ARPOConfig, ModelConfig), prog="arpo train")

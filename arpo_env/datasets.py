@@ -259,14 +259,17 @@ def task_dataset(env_id: str = "ARPO-Math-v0", limit: int | None = None, **env_k
     """The tasks of ``gym.make(env_id, **env_kwargs)`` as a `datasets.Dataset` TRL can sample (``pip install
     datasets``, part of the train extra): a conversational ``prompt`` (for TRL's logs), and the task record —
     ``question``, ``answer`` (JSON: a string, or a QA task's list of aliases), ``task_id``, ``source``, ``kind``,
-    ``meta`` (JSON) — that `row_task` turns back into the env's reset options."""
+    ``meta`` (JSON) — that `row_task` turns back into the env's reset options. `limit`: the first so many tasks (at
+    least 1; None: all)."""
+    if limit is not None and not (isinstance(limit, int) and limit >= 1):  # 0 was every task, -1 all but the last
+        raise ValueError(f"limit must be a whole number of tasks, at least 1 (None: every task), not {limit!r}")
     import gymnasium as gym
     from datasets import Dataset
 
     import arpo_env  # noqa: F401 - registers the ids
 
     env = gym.make(env_id, **env_kwargs).unwrapped
-    tasks = env.tasks[:limit] if limit else env.tasks
+    tasks = env.tasks[:limit]
     env.close()
     return Dataset.from_list([
         {"prompt": [{"role": "user", "content": t.question}], "question": t.question,

@@ -100,6 +100,8 @@ def run_cli(*args, timeout=300):
     (["eval", "--model", "x", "--benchmarks", "gsm8k", "--max-tool-calls", "-1"], "--max-tool-calls must be at "
                                                                                     "least 0"),  # was a traceback
     (["eval", "--model", "x", "--benchmarks", "gsm8k", "--seed", "-1"], "--seed must be at least 0"),
+    (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--train_limit", "0"],
+     "train_limit must be at least 1"),  # trained on every task (-1: on all but the last)
     (["rollout", "--seed", "-1"], "seed must be at least 0, not -1"),  # numpy's error, once the model had loaded
 ])
 def test_mistakes_are_one_clear_line(args, words):
