@@ -214,7 +214,9 @@ def task_paths(name: str, data_dir: str | os.PathLike | None = None) -> list[str
 
 def load_tasks(name: str = "default", data_dir: str | os.PathLike | None = None, kind: str | None = None,
                limit: int | None = None) -> list[Task]:
-    """Load dataset `name` as tasks; `kind` ('math' or 'qa') keeps only rows of that ability in mixed files."""
+    """Load dataset `name` as tasks; `kind` ('math' or 'qa') keeps only rows of that ability in mixed files; `limit`:
+    the first so many (at least 1; None: all)."""
+    _check_limit(limit)
     if name.startswith("hub:"):
         return _load_hub(name[4:], kind, limit)
     from arpo_env.procedural import procedural_tasks
@@ -251,7 +253,13 @@ def _load_hub(spec: str, kind: str | None, limit: int | None) -> list[Task]:
         raise DataNotFound(f"hub:{spec}: {' '.join(str(exc).split())[:500]} (a hub dataset needs a network, or the "
                            "hub's cache; or give a data directory or a .jsonl / .parquet file)") from exc
     tasks = [task_from_record(dict(r), repo.split("/")[-1], i, kind) for i, r in enumerate(rows)]
-    return tasks[:limit] if limit else tasks
+    return tasks[:limit]
+
+
+def _check_limit(limit: object) -> None:
+    """A number of tasks to take: at least 1, or None for all. (A slice took 0 as all and -1 as all but the last.)"""
+    if limit is not None and not (isinstance(limit, int) and limit >= 1):
+        raise ValueError(f"limit must be a whole number of tasks, at least 1 (None: every task), not {limit!r}")
 
 
 # Rows for TRL -------------------------------------------------------------------------------------------------------
@@ -261,8 +269,7 @@ def task_dataset(env_id: str = "ARPO-Math-v0", limit: int | None = None, **env_k
     ``question``, ``answer`` (JSON: a string, or a QA task's list of aliases), ``task_id``, ``source``, ``kind``,
     ``meta`` (JSON) — that `row_task` turns back into the env's reset options. `limit`: the first so many tasks (at
     least 1; None: all)."""
-    if limit is not None and not (isinstance(limit, int) and limit >= 1):  # 0 was every task, -1 all but the last
-        raise ValueError(f"limit must be a whole number of tasks, at least 1 (None: every task), not {limit!r}")
+    _check_limit(limit)
     import gymnasium as gym
     from datasets import Dataset
 

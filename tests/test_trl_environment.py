@@ -76,9 +76,14 @@ def test_the_tools_are_the_envs_own_with_schemas():
 def test_task_dataset_takes_the_first_tasks_and_refuses_a_limit_of_no_task():
     """`limit=0` gave every task and `limit=-1` all but the last (``arpo train --train_limit``): a slice, unchecked."""
     assert task_dataset("ARPO-Math-v0", limit=2)["question"] == task_dataset("ARPO-Math-v0")["question"][:2]
+    from arpo_env.datasets import load_tasks
+
+    assert len(load_tasks("default", limit=3)) == 3 and len(load_tasks("arithmetic:10:0", limit=3)) == 3
     for limit in (0, -1, 2.5):
         with pytest.raises(ValueError, match="limit must be a whole number of tasks, at least 1"):
             task_dataset("ARPO-Math-v0", limit=limit)
+        with pytest.raises(ValueError, match="limit must be a whole number of tasks, at least 1"):
+            load_tasks("default", limit=limit)  # 0 gave one task from a file, none from a generated family
 
 
 def test_trl_grpo_trainer_trains_with_the_adapter(tokenizer, undecided, tmp_path):
