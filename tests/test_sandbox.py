@@ -362,6 +362,44 @@ def test_a_greeting_that_names_a_process_outside_the_sandbox_is_not_adopted(box,
         victim.wait()
 
 
+NESTED_LANDLOCK = """
+import ctypes, os, struct, sys
+from arpo_env.tools.sandbox import LocalSandbox
+libc = ctypes.CDLL(None, use_errno=True)
+libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS, which an unprivileged process needs to restrict itself
+for layer in range(16):  # Landlock nests at most 16 domains: this process takes them all, each allowing everything
+    attr = ctypes.create_string_buffer(struct.pack("=Q", 1), 8)  # handles executing files...
+    ruleset = libc.syscall(444, attr, ctypes.c_size_t(8), ctypes.c_uint32(0))
+    fd = os.open("/", os.O_PATH)
+    rule = ctypes.create_string_buffer(struct.pack("=Qi", 1, fd), 12)  # ...and allows it everywhere
+    assert libc.syscall(445, ruleset, ctypes.c_int(1), rule, ctypes.c_uint32(0)) == 0
+    assert libc.syscall(446, ruleset, ctypes.c_uint32(0)) == 0, layer
+box = LocalSandbox()
+print(any("Landlock" in layer for layer in box.protections))
+print(box.call(f"open({sys.argv[1]!r}, 'w')").error)
+box.close()
+"""
+
+
+def test_protections_name_the_rules_for_files_only_where_the_worker_runs_under_them(tmp_path):
+    """`protections` named Landlock from the template's first word, which said only that the kernel has it. Each
+    worker sets its own rules; where that fails (here: a host already in the 16 nested domains Landlock allows), the
+    list named a layer that was not there. The worker says what it runs under; the audit hook still keeps the files."""
+    if not landlock_abi():
+        pytest.skip("no Landlock in this kernel")
+    outside = tmp_path / "outside.txt"
+    out = subprocess.run([sys.executable, "-c", NESTED_LANDLOCK, str(outside)], capture_output=True, text=True,
+                         timeout=120, cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert out.stdout.splitlines() == ["False", "SandboxViolation: sandbox: writing outside the working directory is "
+                                       f"not allowed ({str(outside)!r})"], out.stdout + out.stderr
+    assert not outside.exists()
+    box = LocalSandbox()
+    try:
+        assert any("Landlock" in layer for layer in box.protections), box.protections  # here, where it holds
+    finally:
+        box.close()
+
+
 def test_snapshot_pickle_restore_in_a_new_process(box, tmp_path):
     box.call("x = 41")
     fork = box.fork()

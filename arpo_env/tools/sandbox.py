@@ -316,7 +316,6 @@ class _Template:
         self.network = hello.get("network", "")
         self.capabilities = hello.get("capabilities", "")
         self.programs = hello.get("programs", "")
-        self.files = hello.get("files", "")
 
     def alive(self) -> bool:
         return self.owner == os.getpid() and self.proc.poll() is None
@@ -460,9 +459,16 @@ class LocalSandbox:
 
     @property
     def protections(self) -> list[str]:
-        """The containment layers active on this machine."""
+        """The containment layers this sandbox's interpreter runs under (it is started if it was not): the template's,
+        which every worker inherits, and the kernel's rules for files, which each worker sets itself (asked of it:
+        where they fail, the audit hook alone keeps the files)."""
         template = _template(self.preload)
-        layers = (template.network, template.capabilities, template.programs, template.files)
+        try:
+            files = self._worker().request({"op": "ping"}, 30).get("files", "")
+        except WorkerLost:  # it died since its last call: a fresh one answers, with the cells replayed
+            self.restore({"cells": self.history})
+            files = self._worker().request({"op": "ping"}, 30).get("files", "")
+        layers = (template.network, template.capabilities, template.programs, files)
         return ["audit hook", "resource limits", "cell timers"] + [layer for layer in layers if layer]
 
     def start(self) -> None:

@@ -235,6 +235,8 @@ class Guard:
         self.quota: DiskQuota | None = None
         self.hidden: tuple[str, ...] = ()
         """Real paths no cell may open or list (the tasks' answers, the host's keys)."""
+        self.files = ""
+        """The kernel's rules for files this worker runs under (`_landlock`'s words; empty: none, the hook alone)."""
         self._local = threading.local()  # trust and re-entry are per thread: a cell's threads never share them
 
     def trusted(self) -> "_Trusted":
@@ -1231,7 +1233,8 @@ class Worker:
             elif op == "fork":
                 self.fork(msg["workdir"], fds[0])
             elif op == "ping":
-                send_message(self.sock, {"ok": True, "pid": os.getpid(), "cells": self.cells})
+                send_message(self.sock, {"ok": True, "pid": os.getpid(), "cells": self.cells,
+                                         "files": self.guard.files})
             else:
                 send_message(self.sock, {"ok": False, "error": f"unknown op {op!r}"})
 
@@ -1370,7 +1373,7 @@ def _become_worker(sock: socket.socket, workdir: str, limits: dict, guard: Guard
     guard.hidden = tuple(h for h in (os.path.realpath(p) for p in limits.get("hidden_paths", ()))
                          if not any(k == h or k.startswith(h + os.sep) for k in kept))  # what would hide Python itself
     with guard.trusted():  # before any cell runs: the kernel's rules for files, which no cell can undo
-        _landlock(os.path.dirname(guard.root), guard.hidden)
+        guard.files = _landlock(os.path.dirname(guard.root), guard.hidden)
     if disk > 0 or entries > 0:
         guard.quota = DiskQuota(guard.root, disk if disk > 0 else sys.maxsize, file_cap, entries)
         file_cap = guard.quota.file_cap
@@ -1434,9 +1437,8 @@ def template_main(fd: int, preload: list[str]) -> None:
     sys.addaudithook(guard)
     with guard.trusted():
         chan = socket.socket(fileno=fd)
-        files = _landlock_words(_landlock_abi())
         send_message(chan, {"ok": True, "pid": os.getpid(), "network": network, "capabilities": capabilities,
-                            "programs": programs, "files": files})
+                            "programs": programs})  # the rules for files are each worker's own (its ping says them)
     while True:
         try:
             with guard.trusted():
