@@ -711,6 +711,28 @@ def test_a_cells_own_alarm_works_and_leaves_the_time_limits_to_the_sandbox():
         box.close()
 
 
+def test_a_cell_that_rebinds_what_the_worker_uses_keeps_its_state(box):
+    """The worker runs cells and answers the host with the standard library the cell shares: a cell that rebound
+    ``socket.socket.sendall``, ``socket.recv_fds``, ``time.perf_counter`` or ``builtins.compile`` for its own use
+    broke the worker (the host's deadline, or a crash), and every variable was lost."""
+    box.call("x = 41")
+    for code in ("import socket\nsocket.socket.sendall = lambda *a, **k: None",
+                 "import socket\nsocket.recv_fds = socket.send_fds = None",
+                 "import time\ntime.perf_counter = time.monotonic = None",
+                 "import traceback\ntraceback.TracebackException = None",
+                 "import builtins, ast\nbuiltins.compile = builtins.exec = builtins.eval = ast.parse = None"):
+        out = box.call(code)
+        assert not out.failed and not out.extra.get("restarted"), (code, out.text)
+        assert box.call("x + 1").text == "42", code
+    out = box.call("1 / 0")
+    assert "ZeroDivisionError" in out.text and not out.extra.get("restarted"), out.text
+    fork = box.fork()
+    try:
+        assert fork.call("x").text == "41"
+    finally:
+        fork.close()
+
+
 def test_asyncio_runs_on_its_own_pair_of_local_sockets(box):
     """asyncio's event loop wakes itself through `socket.socketpair`, which the hook refused as network access:
     ``asyncio.run`` failed. A pair of connected local sockets reaches nothing but itself; every other socket is still

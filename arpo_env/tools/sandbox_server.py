@@ -50,6 +50,8 @@ Containment, in layers (see ``arpo_env.tools.sandbox`` for what it does *not* pr
 from __future__ import annotations
 
 import _random
+import _socket
+import array
 import ast
 import codecs
 import errno
@@ -77,6 +79,14 @@ _HEADER = struct.Struct("!I")
 _DUMPS, _LOADS = json.dumps, json.loads
 """The channel's codec, taken before any cell runs: a cell that rebinds ``json.dumps`` or ``json.loads`` for its own
 use (``json.dumps = functools.partial(json.dumps, default=str)``) changes what its code calls, not the channel."""
+_RECVMSG, _SENDMSG, _SENDALL = _socket.socket.recvmsg, _socket.socket.sendmsg, _socket.socket.sendall
+_CMSG_LEN, _ARRAY, _SELECT = socket.CMSG_LEN, array.array, select.select
+_MONOTONIC, _PERF_COUNTER = time.monotonic, time.perf_counter
+_EXEC, _EVAL, _COMPILE = exec, eval, compile
+_TRACEBACK, _STACK = traceback.TracebackException, traceback.StackSummary
+"""What the worker runs cells and talks to the host with, taken the same way: a cell that rebinds one of these for its
+own use (``socket.socket.sendall``, ``time.perf_counter``, ``builtins.compile``...) broke the worker, whose state was
+lost (the channel's methods are the C type's, which no cell can change)."""
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -85,8 +95,10 @@ use (``json.dumps = functools.partial(json.dumps, default=str)``) changes what i
 def _recv_exact(sock: socket.socket, n: int, fds: list[int]) -> bytes:
     buf = bytearray()
     while len(buf) < n:
-        chunk, new_fds, _flags, _addr = socket.recv_fds(sock, n - len(buf), 4)
-        fds.extend(new_fds)
+        chunk, ancillary, _flags, _addr = _RECVMSG(sock, n - len(buf), _CMSG_LEN(4 * 4))  # socket.recv_fds, 4 fds
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.extend(_ARRAY("i", data[:len(data) - len(data) % 4]))
         if not chunk:
             raise EOFError("channel closed")
         buf += chunk
@@ -106,10 +118,10 @@ def send_message(sock: socket.socket, message: dict, fds: list[int] | None = Non
     data = _DUMPS(message).encode()  # ensure_ascii: lone surrogates in model text survive the trip
     frame = _HEADER.pack(len(data)) + data
     if fds:
-        socket.send_fds(sock, [frame[:_HEADER.size]], fds)
-        sock.sendall(frame[_HEADER.size:])
+        _SENDMSG(sock, [frame[:_HEADER.size]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, _ARRAY("i", fds))])
+        _SENDALL(sock, frame[_HEADER.size:])
     else:
-        sock.sendall(frame)
+        _SENDALL(sock, frame)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -1107,10 +1119,10 @@ class Worker:
             kind = "wall-clock" if signum == signal.SIGALRM else "CPU"
             running = self._running(0.02)  # the threads that run end with the cell's time; waiting ones stay
             _interrupt_threads(self.guard, running)
-            deadline = time.monotonic() + 0.5
+            deadline = _MONOTONIC() + 0.5
             for thread in threading.enumerate():  # their tracebacks go to the cell's output
                 if thread.ident in running:
-                    thread.join(max(0.0, deadline - time.monotonic()))
+                    thread.join(max(0.0, deadline - _MONOTONIC()))
             raise CellTimeout(f"the cell exceeded its {kind} time limit and was interrupted")
 
     # Threads the cells started ------------------------------------------------------------------------------------
@@ -1211,7 +1223,7 @@ class Worker:
 
     def _next_message(self) -> tuple[dict, list[int]]:
         """Wait for the host's next message; while cells' threads live, read their clocks every 0.2 s."""
-        while self._threads_live() and not select.select([self.sock], [], [], 0.2)[0]:
+        while self._threads_live() and not _SELECT([self.sock], [], [], 0.2)[0]:
             self._police()
         return recv_message(self.sock)
 
@@ -1275,7 +1287,7 @@ class Worker:
         self.limits = opts
         value = error = None
         timed_out = False
-        start = time.perf_counter()
+        start = _PERF_COUNTER()
         old_out, old_err = sys.stdout, sys.stderr
         sys.stdout, sys.stderr = out, err
         try:
@@ -1302,23 +1314,23 @@ class Worker:
             "error": error,
             "dropped": out.dropped + err.dropped,
             "timed_out": timed_out,
-            "elapsed_s": time.perf_counter() - start,
+            "elapsed_s": _PERF_COUNTER() - start,
         }
 
     def _execute(self, code: str, name: str) -> str | None:
         """Run `code`; if it ends with an expression, return that value's repr (as a notebook shows it)."""
         linecache.cache[name] = (len(code), None, code.splitlines(True), name)
         try:
-            tree = ast.parse(code, name, "exec")
+            tree = _COMPILE(code, name, "exec", ast.PyCF_ONLY_AST)  # ast.parse, which calls builtins.compile
         except (SyntaxError, ValueError, UnicodeError) as exc:
             raise exc.with_traceback(None)  # the code never ran: no frames to show
         last = tree.body[-1] if tree.body and isinstance(tree.body[-1], ast.Expr) else None
         if last is not None:
             tree.body.pop()
-        exec(compile(tree, name, "exec"), self.namespace)
+        _EXEC(_COMPILE(tree, name, "exec"), self.namespace)
         if last is None:
             return None
-        result = eval(compile(ast.Expression(last.value), name, "eval"), self.namespace)
+        result = _EVAL(_COMPILE(ast.Expression(last.value), name, "eval"), self.namespace)
         if result is None:
             return None
         self.namespace["_"] = result
@@ -1327,12 +1339,12 @@ class Worker:
     @staticmethod
     def _traceback(exc: BaseException) -> str:
         """A traceback with the cell's own frames and the library frame that raised, the last five."""
-        te = traceback.TracebackException(type(exc), exc, exc.__traceback__)
+        te = _TRACEBACK(type(exc), exc, exc.__traceback__)
         stack = [f for f in te.stack if f.filename != __file__]
         frames = [f for f in stack if f.filename.startswith("<cell")]
         if stack and stack[-1] not in frames and not isinstance(exc, SyntaxError):
             frames.append(stack[-1])  # where inside a library it failed
-        te.stack = traceback.StackSummary.from_list(frames[-5:])
+        te.stack = _STACK.from_list(frames[-5:])
         text = "".join(te.format())
         if not frames:
             text = text.replace("Traceback (most recent call last):\n", "")
