@@ -126,6 +126,10 @@ class ToolEnv(gym.Env[str, str]):
         ``meta`` (what scorers read, e.g. ``answer_type``)."""
         super().reset(seed=seed)
         options = options or {}
+        unknown = sorted(set(options) - _RESET_OPTIONS, key=str)
+        if unknown:  # a misspelt "index" ({"idx": 5}) drew a random task, silently
+            raise ValueError(f"reset options {unknown} are not known: give {{'index': i}} for a task of the dataset, "
+                             "or {'question': q, 'answer': a} (and 'id', 'source', 'kind', 'meta') for one of your own")
         if "question" in options or "answer" in options:  # an answer alone drew a task of the dataset, silently
             if "answer" not in options or options.get("question") is None:
                 raise ValueError('a custom task needs both "question" (text) and "answer"; give {"index": i} for a '
@@ -134,7 +138,10 @@ class ToolEnv(gym.Env[str, str]):
                         str(options.get("source") or "custom"), str(options.get("kind") or self.tasks[0].kind),
                         dict(options.get("meta") or {}))
         elif "index" in options:
-            index = int(options["index"])
+            index = options["index"]
+            if isinstance(index, bool) or not isinstance(index, numbers.Integral):  # 1.5 was task 1, "a" int()'s error
+                raise ValueError(f"options['index'] must be a whole number, a task of the dataset, not {index!r}")
+            index = int(index)
             if not -len(self.tasks) <= index < len(self.tasks):
                 raise IndexError(f"task index {index} out of range: the dataset has {len(self.tasks)} tasks")
             task = self.tasks[index]
@@ -390,6 +397,9 @@ def _as_text(action: Any) -> str:
     if isinstance(action, np.str_):
         return str(action)
     raise TypeError(f"an action is the text the model generated (str or UTF-8 bytes), not {type(action).__name__}")
+
+
+_RESET_OPTIONS = frozenset({"index", "question", "answer", "id", "source", "kind", "meta"})
 
 
 def _whole(value: Any) -> int | None:

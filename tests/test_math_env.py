@@ -240,6 +240,14 @@ def test_reset_options(env):
     for options in ({"answer": "42"}, {"question": None, "answer": "42"}):
         with pytest.raises(ValueError, match=re.escape('a custom task needs both "question" (text) and "answer"')):
             env.reset(options=options)
+    # a misspelt option drew a random task; an index of 1.5 was task 1, and "a" was int()'s error
+    with pytest.raises(ValueError, match=re.escape("reset options ['idx'] are not known")):
+        env.reset(options={"idx": 5})
+    for index in (1.5, "a", True, None):
+        with pytest.raises(ValueError, match=re.escape("options['index'] must be a whole number")):
+            env.reset(options={"index": index})
+    assert env.reset(options={"index": np.int64(5)})[1]["task"] == env.unwrapped.tasks[5].as_dict()
+    assert env.reset(options={"index": -1})[1]["task"] == env.unwrapped.tasks[-1].as_dict()  # as a list counts
 
 
 @pytest.mark.parametrize("name, n", [("gsm8k", 1319), ("math500", 500), ("math", 5000), ("aime24", 30),
