@@ -72,7 +72,6 @@ def test_the_tools_are_the_envs_own_with_schemas():
     qa.env.close()
 
 
-@pytest.mark.filterwarnings("ignore:You are using 'environment_factory', which is an experimental feature")
 def test_task_dataset_takes_the_first_tasks_and_refuses_a_limit_of_no_task():
     """`limit=0` gave every task and `limit=-1` all but the last (``arpo train --train_limit``): a slice, unchecked."""
     assert task_dataset("ARPO-Math-v0", limit=2)["question"] == task_dataset("ARPO-Math-v0")["question"][:2]
@@ -86,6 +85,7 @@ def test_task_dataset_takes_the_first_tasks_and_refuses_a_limit_of_no_task():
             load_tasks("default", limit=limit)  # 0 gave one task from a file, none from a generated family
 
 
+@pytest.mark.filterwarnings("ignore:You are using 'environment_factory', which is an experimental feature")
 def test_trl_grpo_trainer_trains_with_the_adapter(tokenizer, undecided, tmp_path):
     import copy
 
