@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import json
+import numbers
 import os
 import re
 from dataclasses import asdict, dataclass, field
@@ -258,7 +259,7 @@ def _load_hub(spec: str, kind: str | None, limit: int | None) -> list[Task]:
 
 def _check_limit(limit: object) -> None:
     """A number of tasks to take: at least 1, or None for all. (A slice took 0 as all and -1 as all but the last.)"""
-    if limit is not None and not (isinstance(limit, int) and limit >= 1):
+    if limit is not None and not (isinstance(limit, numbers.Integral) and not isinstance(limit, bool) and limit >= 1):
         raise ValueError(f"limit must be a whole number of tasks, at least 1 (None: every task), not {limit!r}")
 
 

@@ -174,6 +174,7 @@ class _Digits:
             self.i += 1
             while self.peek() in ("+", "-"):
                 self.i += 1
+            operands[-1], bangs = self.factorial_of(operands[-1], bangs), 0  # an exponent below the top: a^(b!)^c
             operands.append(self.atom())
             bangs = self.bangs()
         exponent = self.factorial_of(operands[-1], bangs)

@@ -7,6 +7,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from arpo_env.trl_environment import environment_factory, task_dataset
@@ -78,7 +79,8 @@ def test_task_dataset_takes_the_first_tasks_and_refuses_a_limit_of_no_task():
     from arpo_env.datasets import load_tasks
 
     assert len(load_tasks("default", limit=3)) == 3 and len(load_tasks("arithmetic:10:0", limit=3)) == 3
-    for limit in (0, -1, 2.5):
+    assert len(load_tasks("default", limit=np.int64(2))) == 2  # numpy's whole numbers too
+    for limit in (0, -1, 2.5, True):
         with pytest.raises(ValueError, match="limit must be a whole number of tasks, at least 1"):
             task_dataset("ARPO-Math-v0", limit=limit)
         with pytest.raises(ValueError, match="limit must be a whole number of tasks, at least 1"):
