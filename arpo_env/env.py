@@ -138,10 +138,10 @@ class ToolEnv(gym.Env[str, str]):
                         str(options.get("source") or "custom"), str(options.get("kind") or self.tasks[0].kind),
                         dict(options.get("meta") or {}))
         elif "index" in options:
-            index = options["index"]
-            if isinstance(index, bool) or not isinstance(index, numbers.Integral):  # 1.5 was task 1, "a" int()'s error
-                raise ValueError(f"options['index'] must be a whole number, a task of the dataset, not {index!r}")
-            index = int(index)
+            index = _whole(options["index"])
+            if index is None:  # 1.5 was task 1, True task 1, "a" int()'s error
+                raise ValueError(f"options['index'] must be a whole number, a task of the dataset, not "
+                                 f"{options['index']!r}")
             if not -len(self.tasks) <= index < len(self.tasks):
                 raise IndexError(f"task index {index} out of range: the dataset has {len(self.tasks)} tasks")
             task = self.tasks[index]
