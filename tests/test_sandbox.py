@@ -175,6 +175,39 @@ def test_fork_copies_the_working_directory(box):
         child.close()
 
 
+def test_a_fork_works_in_its_own_folder_where_the_parent_worked_in_its(box):
+    # The copy was put at its folder's root and kept the parent's temporary folder: a cell that had gone into a
+    # subfolder lost its relative paths in every fork, and tempfile in a fork was refused as writing outside.
+    box.call("import os, tempfile\nos.makedirs('out')\nos.chdir('out')\nopen('data.txt', 'w').write('42')")
+    child = box.fork()
+    try:
+        assert child.call("open('data.txt').read()").text == "'42'"
+        root = child.call("print(os.path.dirname(os.getcwd()))").text.strip()
+        assert root != box.call("print(os.path.dirname(os.getcwd()))").text.strip()
+        made = child.call("with tempfile.NamedTemporaryFile('w', delete=False) as f: f.write('x')\n"
+                          "print(f.name)\nprint(os.environ['TMPDIR'])\nprint(os.environ['MPLCONFIGDIR'])").text
+        assert all(line.startswith(root) for line in made.split()), (root, made)
+        grandchild = child.fork()  # and so on down a tree
+        try:
+            assert grandchild.call("print(os.getcwd() != tempfile.mkdtemp())\nopen('data.txt').read()").text == \
+                "True\n'42'"
+        finally:
+            grandchild.close()
+    finally:
+        child.close()
+
+
+def test_a_fork_keeps_a_current_folder_outside_its_own_as_a_replay_does(box, tmp_path):
+    box.call(f"import os\nos.chdir({str(tmp_path)!r})")
+    child, replayed = box.fork(), LocalSandbox()
+    replayed.restore(box.snapshot())
+    try:
+        assert child.call("os.getcwd()").text == replayed.call("os.getcwd()").text == repr(str(tmp_path))
+    finally:
+        child.close()
+        replayed.close()
+
+
 def test_a_named_pipe_in_the_working_directory_is_forked_as_a_pipe(box):
     # shutil.copytree refuses named pipes: one made by a cell made every later fork of its env raise.
     box.call("import os, stat\nos.mkfifo('pipe')\nx = 5")

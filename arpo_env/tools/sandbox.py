@@ -1,11 +1,12 @@
 """The local Python sandbox: a persistent interpreter per environment, forkable as a live process.
 
-`LocalSandbox` is the ``<python>`` tool's embedded default. Each instance owns one worker process forked from a
-shared *template* that has already imported numpy and sympy, so starting an interpreter costs a ``fork()``, not an
-import. Variables live across cells; a trailing expression's value is shown; stdout and stderr are captured and
-capped; tracebacks are short. `fork()` forks the worker itself: the copy has the same variables (copy-on-write, a
-few milliseconds, whatever the history). `snapshot()` is the list of executed cells; `restore()` replays it in a
-fresh worker, in this process or another.
+`LocalSandbox` is the ``<python>`` tool's embedded default. Each instance owns one worker process forked from a shared
+*template* that has already imported numpy and sympy, so starting an interpreter costs a ``fork()``, not an import.
+Variables live across cells; a trailing expression's value is shown; stdout and stderr are captured and capped;
+tracebacks are short. `fork()` forks the worker itself: the copy has the same variables (copy-on-write, a few
+milliseconds, whatever the history) and a copy of the folder, where it stands where the parent stood (its current and
+temporary folders are the parent's, moved to the copy). `snapshot()` is the list of executed cells; `restore()` replays
+it in a fresh worker, in this process or another.
 
 What it contains (tested): runaway loops (per-cell wall-clock and CPU timers interrupt the cell and keep its state; a
 cell that ignores the interrupt is killed after a grace period), memory bombs (an address-space limit: ``MemoryError``

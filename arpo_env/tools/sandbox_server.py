@@ -83,6 +83,7 @@ _RECVMSG, _SENDMSG, _SENDALL = _socket.socket.recvmsg, _socket.socket.sendmsg, _
 _CMSG_LEN, _ARRAY, _SELECT = socket.CMSG_LEN, array.array, select.select
 _MONOTONIC, _PERF_COUNTER = time.monotonic, time.perf_counter
 _EXEC, _EVAL, _COMPILE = exec, eval, compile
+_GETCWD, _CHDIR, _REALPATH = os.getcwd, os.chdir, os.path.realpath
 _TRACEBACK, _STACK = traceback.TracebackException, traceback.StackSummary
 """What the worker runs cells and talks to the host with, taken the same way: a cell that rebinds one of these for its
 own use (``socket.socket.sendall``, ``time.perf_counter``, ``builtins.compile``...) broke the worker, whose state was
@@ -1260,13 +1261,31 @@ class Worker:
         if pid == 0:  # the child: same variables, its own channel and working directory
             _random.Random.setstate(_RANDOM, state)
             self.sock.close()
+            old, new = self.guard.root, _REALPATH(workdir)
             with self.guard.trusted():
                 self.sock = socket.socket(fileno=fd)
-                os.chdir(workdir)
-            self.guard.root = os.path.realpath(workdir)
+                try:
+                    cwd = _GETCWD()
+                except OSError:  # the cell removed its current folder
+                    cwd = old
+                try:
+                    _CHDIR(_moved(cwd, old, new))
+                except OSError:
+                    _CHDIR(new)
+            self.guard.root = new
             if self.guard.quota is not None:
                 self.guard.quota = self.guard.quota.moved_to(self.guard.root)
-            os.environ["TMPDIR"] = workdir
+            # what named the parent's folder names the copy's: its files are there, and the parent's are outside the
+            # copy's root (`tempfile` in a fork wrote to the parent's folder and was refused)
+            try:
+                for name in ("TMPDIR", "MPLCONFIGDIR"):
+                    if isinstance(os.environ.get(name), str):
+                        os.environ[name] = _moved(os.environ[name], old, new)
+                tempfile = sys.modules.get("tempfile")
+                if isinstance(getattr(tempfile, "tempdir", None), str):
+                    tempfile.tempdir = _moved(tempfile.tempdir, old, new)
+            except Exception:  # what a cell made of them: the copy starts all the same
+                pass
             self._forget_threads()  # a fork has no thread but this one, and a CPU clock of its own
             send_message(self.sock, {"ok": True, "pid": os.getpid()})
             return
@@ -1368,6 +1387,17 @@ def _short_repr(value: object, limit: int = 20000) -> str:
 # --------------------------------------------------------------------------------------------------------------------
 # The template: preload, then fork workers on request
 # --------------------------------------------------------------------------------------------------------------------
+def _moved(path: str, old: str, new: str) -> str:
+    """`path` with the folder `old` (a worker's root) replaced by `new` (its fork's): a path in the parent's folder
+    names the same file in the copy's; any other path is left as it is."""
+    real = _REALPATH(path)
+    if real == old:
+        return new
+    if real.startswith(old + os.sep):
+        return new + real[len(old):]
+    return path
+
+
 def _become_worker(sock: socket.socket, workdir: str, limits: dict, guard: Guard) -> None:
     os.chdir(workdir)
     guard.root = os.path.realpath(workdir)
