@@ -247,15 +247,23 @@ def test_answers_beyond_math_verify_are_not_equal_without_a_scoring_worker(monke
     beyond = ["9^{9^{9^{9}}}", "9^{9^9}", "3^{3^{3^{3}}}", "10^{10^{7}}", "(10^{6})!", "9!!!!", "\\frac{1}{2}^{10^{9}}",
               "10**10**10", "(2x)^{10^{7}}", "{" * 11 + "1" + "}" * 11, "\\frac{1}{" * 15 + "2" + "}" * 15,
               "2^{10}!^{2}",
-              "10^{6}!", "10^6!", "2^{10!}"]  # math-verify reads a^b! as (a^b)!: a factorial of a million took it 4 s
+              "10^{6}!", "10^6!", "2^{10!}",  # math-verify reads a^b! as (a^b)!: a factorial of a million took it 4 s
+              # sympy's binomials are slow (each of these ran out the 5 s bound), Γ is a factorial, and a product of
+              # 10^9 factors sympy expands
+              "\\binom{10^9}{10^8}", "{10^9 \\choose 10^8}", "\\tbinom{2000000}{1000000}", "\\Gamma(10^{10})",
+              "\\Gamma\\left(10^{7}\\right)", "\\prod_{k=1}^{10^9} k", "\\prod\\limits_{k=1}^{10^{9}} (1+k)"]
     for answer in beyond:
         assert rewards.intractable(answer) is not None, answer
         assert not rewards.math_equal(answer, "16")
     assert calls == []
     within = ["2^{2^{2^{2}}}", "10^{10^{5}}", "20!", "2^{3}!", "3!^{2}", "a^{b^{c^{d}}}", "x^{10^{7}}",
               "\\left( 3, \\frac{\\pi}{2} \\right)", "((((((((((1))))))))))", "\\frac{1}{1+\\frac{1}{1+\\frac{1}{2}}}",
-              "1e100000", "9" * 25_000, "(]" * 5_000]  # the last: brackets that never nest deeper than one
+              "1e100000", "9" * 25_000, "(]" * 5_000,  # the last: brackets that never nest deeper than one
+              "\\binom{10^9}{2}", "\\binom{200000}{100000}", "{10 \\choose 3}", "\\binom{n}{k}", "\\Gamma(5)",
+              "\\Gamma", "\\prod_{i=1}^{5}(1+i)", "\\prod_{k=1}^{n} k",
+              "\\prod_" * 3000, "1 \\choose " * 2000]  # the last two: read in loops (they overflowed the stack)
     assert [rewards.intractable(answer) for answer in within] == [None] * len(within)
     assert rewards.math_equal("2^{2^{2^{2}}}", "65536") and rewards.math_equal("((((((((((7))))))))))", "7")
+    assert rewards.math_equal("{10 \\choose 3}", "120") and rewards.math_equal("\\Gamma(5)", "24")
     assert rewards.math_equal("9^{9^9}", "9^{9^{9}}")  # a gold beyond reach too: the worker decides (here, at once)
-    assert calls == ["2^{2^{2^{2}}}", "((((((((((7))))))))))", "9^{9^9}"]
+    assert calls == ["2^{2^{2^{2}}}", "((((((((((7))))))))))", "{10 \\choose 3}", "\\Gamma(5)", "9^{9^9}"]
