@@ -4,6 +4,7 @@
 lazily so that the rollout engine works without TRL.
 """
 
+import re
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -37,13 +38,23 @@ def json_object(name: str, value: Any, example: str) -> dict[str, Any]:
 def env_arguments(env_id: str) -> Iterator[None]:
     """Around the making of an environment from a user's arguments: an argument the env does not take, a value it
     refuses (``max_tool_calls: -1``) or a tool it cannot make (E2B without its key) is a `ConfigError` naming the env,
-    one line on the command line, not a traceback. A dataset's or Gymnasium's own errors pass as they are."""
+    one line on the command line, not a traceback. An id that is not registered says which are arpo's (Gymnasium's
+    "Did you mean: `Hopper`?" was all it said). A dataset's or Gymnasium's other errors pass as they are."""
     import gymnasium as gym
 
+    from arpo_env import ENV_IDS
     from arpo_env.datasets import DataError
 
     try:
         yield
+    except (gym.error.NameNotFound, gym.error.VersionNotFound, gym.error.NamespaceNotFound) as exc:
+        said = re.sub(r" Did you mean: `(?!ARPO-)[^`]*`\?", "", str(exc))  # a close name among Gymnasium's own
+        raise ConfigError(f"{said} arpo's environments: {', '.join(ENV_IDS)}; another package's is named with the "
+                          "module that registers it, as Gymnasium reads it (module:Name-v0)") from None
+    except ModuleNotFoundError as exc:
+        if ":" not in env_id.split("/")[0]:
+            raise
+        raise ConfigError(f"{env_id}: {exc}") from None  # module:Name-v0, the module not there
     except (DataError, gym.error.Error):
         raise
     except (TypeError, ValueError, RuntimeError) as exc:
