@@ -54,8 +54,9 @@ def run_cli(*args, timeout=300):
 
 @pytest.mark.parametrize("args, words", [
     (["rollout", "--env", "ARPO-Nope-v0"], "doesn't exist"),
-    (["rollout", "--env", "Nope-v0"], "Environment `Nope` doesn't exist. arpo's environments: ARPO-Math-v0, ARPO-QA-v0, "
-                                      "ARPO-DeepSearch-v0"),  # was Gymnasium's "Did you mean: `Hopper`?" alone
+    (["rollout", "--env", "Nope-v0"],
+     "Environment `Nope` doesn't exist. arpo's environments: ARPO-Math-v0, ARPO-QA-v0, ARPO-DeepSearch-v0"),  # was
+    # Gymnasium's "Did you mean: `Hopper`?" alone
     (["rollout", "--env", "nomodule:Math-v0"], "arpo rollout: nomodule:Math-v0: No module named 'nomodule'"),  # a trace
     (["rollout", "--dataset", "gsm8k", "--data-dir", "/nowhere"], "gsm8k"),
     (["rollout", "--dataset", "gsm8k"], "data directory"),
