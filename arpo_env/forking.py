@@ -99,3 +99,7 @@ def restore(env: gym.Env, saved: dict[str, Any]) -> None:
             setattr(layer, name, copy.deepcopy(value))
         if isinstance(layer, gym.wrappers.OrderEnforcing):
             layer._has_reset = True
+        if isinstance(layer, gym.wrappers.PassiveEnvChecker) and getattr(layer, "_previous_data", None) is None:
+            # no reset of its own to compare the first step with: Gymnasium's checker unpacked None there (a bare
+            # snapshot, `vec.call("snapshot")`'s, restored into a fresh env raised a TypeError at its first step)
+            layer.checked_reset = layer.checked_step = layer.checked_data_reuse = True

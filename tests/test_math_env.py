@@ -441,8 +441,12 @@ def test_restore_into_a_made_env_is_steppable_through_its_wrappers():
     bare.reset(options={"question": "q", "answer": "2"})
     arpo_env.restore(bare, other.unwrapped.snapshot())  # a bare ToolEnv snapshot works too
     assert "42" in bare.step("<python>print(x + 1)</python>")[0]
+    fresh = gym.make("ARPO-Math-v0")  # and into an env never reset, as an AsyncVectorEnv's call("snapshot") gives it:
+    arpo_env.restore(fresh, other.unwrapped.snapshot())  # Gymnasium's env checker raised a TypeError at its step
+    assert "42" in fresh.step("<python>print(x + 1)</python>")[0]
     other.close()
     bare.close()
+    fresh.close()
 
 
 def test_arithmetic_difficulty_is_the_number_of_terms():
