@@ -55,6 +55,7 @@ import array
 import ast
 import codecs
 import errno
+import fcntl
 import io
 import json
 import linecache
@@ -66,6 +67,7 @@ import resource
 import select
 import signal
 import socket
+import stat
 import struct
 import sys
 import threading
@@ -84,6 +86,9 @@ _CMSG_LEN, _ARRAY, _SELECT = socket.CMSG_LEN, array.array, select.select
 _MONOTONIC, _PERF_COUNTER = time.monotonic, time.perf_counter
 _EXEC, _EVAL, _COMPILE = exec, eval, compile
 _GETCWD, _CHDIR, _REALPATH = os.getcwd, os.chdir, os.path.realpath
+_LISTDIR, _READLINK, _FSTAT, _OPEN, _LSEEK, _DUP2, _CLOSE = (os.listdir, os.readlink, os.fstat, os.open, os.lseek,
+                                                            os.dup2, os.close)
+_GET_INHERITABLE, _FCNTL, _S_ISREG = os.get_inheritable, fcntl.fcntl, stat.S_ISREG
 _TRACEBACK, _STACK = traceback.TracebackException, traceback.StackSummary
 """What the worker runs cells and talks to the host with, taken the same way: a cell that rebinds one of these for its
 own use (``socket.socket.sendall``, ``time.perf_counter``, ``builtins.compile``...) broke the worker, whose state was
@@ -1272,6 +1277,7 @@ class Worker:
                     _CHDIR(_moved(cwd, old, new))
                 except OSError:
                     _CHDIR(new)
+                _reopen_files(old, new)
             self.guard.root = new
             if self.guard.quota is not None:
                 self.guard.quota = self.guard.quota.moved_to(self.guard.root)
@@ -1396,6 +1402,34 @@ def _moved(path: str, old: str, new: str) -> str:
     if real.startswith(old + os.sep):
         return new + real[len(old):]
     return path
+
+
+def _reopen_files(old: str, new: str) -> None:
+    """In a fork: the files the cell holds open in the parent's folder (a log it writes, an SQLite connection) are
+    the copy's files from now on, at the same place in each and for the same use. A fork shares its descriptors'
+    files with its parent, so the copy's writes went to the parent's files (and past its own disk quota, which counts
+    its own folder). Regular files only; one that cannot be opened again (removed, a name the copy lacks) is left."""
+    try:
+        fds = [int(fd) for fd in _LISTDIR("/proc/self/fd")]
+    except (OSError, ValueError):
+        return
+    for fd in fds:
+        try:
+            target = _READLINK(f"/proc/self/fd/{fd}")
+            if not target.startswith(old + os.sep) or not _S_ISREG(_FSTAT(fd).st_mode):
+                continue
+            flags = _FCNTL(fd, fcntl.F_GETFL) & ~(os.O_CREAT | os.O_EXCL | os.O_TRUNC)
+            offset, inheritable = _LSEEK(fd, 0, os.SEEK_CUR), _GET_INHERITABLE(fd)
+            copy = _OPEN(new + target[len(old):], flags)
+        except OSError:
+            continue
+        try:
+            _LSEEK(copy, offset, os.SEEK_SET)
+            _DUP2(copy, fd, inheritable)
+        except OSError:
+            pass
+        finally:
+            _CLOSE(copy)
 
 
 def _become_worker(sock: socket.socket, workdir: str, limits: dict, guard: Guard) -> None:
