@@ -200,14 +200,19 @@ def test_a_fork_works_in_its_own_folder_where_the_parent_worked_in_its(box):
 def test_a_fork_writes_the_files_it_holds_open_in_its_own_folder(box):
     # A fork inherits its parent's descriptors: a file or an SQLite database a cell kept open was the parent's file
     # in the copy, so a branch's writes went into the other branch's files (and past the copy's disk quota).
-    box.call("import sqlite3\nlog = open('log.txt', 'w')\nlog.write('a')\nlog.flush()\nreader = open('log.txt')\n"
-             "db = sqlite3.connect('x.db')\ndb.execute('create table t (a)')\ndb.commit()")
+    # Files with no name (tempfile.TemporaryFile) are copied.
+    box.call("import sqlite3, tempfile\nlog = open('log.txt', 'w')\nlog.write('a')\nlog.flush()\n"
+             "reader = open('log.txt')\ndb = sqlite3.connect('x.db')\ndb.execute('create table t (a)')\ndb.commit()\n"
+             "scratch = tempfile.TemporaryFile('w+')\nscratch.write('b')\nscratch.flush()")
     child = box.fork()
     try:
         assert child.call("log.write('child')\nlog.flush()\ndb.execute('insert into t values (1)')\ndb.commit()\n"
-                          "reader.read(), db.execute('select count(*) from t').fetchone()").text == "('achild', (1,))"
-        assert box.call("open('log.txt').read(), reader.read(), db.execute('select count(*) from t').fetchone()"
-                        ).text == "('a', 'a', (0,))"
+                          "scratch.write('child')\nscratch.seek(0)\n"
+                          "reader.read(), db.execute('select count(*) from t').fetchone(), scratch.read()"
+                          ).text == "('achild', (1,), 'bchild')"
+        assert box.call("scratch.seek(0)\nopen('log.txt').read(), reader.read(), "
+                        "db.execute('select count(*) from t').fetchone(), scratch.read()"
+                        ).text == "('a', 'a', (0,), 'b')"
     finally:
         child.close()
 

@@ -88,7 +88,7 @@ _EXEC, _EVAL, _COMPILE = exec, eval, compile
 _GETCWD, _CHDIR, _REALPATH = os.getcwd, os.chdir, os.path.realpath
 _LISTDIR, _READLINK, _FSTAT, _OPEN, _LSEEK, _DUP2, _CLOSE = (os.listdir, os.readlink, os.fstat, os.open, os.lseek,
                                                             os.dup2, os.close)
-_GET_INHERITABLE, _FCNTL, _S_ISREG = os.get_inheritable, fcntl.fcntl, stat.S_ISREG
+_GET_INHERITABLE, _FCNTL, _S_ISREG, _READ, _WRITE = os.get_inheritable, fcntl.fcntl, stat.S_ISREG, os.read, os.write
 _TRACEBACK, _STACK = traceback.TracebackException, traceback.StackSummary
 """What the worker runs cells and talks to the host with, taken the same way: a cell that rebinds one of these for its
 own use (``socket.socket.sendall``, ``time.perf_counter``, ``builtins.compile``...) broke the worker, whose state was
@@ -1408,7 +1408,8 @@ def _reopen_files(old: str, new: str) -> None:
     """In a fork: the files the cell holds open in the parent's folder (a log it writes, an SQLite connection) are
     the copy's files from now on, at the same place in each and for the same use. A fork shares its descriptors'
     files with its parent, so the copy's writes went to the parent's files (and past its own disk quota, which counts
-    its own folder). Regular files only; one that cannot be opened again (removed, a name the copy lacks) is left."""
+    its own folder). A file with no name (``tempfile.TemporaryFile``, one removed while open) is copied into a new
+    unnamed file of the copy's folder. Regular files only; one that cannot be opened again is left as it is."""
     try:
         fds = [int(fd) for fd in _LISTDIR("/proc/self/fd")]
     except (OSError, ValueError):
@@ -1416,11 +1417,12 @@ def _reopen_files(old: str, new: str) -> None:
     for fd in fds:
         try:
             target = _READLINK(f"/proc/self/fd/{fd}")
+            unnamed = target.endswith(_DELETED)
             if not target.startswith(old + os.sep) or not _S_ISREG(_FSTAT(fd).st_mode):
                 continue
             flags = _FCNTL(fd, fcntl.F_GETFL) & ~(os.O_CREAT | os.O_EXCL | os.O_TRUNC)
             offset, inheritable = _LSEEK(fd, 0, os.SEEK_CUR), _GET_INHERITABLE(fd)
-            copy = _OPEN(new + target[len(old):], flags)
+            copy = _unnamed_copy(fd, new, flags) if unnamed else _OPEN(new + target[len(old):], flags)
         except OSError:
             continue
         try:
@@ -1430,6 +1432,36 @@ def _reopen_files(old: str, new: str) -> None:
             pass
         finally:
             _CLOSE(copy)
+
+
+_DELETED = " (deleted)"
+
+
+def _unnamed_copy(fd: int, folder: str, flags: int) -> int:
+    """A new unnamed file in `folder` with the contents of the unnamed file open at `fd`, open with `flags`."""
+    if not _O_TMPFILE:
+        raise OSError(errno.EOPNOTSUPP, "no O_TMPFILE")
+    copy = _OPEN(folder, _O_TMPFILE | os.O_RDWR, 0o600)
+    try:
+        source = _OPEN(f"/proc/self/fd/{fd}", os.O_RDONLY)  # the same file, readable whatever `fd` was opened for
+        try:
+            while True:
+                chunk = _READ(source, 1 << 20)
+                if not chunk:
+                    break
+                view = memoryview(chunk)
+                while view:
+                    view = view[_WRITE(copy, view):]
+        finally:
+            _CLOSE(source)
+        if flags & os.O_ACCMODE == os.O_RDWR and not flags & os.O_APPEND:
+            return copy
+        again = _OPEN(f"/proc/self/fd/{copy}", flags)  # for the same use: write-only, appending
+    except BaseException:
+        _CLOSE(copy)
+        raise
+    _CLOSE(copy)
+    return again
 
 
 def _become_worker(sock: socket.socket, workdir: str, limits: dict, guard: Guard) -> None:
