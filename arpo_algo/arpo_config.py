@@ -73,8 +73,9 @@ class ARPOConfig(GRPOConfig):
     )
 
     # Branching rollouts ---------------------------------------------------------------------------------------------
-    num_global: int = field(
-        default=8, metadata={"help": "N: global (independent) trajectories sampled per question before branching."})
+    num_global: int | None = field(
+        default=None, metadata={"help": "N: global (independent) trajectories sampled per question before branching "
+                                        "(left out: 8, or num_generations when that is smaller)."})
     branch_factor: int = field(
         default=2, metadata={"help": "Z: paths out of a branch point (the original and Z-1 new ones)."})
     branch_alpha: float = field(
@@ -190,13 +191,15 @@ class ARPOConfig(GRPOConfig):
         if self.vllm_engine_kwargs is not None:
             self.vllm_engine_kwargs = json_object("vllm_engine_kwargs", self.vllm_engine_kwargs, '{"dtype": "float32"}')
         super().__post_init__()
+        from arpo_algo.rollout import default_num_global, sampling_problems
+
+        self.num_global = default_num_global(self.num_global, self.num_generations)
         if self.branching and not 1 <= self.num_global <= self.num_generations:  # N is ARPO's alone
             raise ConfigError(f"num_global (N={self.num_global}) must be between 1 and num_generations "
                              f"(M={self.num_generations})")
         if self.spare_samples < 0 or self.min_spare_samples < 0:
             raise ConfigError(f"spare_samples and min_spare_samples must be at least 0, not {self.spare_samples} and "
                               f"{self.min_spare_samples}")
-        from arpo_algo.rollout import sampling_problems
 
         problems = sampling_problems(self.max_new_tokens_per_turn, self.max_completion_length, self.temperature,
                                      self.top_p, self.entropy_k, self.branch_alpha, self.branch_beta,

@@ -12,14 +12,6 @@ import time
 from typing import Any, Sequence
 
 
-class _Given(argparse.Action):
-    """Stores the value, and that it was given (``<dest>_given``): a default may be adapted, a given value not."""
-
-    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
-        setattr(namespace, self.dest, values)
-        setattr(namespace, f"{self.dest}_given", True)
-
-
 def _rollout_parser(sub: Any) -> None:
     p = sub.add_parser("rollout", help="sample ARPO or GRPO rollout trees and write them as JSONL",
                        description="Sample rollout trees of a model on an arpo_env environment.")
@@ -34,7 +26,7 @@ def _rollout_parser(sub: Any) -> None:
     p.add_argument("--start", type=int, default=0, help="index of the first task")
     p.add_argument("--algo", choices=["arpo", "grpo"], default="arpo")
     p.add_argument("--num-generations", "-M", type=int, default=16, help="M: trajectories per task")
-    p.add_argument("--num-global", "-N", type=int, default=8, action=_Given,
+    p.add_argument("--num-global", "-N", type=int, default=None,
                    help="N: global samples per task (left out: 8, or M when M is smaller)")
     p.add_argument("--branch-factor", "-Z", type=int, default=2, help="Z: paths per branch point")
     p.add_argument("--alpha", type=float, default=0.5)
@@ -140,9 +132,7 @@ def rollout_main(args: argparse.Namespace) -> int:
     if args.out != "-":
         writable(args.out)
     (max_new, max_completion), why = rollout_budget(args)
-    given = getattr(args, "num_global_given", False)  # N > M given is an error; left out, N is cut to M
-    num_global = args.num_global if given else min(args.num_global, args.num_generations)
-    config = RolloutConfig(num_generations=args.num_generations, num_global=num_global,
+    config = RolloutConfig(num_generations=args.num_generations, num_global=args.num_global,  # None: 8, or M
                            branch_factor=args.branch_factor, alpha=args.alpha, beta=args.beta,
                            entropy_k=args.entropy_k, max_new_tokens=max_new,
                            max_completion_tokens=max_completion, temperature=args.temperature,

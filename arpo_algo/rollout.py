@@ -84,12 +84,21 @@ from arpo_algo.models import prompt_ids
 from arpo_algo.tree import Node, RolloutTree, Trajectory
 
 
+DEFAULT_NUM_GLOBAL = 8
+"""N left out: the reference code's 8 global samples of its M = 16."""
+
+
+def default_num_global(num_global: int | None, num_generations: int) -> int:
+    """N as given, or left out (None): `DEFAULT_NUM_GLOBAL`, or M when M is smaller (M = 4 alone was an error)."""
+    return min(DEFAULT_NUM_GLOBAL, num_generations) if num_global is None else num_global
+
+
 @dataclass
 class RolloutConfig:
     num_generations: int = 16
     """M: trajectories per task."""
-    num_global: int = 8
-    """N: global samples per task before any branching."""
+    num_global: int | None = None
+    """N: global samples per task before any branching (None: `DEFAULT_NUM_GLOBAL`, or M when M is smaller)."""
     branch_factor: int = 2
     """Z: a branch point yields Z paths (the original and Z−1 new ones)."""
     alpha: float = 0.5
@@ -125,6 +134,7 @@ class RolloutConfig:
     pay; on a GPU the steps are the time."""
 
     def __post_init__(self) -> None:  # ConfigError: a ValueError the command line says in one line
+        self.num_global = default_num_global(self.num_global, self.num_generations)
         if not 1 <= self.num_global <= self.num_generations:
             raise ConfigError(f"need 1 <= N (num_global={self.num_global}) <= M (num_generations="
                               f"{self.num_generations})")

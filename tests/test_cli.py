@@ -353,7 +353,7 @@ def test_rollout_defaults_agree_everywhere_they_are_written():
 
     from arpo_algo.arpo_config import ARPOConfig
     from arpo_algo.cli import _rollout_parser
-    from arpo_algo.rollout import RolloutConfig
+    from arpo_algo.rollout import RolloutConfig, default_num_global
 
     parser = argparse.ArgumentParser()
     _rollout_parser(parser.add_subparsers(dest="command"))
@@ -368,6 +368,7 @@ def test_rollout_defaults_agree_everywhere_they_are_written():
              "min_spare_samples": ("min_spare_samples", "min_spare_samples"),
              "speculative_branches": ("speculative_branches", "speculative_branches"),
              "temperature": ("temperature", "temperature"), "top_p": ("top_p", "top_p"), "seed": (None, "seed")}
+    flags["num_global"] = default_num_global(flags["num_global"], flags["num_generations"])  # left out: None, 8
     for field, (in_trainer, flag) in names.items():
         assert flags[flag] == getattr(rollout, field), f"arpo rollout --{flag.replace('_', '-')}"
         if in_trainer:

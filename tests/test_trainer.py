@@ -279,6 +279,19 @@ def test_settings_the_rollout_cannot_honour_are_refused(tmp_path):
     assert ARPOConfig(**common, eval_temperature=0.0).eval_temperature == 0.0  # greedy evaluation stays
 
 
+def test_n_left_out_is_8_or_m_when_m_is_smaller(tmp_path):
+    # N's default was 8 whatever M: `arpo train --num_generations 4` was an error until N was given too (arpo
+    # rollout cut it to M), and so was RolloutConfig(num_generations=4).
+    common = dict(output_dir=str(tmp_path), per_device_train_batch_size=4, use_cpu=True, report_to="none")
+    assert ARPOConfig(**common, num_generations=4).num_global == 4
+    assert ARPOConfig(**common, num_generations=16, gradient_accumulation_steps=4).num_global == 8
+    assert RolloutConfig(num_generations=4).num_global == 4 and RolloutConfig().num_global == 8
+    with pytest.raises(ValueError, match="num_global"):  # given, it is what it says
+        ARPOConfig(**common, num_generations=4, num_global=6)
+    with pytest.raises(ValueError, match="num_global"):
+        RolloutConfig(num_generations=4, num_global=6)
+
+
 def test_trls_gradient_checkpointing_is_taken_without_a_deprecation_warning(tmp_path):
     """TRL defaults and documents gradient_checkpointing; transformers 5.20+ renamed it and warned at every run (TRL's
     own default included). Both names work, without the warning, and mean the same."""
