@@ -498,10 +498,11 @@ def _vllm_engine_options(args: ARPOConfig) -> Iterator[None]:
         finally:
             generation.VLLMClient = client
         return
+    from arpo_algo.vllm_generator import cpu_engine_defaults, private_rpc_folder
+
+    private_rpc_folder()
     options = dict(args.vllm_engine_kwargs or {})
     if not torch.cuda.is_available():
-        from arpo_algo.vllm_generator import cpu_engine_defaults
-
         cpu_engine_defaults(options)
     engine = generation.LLM
     generation.LLM = functools.partial(engine, **options)

@@ -33,6 +33,47 @@ from arpo_algo.entropy import top_logprob_entropy
 from arpo_algo.generator import Decide, GeneratorStats, Path, PathGenerator, SamplingParams, Segment
 
 
+RPC_FOLDER_PREFIX = "arpo-vllm-"
+_rpc_folder: str | None = None
+
+
+def private_rpc_folder() -> str | None:
+    """Where this process's vLLM engines make their sockets: a folder of its own in the temporary directory, set as
+    ``VLLM_RPC_BASE_PATH`` (unless that is set already) before an engine starts, and removed when the process exits.
+    vLLM makes its ZeroMQ sockets (``ipc://``) in the temporary directory itself and leaves them there: some seven
+    files an engine, thousands over a test suite's runs. The folder's name holds the process id, and folders whose
+    process is gone (killed, so nothing removed its folder) are removed when the next one is made."""
+    import atexit
+    import os
+    import shutil
+    import tempfile
+
+    global _rpc_folder
+    if "VLLM_RPC_BASE_PATH" in os.environ:
+        return _rpc_folder if os.environ["VLLM_RPC_BASE_PATH"] == _rpc_folder else None
+    base = tempfile.gettempdir()
+    for name in os.listdir(base):
+        pid = name[len(RPC_FOLDER_PREFIX):].split("-", 1)[0]
+        if name.startswith(RPC_FOLDER_PREFIX) and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+    _rpc_folder = tempfile.mkdtemp(prefix=f"{RPC_FOLDER_PREFIX}{os.getpid()}-", dir=base)
+    os.environ["VLLM_RPC_BASE_PATH"] = _rpc_folder
+    atexit.register(shutil.rmtree, _rpc_folder, True)
+    return _rpc_folder
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
+
+
 def vllm_available() -> bool:
     try:
         import vllm  # noqa: F401
@@ -125,6 +166,7 @@ class VLLMGenerator(_CacheServedPaths):
         from vllm import LLM
 
         kwargs.setdefault("logprobs_mode", "processed_logprobs")
+        private_rpc_folder()
         if not torch.cuda.is_available():
             kwargs.setdefault("block_size", 32)
             cpu_engine_defaults(kwargs)

@@ -26,3 +26,30 @@ def test_a_conversion_cut_short_is_converted_again(tmp_path, monkeypatch, tokeni
     assert loaded("2 + 3")["input_ids"] == tokenizer("2 + 3")["input_ids"]
     assert model.config.vocab_size == len(tokenizer)
     assert sorted(p.name for p in target.parent.iterdir()) == ["smollm2-135m"]  # nothing set aside is left
+
+
+def test_vllms_socket_folder_is_this_processs_and_a_dead_ones_is_removed(tmp_path, monkeypatch):
+    """`private_rpc_folder` (no vLLM needed): a folder named for this process, set as VLLM_RPC_BASE_PATH; a folder
+    whose process is gone (killed before its exit removed it) is removed, one whose process lives is kept."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from arpo_algo import vllm_generator
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead, alive = tmp_path / f"arpo-vllm-{int(gone.stdout)}-x", tmp_path / f"arpo-vllm-{os.getppid()}-y"
+    for folder in (dead, alive):
+        folder.mkdir()
+        (folder / "socket").touch()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv("VLLM_RPC_BASE_PATH", raising=False)
+    monkeypatch.setattr(vllm_generator, "_rpc_folder", None)
+    folder = vllm_generator.private_rpc_folder()
+    assert folder == os.environ["VLLM_RPC_BASE_PATH"] and os.path.isdir(folder)
+    assert os.path.basename(folder).startswith(f"arpo-vllm-{os.getpid()}-") and os.path.dirname(folder) == str(tmp_path)
+    assert not dead.exists() and alive.exists()
+    assert vllm_generator.private_rpc_folder() == folder  # once a process
+    monkeypatch.setenv("VLLM_RPC_BASE_PATH", str(tmp_path / "the user's"))  # one the user set is theirs
+    assert vllm_generator.private_rpc_folder() is None

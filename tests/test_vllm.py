@@ -314,6 +314,17 @@ def test_each_path_is_its_own_request(generator, tokenizer):
     assert generator.stats.decode_steps - steps == len(segments["long"].token_ids)
 
 
+def test_the_engines_sockets_are_made_in_a_folder_of_this_process(generator):
+    # vLLM made its ZeroMQ sockets in the temporary directory itself and left them there: seven files an engine.
+    import stat
+    import tempfile
+
+    folder = os.environ["VLLM_RPC_BASE_PATH"]
+    assert os.path.dirname(folder) == tempfile.gettempdir()
+    assert os.path.basename(folder).startswith(f"arpo-vllm-{os.getpid()}-")
+    assert any(stat.S_ISSOCK(os.lstat(os.path.join(folder, name)).st_mode) for name in os.listdir(folder))
+
+
 def test_a_cancelled_request_is_aborted_in_the_engine(generator, tokenizer):
     """`cancel` aborts a request that is streaming: it never comes back, the engine holds nothing of it, the tokens
     it had generated count in the stats, and the request beside it finishes as usual."""
