@@ -527,9 +527,11 @@ def serve(command, tmp_path_factory, health="/health", env=None):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     log = tmp_path_factory.mktemp("server") / "serve.log"
+    scratch = str(log.parent)  # vLLM's sockets and file stores, which it leaves in the temporary directory
     with open(log, "w") as out:
         proc = subprocess.Popen([*command, "--port", str(port)], stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, **(env or {})}, start_new_session=True)
+                                env={**os.environ, "TMPDIR": scratch, "VLLM_RPC_BASE_PATH": scratch, **(env or {})},
+                                start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
