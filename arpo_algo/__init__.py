@@ -34,6 +34,16 @@ def json_object(name: str, value: Any, example: str) -> dict[str, Any]:
     return dict(value or {})
 
 
+def unknown_env(exc: Exception) -> str:
+    """Gymnasium's message for an id that is not registered, with arpo's ids: "Did you mean: `Hopper`?" was all it
+    said of ``Nope-v0``."""
+    from arpo_env import ENV_IDS
+
+    said = re.sub(r" Did you mean: `(?!ARPO-)[^`]*`\?", "", str(exc))  # a close name among Gymnasium's own
+    return (f"{said} arpo's environments: {', '.join(ENV_IDS)}; another package's is named with the module that "
+            "registers it, as Gymnasium reads it (module:Name-v0)")
+
+
 @contextmanager
 def env_arguments(env_id: str) -> Iterator[None]:
     """Around the making of an environment from a user's arguments: an argument the env does not take, a value it
@@ -42,15 +52,12 @@ def env_arguments(env_id: str) -> Iterator[None]:
     "Did you mean: `Hopper`?" was all it said). A dataset's or Gymnasium's other errors pass as they are."""
     import gymnasium as gym
 
-    from arpo_env import ENV_IDS
     from arpo_env.datasets import DataError
 
     try:
         yield
     except (gym.error.NameNotFound, gym.error.VersionNotFound, gym.error.NamespaceNotFound) as exc:
-        said = re.sub(r" Did you mean: `(?!ARPO-)[^`]*`\?", "", str(exc))  # a close name among Gymnasium's own
-        raise ConfigError(f"{said} arpo's environments: {', '.join(ENV_IDS)}; another package's is named with the "
-                          "module that registers it, as Gymnasium reads it (module:Name-v0)") from None
+        raise ConfigError(unknown_env(exc)) from None
     except ModuleNotFoundError as exc:
         if ":" not in env_id.split("/")[0]:
             raise

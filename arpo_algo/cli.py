@@ -194,7 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run a subcommand; a missing extra or a user's mistake is one clear line on stderr (exit 2), not a traceback."""
     import gymnasium as gym
 
-    from arpo_algo import ConfigError
+    from arpo_algo import ConfigError, unknown_env
     from arpo_env.datasets import DataError
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -214,6 +214,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"'arpo[{extra}]'{cpu}", file=sys.stderr)
     except (gym.error.Error, DataError, FileNotFoundError, ConfigError) as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if isinstance(exc, (gym.error.NameNotFound, gym.error.VersionNotFound, gym.error.NamespaceNotFound)):
+            message = unknown_env(exc)  # arpo sft's, and any other command's
         print(f"arpo {command}: {message}", file=sys.stderr)
     except SystemExit as exc:  # a subcommand's own one-line message (SystemExit("arpo eval: …")): exit 2 as well
         if not isinstance(exc.code, str):

@@ -320,6 +320,12 @@ class SFTScriptArguments:
         if level.strip() and not (level.strip().isdigit() and 1 <= int(level) <= MAX_LEVEL):
             raise ValueError(f"synthetic_family {self.synthetic_family!r}: its {FAMILIES[name][1]} must be a whole "
                              f"number from 1 to {MAX_LEVEL:,}, not {level!r} (e.g. {name}:{FAMILIES[name][2]})")
+        if ":" not in self.env_id:  # registered (module:Name-v0 registers on import, when it is made)
+            import gymnasium as gym
+
+            import arpo_env  # noqa: F401 - registers our ids
+
+            gym.spec(self.env_id)  # NameNotFound: the command line names arpo's (arpo_algo.unknown_env)
 
 
 def make_parser() -> Any:
@@ -368,6 +374,27 @@ def build_dataset(script: SFTScriptArguments, tokenizer: Any, vocabulary: int | 
     return Dataset.from_list(examples)
 
 
+def length_note(masks: Sequence[Sequence[int]], max_length: int | None) -> str | None:
+    """What ``max_length`` does to these trajectories (their assistant masks), or None when it cuts none. TRL cuts
+    each at ``max_length`` tokens and drops those left with no trained token, silently; when it dropped all of them
+    the run died on "num_samples should be a positive integer value, but got num_samples=0". That is a `SystemExit`
+    here, before training, saying what length would do."""
+    if max_length is None:
+        return None
+    longer = [m for m in masks if len(m) > max_length]
+    if not longer:
+        return None
+    firsts = [list(m).index(1) for m in masks if 1 in m]
+    dropped = sum(1 for m in masks if 1 not in m[:max_length])
+    if dropped == len(masks):
+        raise SystemExit(f"arpo sft: max_length={max_length} leaves no trained token in any trajectory: the first "
+                         f"comes after {min(firsts, default=0)} tokens at the soonest (the prompt), and the longest "
+                         f"trajectory has {max(map(len, masks))}; raise --max_length")
+    left = f"; left out, with no trained token before it: {dropped}" if dropped else ""
+    return (f"{len(longer)} of {len(masks)} trajectories are longer than max_length={max_length} tokens and are cut "
+            f"there (the longest has {max(map(len, masks))}){left}")
+
+
 def check_token_ids(ids: Sequence[int], vocabulary: int | None, where: str) -> None:
     """A `ValueError` naming `where` for a token id the model has no embedding for: token-id records (rollout trees,
     ``prompt_ids`` records) sampled by a model of another vocabulary. Its first training step failed on it
@@ -396,6 +423,10 @@ def train(script: SFTScriptArguments, args: Any, model_args: Any) -> Any:
         raise SystemExit(f"arpo sft: {exc}") from None
     print(f"arpo sft: {len(dataset)} trajectories, {sum(map(sum, dataset['assistant_masks']))} trained tokens "
           f"(prompt and tool output masked)", file=sys.stderr)
+    packed = getattr(args, "packing", False) or getattr(args, "padding_free", False)  # then TRL cuts nothing so
+    cut = None if packed else length_note(dataset["assistant_masks"], args.max_length)
+    if cut:
+        print(f"arpo sft: {cut}", file=sys.stderr)
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
                          peft_config=get_peft_config(model_args))
     note_starting_over(resume, args.output_dir, "arpo sft")

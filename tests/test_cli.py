@@ -95,6 +95,8 @@ def run_cli(*args, timeout=300):
      "synthetic_tasks must be a whole number from 0"),  # was "dataset 'arithmetic:-1:1:': N …", after the weights
     (["sft", "--config", "examples/recipes/smollm2_sft_cpu.yaml", "--synthetic_family", "chain:0"],
      "synthetic_family 'chain:0': its steps must be"),
+    (["sft", "--config", "examples/recipes/smollm2_sft_cpu.yaml", "--env_id", "Nope-v0"],
+     "arpo sft: Environment `Nope` doesn't exist. arpo's environments: ARPO-Math-v0"),  # Gymnasium's `Hopper`, late
     (["eval", "--model", "x", "--benchmarks", "gsm8k", "--max-completion-tokens", "0"], "--max-completion-tokens=0"),
     (["eval", "--model", "x", "--benchmarks", "gsm8k", "--runs", "0"], "--runs must be at least 1"),  # 0 samples
     (["eval", "--model", "x", "--benchmarks", "webwalker", "--judge", "127.0.0.1:8001/v1"],

@@ -194,6 +194,23 @@ def test_arpo_sft_command_trains_from_rollout_trees_on_stdin(traces, tokenizer, 
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"arpo sft: resuming from {out / 'checkpoint-2'}" in result.stderr
     assert "SFT finished 3 steps" in result.stdout
+    # a max_length that leaves nothing to train: TRL dropped every trajectory, and torch said "num_samples=0"
+    result = subprocess.run(command + ["--max_steps", "1", "--max_length", "5", "--output_dir", str(tmp_path / "cut")],
+                            input=stdin, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert f"max_length=5 leaves no trained token in any trajectory: the first comes after {prompt_len}" in \
+        result.stderr
+
+
+def test_what_max_length_cuts_is_said():
+    from arpo_algo.sft import length_note
+
+    masks = [[0, 0, 1, 1], [0, 0, 0, 0, 0, 1, 1], [0, 1]]
+    assert length_note(masks, None) is None and length_note(masks, 7) is None
+    assert length_note(masks, 4) == ("1 of 3 trajectories are longer than max_length=4 tokens and are cut there (the "
+                                     "longest has 7); left out, with no trained token before it: 1")
+    with pytest.raises(SystemExit, match="max_length=1 leaves no trained token"):
+        length_note(masks, 1)
 
 
 def test_a_trajectory_file_with_a_byte_order_mark_keeps_its_first_record(tmp_path, capsys):
