@@ -35,42 +35,52 @@ from arpo_algo.generator import Decide, GeneratorStats, Path, PathGenerator, Sam
 
 RPC_FOLDER_PREFIX = "arpo-vllm-"
 _rpc_folder: str | None = None
+_rpc_lock: int | None = None
 
 
 def private_rpc_folder() -> str | None:
     """Where this process's vLLM engines make their sockets: a folder of its own in the temporary directory, set as
     ``VLLM_RPC_BASE_PATH`` (unless that is set already) before an engine starts, and removed when the process exits.
     vLLM makes its ZeroMQ sockets (``ipc://``) in the temporary directory itself and leaves them there: some seven
-    files an engine, thousands over a test suite's runs. The folder's name holds the process id, and folders whose
-    process is gone (killed, so nothing removed its folder) are removed when the next one is made."""
+    files an engine, thousands over a test suite's runs. The process holds a lock on a file in its folder while it
+    lives (the kernel lets it go when the process ends, however it ends); folders whose lock is free, those of
+    processes that were killed before they could remove them, are removed when the next one is made."""
     import atexit
+    import fcntl
     import os
     import shutil
     import tempfile
 
-    global _rpc_folder
+    global _rpc_folder, _rpc_lock
     if "VLLM_RPC_BASE_PATH" in os.environ:
         return _rpc_folder if os.environ["VLLM_RPC_BASE_PATH"] == _rpc_folder else None
     base = tempfile.gettempdir()
     for name in os.listdir(base):
-        pid = name[len(RPC_FOLDER_PREFIX):].split("-", 1)[0]
-        if name.startswith(RPC_FOLDER_PREFIX) and pid.isdigit() and not _alive(int(pid)):
+        if name.startswith(RPC_FOLDER_PREFIX) and _abandoned(os.path.join(base, name)):
             shutil.rmtree(os.path.join(base, name), ignore_errors=True)
-    _rpc_folder = tempfile.mkdtemp(prefix=f"{RPC_FOLDER_PREFIX}{os.getpid()}-", dir=base)
-    os.environ["VLLM_RPC_BASE_PATH"] = _rpc_folder
-    atexit.register(shutil.rmtree, _rpc_folder, True)
-    return _rpc_folder
+    folder = tempfile.mkdtemp(prefix=RPC_FOLDER_PREFIX, dir=base)
+    _rpc_lock = os.open(os.path.join(folder, ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(_rpc_lock, fcntl.LOCK_EX)
+    _rpc_folder = os.environ["VLLM_RPC_BASE_PATH"] = folder
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
 
 
-def _alive(pid: int) -> bool:
+def _abandoned(folder: str) -> bool:
+    """Whether no process holds `folder`'s lock (a folder without one is being made: not abandoned)."""
+    import fcntl
     import os
 
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        fd = os.open(os.path.join(folder, ".lock"), os.O_RDWR)
+    except OSError:
         return False
-    except PermissionError:  # another user's
-        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
     return True
 
 

@@ -269,7 +269,7 @@ class _Digits:
 
 def intractable(answer: str, longest: int = 20_000) -> str | None:
     r"""Why math-verify cannot score `answer` in reasonable time, or None: brackets nested deeper than `MAX_NESTING`,
-    or numbers of more than `MAX_DIGITS` digits (``9^{9^{9^9}}``, ``(10^6)!``, ``\\Gamma(10^{10})``: bounded from above,
+    or numbers of more than `MAX_DIGITS` digits (``9^{9^{9^9}}``, ``(10^6)!``, ``\Gamma(10^{10})``: bounded from above,
     `_Digits`; a binomial counts `BINOMIAL_COST` times its digits, a product of n factors n digits at least).
     Found in a linear pass in the caller's thread (under 0.1 s); an answer longer than `longest` characters is not
     looked at (None: the scoring worker's time bound holds it)."""

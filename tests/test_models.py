@@ -29,8 +29,9 @@ def test_a_conversion_cut_short_is_converted_again(tmp_path, monkeypatch, tokeni
 
 
 def test_vllms_socket_folder_is_this_processs_and_a_dead_ones_is_removed(tmp_path, monkeypatch):
-    """`private_rpc_folder` (no vLLM needed): a folder named for this process, set as VLLM_RPC_BASE_PATH; a folder
-    whose process is gone (killed before its exit removed it) is removed, one whose process lives is kept."""
+    """`private_rpc_folder` (no vLLM needed): a folder of this process's own, set as VLLM_RPC_BASE_PATH; a folder
+    whose process is gone (killed before its exit removed it: its lock is free) is removed, one whose process lives
+    (it holds the lock) is kept."""
     import os
     import subprocess
     import sys
@@ -38,18 +39,29 @@ def test_vllms_socket_folder_is_this_processs_and_a_dead_ones_is_removed(tmp_pat
 
     from arpo_algo import vllm_generator
 
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    dead, alive = tmp_path / f"arpo-vllm-{int(gone.stdout)}-x", tmp_path / f"arpo-vllm-{os.getppid()}-y"
+    holder = ("import fcntl, os, sys, time\nfd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n"
+              "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('locked', flush=True)\ntime.sleep(600)")
+    dead, alive = tmp_path / "arpo-vllm-dead", tmp_path / "arpo-vllm-alive"
     for folder in (dead, alive):
         folder.mkdir()
         (folder / "socket").touch()
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.delenv("VLLM_RPC_BASE_PATH", raising=False)
-    monkeypatch.setattr(vllm_generator, "_rpc_folder", None)
-    folder = vllm_generator.private_rpc_folder()
-    assert folder == os.environ["VLLM_RPC_BASE_PATH"] and os.path.isdir(folder)
-    assert os.path.basename(folder).startswith(f"arpo-vllm-{os.getpid()}-") and os.path.dirname(folder) == str(tmp_path)
-    assert not dead.exists() and alive.exists()
-    assert vllm_generator.private_rpc_folder() == folder  # once a process
+    (dead / ".lock").touch()  # its process was killed: nothing holds the lock
+    live = subprocess.Popen([sys.executable, "-c", holder, str(alive / ".lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert live.stdout.readline().strip() == "locked"
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+        monkeypatch.delenv("VLLM_RPC_BASE_PATH", raising=False)
+        monkeypatch.setattr(vllm_generator, "_rpc_folder", None)
+        monkeypatch.setattr(vllm_generator, "_rpc_lock", None)
+        folder = vllm_generator.private_rpc_folder()
+        assert folder == os.environ["VLLM_RPC_BASE_PATH"] and os.path.dirname(folder) == str(tmp_path)
+        assert not dead.exists() and alive.exists()
+        assert vllm_generator.private_rpc_folder() == folder  # once a process
+        assert not vllm_generator._abandoned(folder)  # this process holds it
+        os.close(vllm_generator._rpc_lock)
+    finally:
+        live.kill()
+        live.wait()
+    assert vllm_generator._abandoned(str(alive))  # its process ended: free
     monkeypatch.setenv("VLLM_RPC_BASE_PATH", str(tmp_path / "the user's"))  # one the user set is theirs
     assert vllm_generator.private_rpc_folder() is None

@@ -319,9 +319,11 @@ def test_the_engines_sockets_are_made_in_a_folder_of_this_process(generator):
     import stat
     import tempfile
 
+    from arpo_algo.vllm_generator import _abandoned
+
     folder = os.environ["VLLM_RPC_BASE_PATH"]
-    assert os.path.dirname(folder) == tempfile.gettempdir()
-    assert os.path.basename(folder).startswith(f"arpo-vllm-{os.getpid()}-")
+    assert os.path.dirname(folder) == tempfile.gettempdir() and os.path.basename(folder).startswith("arpo-vllm-")
+    assert not _abandoned(folder)  # this process holds it
     assert any(stat.S_ISSOCK(os.lstat(os.path.join(folder, name)).st_mode) for name in os.listdir(folder))
 
 
