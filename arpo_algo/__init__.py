@@ -48,16 +48,14 @@ def unknown_env(exc: Exception) -> str:
 def env_arguments(env_id: str) -> Iterator[None]:
     """Around the making of an environment from a user's arguments: an argument the env does not take, a value it
     refuses (``max_tool_calls: -1``) or a tool it cannot make (E2B without its key) is a `ConfigError` naming the env,
-    one line on the command line, not a traceback. An id that is not registered says which are arpo's (Gymnasium's
-    "Did you mean: `Hopper`?" was all it said). A dataset's or Gymnasium's other errors pass as they are."""
+    one line on the command line, not a traceback; so is a ``module:Name-v0`` id whose module is missing. A dataset's
+    or Gymnasium's own errors pass as they are (the command line says an unknown id with arpo's: `unknown_env`)."""
     import gymnasium as gym
 
     from arpo_env.datasets import DataError
 
     try:
         yield
-    except (gym.error.NameNotFound, gym.error.VersionNotFound, gym.error.NamespaceNotFound) as exc:
-        raise ConfigError(unknown_env(exc)) from None
     except ModuleNotFoundError as exc:
         if ":" not in env_id.split("/")[0]:
             raise

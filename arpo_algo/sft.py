@@ -423,7 +423,7 @@ def train(script: SFTScriptArguments, args: Any, model_args: Any) -> Any:
         raise SystemExit(f"arpo sft: {exc}") from None
     print(f"arpo sft: {len(dataset)} trajectories, {sum(map(sum, dataset['assistant_masks']))} trained tokens "
           f"(prompt and tool output masked)", file=sys.stderr)
-    packed = getattr(args, "packing", False) or getattr(args, "padding_free", False)  # then TRL cuts nothing so
+    packed = getattr(args, "packing", False) or getattr(args, "padding_free", False)  # TRL drops no row then
     cut = None if packed else length_note(dataset["assistant_masks"], args.max_length)
     if cut:
         print(f"arpo sft: {cut}", file=sys.stderr)
