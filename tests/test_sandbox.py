@@ -217,6 +217,22 @@ def test_a_fork_writes_the_files_it_holds_open_in_its_own_folder(box):
         child.close()
 
 
+def test_a_forks_shared_memory_maps_are_its_own(box):
+    # A fork keeps shared maps shared: a branch's writes through np.memmap reached the other branch's file, and
+    # through an anonymous mmap.mmap the other branch's memory.
+    box.call("import mmap\nimport numpy as np\nm = np.memmap('a.dat', dtype='int64', mode='w+', shape=(1000,))\n"
+             "m[:] = 1\nm.flush()\nanon = mmap.mmap(-1, 4096)\nanon[:6] = b'parent'")
+    child = box.fork()
+    try:
+        assert child.call("m[:] = 2\nm.flush()\nanon[:6] = b'child!'\n"
+                          "int(np.fromfile('a.dat', dtype='int64')[0]), int(m[999]), anon[:6]"
+                          ).text == "(2, 2, b'child!')"
+        assert box.call("int(m[0]), int(np.fromfile('a.dat', dtype='int64')[0]), anon[:6]"
+                        ).text == "(1, 1, b'parent')"
+    finally:
+        child.close()
+
+
 def test_a_fork_keeps_a_current_folder_outside_its_own_as_a_replay_does(box, tmp_path):
     box.call(f"import os\nos.chdir({str(tmp_path)!r})")
     child, replayed = box.fork(), LocalSandbox()

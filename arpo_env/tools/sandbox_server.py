@@ -1278,6 +1278,7 @@ class Worker:
                 except OSError:
                     _CHDIR(new)
                 _reopen_files(old, new)
+                _remap_shared(old, new)
             self.guard.root = new
             if self.guard.quota is not None:
                 self.guard.quota = self.guard.quota.moved_to(self.guard.root)
@@ -1464,6 +1465,76 @@ def _unnamed_copy(fd: int, folder: str, flags: int) -> int:
     return again
 
 
+_MMAP = _MPROTECT = _STRING_AT = _MEMMOVE = None
+"""``mmap`` and ``mprotect`` of the C library and ctypes' ``string_at`` and ``memmove``, taken before any cell runs
+(`_take_mapping_calls`), for `_remap_shared`: nothing a cell rebinds runs in a fork's trusted steps."""
+_PROT_READ, _PROT_WRITE, _PROT_EXEC = 1, 2, 4
+_MAP_SHARED, _MAP_FIXED, _MAP_ANONYMOUS = 0x01, 0x10, 0x20
+_SHARED_ANONYMOUS = "/dev/zero (deleted)"
+
+
+def _take_mapping_calls() -> None:
+    global _MMAP, _MPROTECT, _STRING_AT, _MEMMOVE
+    if _LIBC is None:
+        return
+    try:
+        import ctypes
+
+        mmap, mprotect = _LIBC.mmap, _LIBC.mprotect
+        mmap.restype, mprotect.restype = ctypes.c_void_p, ctypes.c_int
+        mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        _MMAP, _MPROTECT, _STRING_AT, _MEMMOVE = mmap, mprotect, ctypes.string_at, ctypes.memmove
+    except Exception:  # noqa: BLE001 - without them a fork's shared maps stay shared
+        pass
+
+
+def _remap_shared(old: str, new: str) -> None:
+    """In a fork: the memory a cell maps shared is the copy's own. A file of the parent's folder mapped shared
+    (``np.memmap``, ``mmap.mmap`` of a file, SQLite's ``-shm``) is mapped again at the same address from the copy's
+    file; an anonymous shared map (``mmap.mmap(-1, n)``) becomes a new one with the same contents. A fork keeps shared
+    maps shared, so a branch's writes through them reached the other branch's memory and files."""
+    if _MMAP is None:
+        return
+    try:
+        fd = _OPEN("/proc/self/maps", os.O_RDONLY)
+        try:
+            text = b""
+            while chunk := _READ(fd, 1 << 16):
+                text += chunk
+        finally:
+            _CLOSE(fd)
+    except OSError:
+        return
+    for line in text.decode("utf-8", "replace").splitlines():
+        parts = line.split(None, 5)
+        if len(parts) < 6 or len(parts[1]) < 4 or parts[1][3] != "s":
+            continue
+        try:
+            start, end = (int(x, 16) for x in parts[0].split("-"))
+            perms, offset, path = parts[1], int(parts[2], 16), parts[5]
+        except ValueError:
+            continue
+        prot = ((_PROT_READ if "r" in perms else 0) | (_PROT_WRITE if "w" in perms else 0)
+                | (_PROT_EXEC if "x" in perms[:3] else 0))
+        try:
+            if path.startswith(old + os.sep) and not path.endswith(_DELETED):
+                mapped = _OPEN(new + path[len(old):], os.O_RDWR if "w" in perms else os.O_RDONLY)
+                try:
+                    _MMAP(start, end - start, prot, _MAP_SHARED | _MAP_FIXED, mapped, offset)
+                finally:
+                    _CLOSE(mapped)
+            elif path == _SHARED_ANONYMOUS and "r" in perms:
+                contents = _STRING_AT(start, end - start)
+                if _MMAP(start, end - start, prot | _PROT_WRITE, _MAP_SHARED | _MAP_ANONYMOUS | _MAP_FIXED, -1,
+                         0) == start:
+                    _MEMMOVE(start, contents, end - start)
+                    if not prot & _PROT_WRITE:
+                        _MPROTECT(start, end - start, prot)
+        except (OSError, MemoryError):
+            continue
+
+
 def _become_worker(sock: socket.socket, workdir: str, limits: dict, guard: Guard) -> None:
     os.chdir(workdir)
     guard.root = os.path.realpath(workdir)
@@ -1525,6 +1596,7 @@ def template_main(fd: int, preload: list[str]) -> None:
         _LIBC = ctypes.CDLL(None, use_errno=True)
     except Exception:  # noqa: BLE001 - without it, the cells' threads are not interrupted (only timed)
         pass
+    _take_mapping_calls()
     for name in preload:
         try:
             __import__(name)
