@@ -5,8 +5,8 @@
 Variables live across cells; a trailing expression's value is shown; stdout and stderr are captured and capped;
 tracebacks are short. `fork()` forks the worker itself: the copy has the same variables (copy-on-write, a few
 milliseconds, whatever the history) and a copy of the folder, where it stands where the parent stood (its current and
-temporary folders, and the files a cell holds open, are the parent's, moved to the copy). `snapshot()` is the list of
-executed cells; `restore()` replays it in a fresh worker, in this process or another.
+temporary folders, the files a cell holds open and the memory it maps shared are the parent's, moved to the copy).
+`snapshot()` is the list of executed cells; `restore()` replays it in a fresh worker, in this process or another.
 
 What it contains (tested): runaway loops (per-cell wall-clock and CPU timers interrupt the cell and keep its state; a
 cell that ignores the interrupt is killed after a grace period), memory bombs (an address-space limit: ``MemoryError``
