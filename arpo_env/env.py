@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import copy
 import math
 import numbers
@@ -184,7 +185,8 @@ class ToolEnv(gym.Env[str, str]):
         elif call is not None and len(calls) > 1 and state.budget_used < self.max_tool_calls:
             # Each call must be followed by its result; a turn cannot be, and running only some would mislead.
             state.refused_calls += 1
-            written = ", ".join(f"<{c.tag}>" for c in calls)
+            written = ", ".join(f"<{c.tag}>" for c in calls) if len(calls) <= 4 else ", ".join(  # not one per call
+                f"<{tag}> ×{n}" for tag, n in collections.Counter(c.tag for c in calls).items())
             info.update(tool_failed=True, tool_error=f"{len(calls)} tool calls in one turn")
             observation = tags.wrap_result(
                 f"error: {len(calls)} tool calls in one turn ({written}); none ran. Write one call, then wait for its "

@@ -395,6 +395,9 @@ def test_a_turn_with_several_tool_calls_runs_none_and_says_so():
     assert "last tool call" in obs
     obs, reward, terminated, truncated, info = env.step("<python>print(2)</python><python>print(3)</python>")
     assert truncated and "budget" in obs  # out of budget: the episode ends as for any call
+    env.reset(options={"question": "q", "answer": "1"})  # many calls are counted, not listed: 10 KB for 1,000 before
+    obs = env.step("<python>print(1)</python>" * 1000 + "<search>one</search>")[0]
+    assert "1001 tool calls in one turn (<python> ×1000, <search> ×1); none ran" in obs and len(obs) < 300
     env.close()
 
 
