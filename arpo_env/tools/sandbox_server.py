@@ -1401,15 +1401,16 @@ def _short_repr(value: object, limit: int = 20000) -> str:
 # --------------------------------------------------------------------------------------------------------------------
 # The template: preload, then fork workers on request
 # --------------------------------------------------------------------------------------------------------------------
+def _in_copy(real: str, old: str, new: str) -> str | None:
+    """The real path `real` in the folder `old` (a worker's root) as the same path in `new` (its fork's), or None
+    for a path outside `old`."""
+    return new + real[len(old):] if real == old or real.startswith(old + os.sep) else None
+
+
 def _moved(path: str, old: str, new: str) -> str:
-    """`path` with the folder `old` (a worker's root) replaced by `new` (its fork's): a path in the parent's folder
-    names the same file in the copy's; any other path is left as it is."""
-    real = _REALPATH(path)
-    if real == old:
-        return new
-    if real.startswith(old + os.sep):
-        return new + real[len(old):]
-    return path
+    """`path` (followed to its real path) in the fork's folder where it is in the parent's; any other path as it is."""
+    moved = _in_copy(_REALPATH(path), old, new)
+    return path if moved is None else moved
 
 
 def _reopen_files(old: str, new: str) -> None:
@@ -1424,13 +1425,13 @@ def _reopen_files(old: str, new: str) -> None:
         return
     for fd in fds:
         try:
-            target = _READLINK(f"/proc/self/fd/{fd}")
-            unnamed = target.endswith(_DELETED)
-            if not target.startswith(old + os.sep) or not _S_ISREG(_FSTAT(fd).st_mode):
+            target = _READLINK(f"/proc/self/fd/{fd}")  # a real path already
+            moved = _in_copy(target, old, new)
+            if moved is None or not _S_ISREG(_FSTAT(fd).st_mode):
                 continue
             flags = _FCNTL(fd, fcntl.F_GETFL) & ~(os.O_CREAT | os.O_EXCL | os.O_TRUNC)
             offset, inheritable = _LSEEK(fd, 0, os.SEEK_CUR), _GET_INHERITABLE(fd)
-            copy = _unnamed_copy(fd, new, flags) if unnamed else _OPEN(new + target[len(old):], flags)
+            copy = _unnamed_copy(fd, new, flags) if target.endswith(_DELETED) else _OPEN(moved, flags)
         except OSError:
             continue
         try:
@@ -1523,10 +1524,11 @@ def _remap_shared(old: str, new: str) -> None:
         except ValueError:
             continue
         prot = ((_PROT_READ if "r" in perms else 0) | (_PROT_WRITE if "w" in perms else 0)
-                | (_PROT_EXEC if "x" in perms[:3] else 0))
+                | (_PROT_EXEC if "x" in perms else 0))
+        moved = _in_copy(path, old, new)
         try:
-            if path.startswith(old + os.sep) and not path.endswith(_DELETED):
-                mapped = _OPEN(new + path[len(old):], os.O_RDWR if "w" in perms else os.O_RDONLY)
+            if moved is not None and not path.endswith(_DELETED):
+                mapped = _OPEN(moved, os.O_RDWR if "w" in perms else os.O_RDONLY)
                 try:
                     _MMAP(start, end - start, prot, _MAP_SHARED | _MAP_FIXED, mapped, offset)
                 finally:
