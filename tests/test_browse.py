@@ -350,6 +350,43 @@ def test_offline_page_store(tmp_path):
             gym.make("ARPO-DeepSearch-v0", browse_options={"page_store": str(tmp_path)})
 
 
+@pytest.mark.parametrize("private_hosts", [True, False])
+def test_a_server_that_trickles_its_headers_is_cut_off_at_the_deadline(monkeypatch, private_hosts):
+    """httpx's timeouts bound each read: a server sending its headers a line every 0.3 s held a 1 s fetch until it
+    was done (here 6 s; a server that never ends held it for ever). The fetch now hangs up at its deadline."""
+    import socket
+
+    from arpo_env.tools import browse
+
+    if not private_hosts:  # the public-only transport, with 127.0.0.1 counted public for once
+        monkeypatch.setattr(browse, "_is_public", lambda address: True)
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    sent = []
+
+    def trickle():
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            try:
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n")
+                for i in range(20):
+                    conn.sendall(f"X-Line-{i}: 1\r\n".encode())
+                    sent.append(i)
+                    time.sleep(0.3)
+                conn.sendall(f"Content-Length: {len(ARTICLE.encode())}\r\n\r\n".encode() + ARTICLE.encode())
+            except OSError:  # the client hung up
+                pass
+
+    thread = threading.Thread(target=trickle, daemon=True)
+    thread.start()
+    out = BrowseTool(cache=None, timeout_s=1.0, private_hosts=private_hosts).call(f"http://127.0.0.1:{port}/x")
+    assert out.failed and out.text == "browse failed: timed out after 1 s", out.text
+    thread.join()
+    listener.close()
+    assert len(sent) < 20  # the client hung up long before the server was done
+
+
 def test_long_pages_are_truncated_visibly(server):
     tool = BrowseTool(max_chars=200, private_hosts=True)
     out = tool.call(f"{server}/article")

@@ -233,14 +233,15 @@ class BrowseTool(StatelessTool):
         return text, how
 
     def fetch(self, url: str) -> str:
-        """GET `url` within the deadline, size cap and redirect limit; return its text or raise `BrowseError`."""
+        """GET `url` within the deadline (`timeout_s` for the whole fetch: its redirects, every connect and read),
+        size cap and redirect limit; return its text or raise `BrowseError`."""
         import httpx
 
         deadline = time.monotonic() + self.timeout_s
         seen: set[str] = set()
-        with httpx.Client(timeout=httpx.Timeout(self.timeout_s), follow_redirects=False,
-                          transport=None if self.private_hosts else _public_transport(),
-                          headers={"User-Agent": USER_AGENT, "Accept": "text/html,text/plain;q=0.9,*/*;q=0.1"}) as client:
+        headers = {"User-Agent": USER_AGENT, "Accept": "text/html,text/plain;q=0.9,*/*;q=0.1"}
+        with httpx.Client(timeout=httpx.Timeout(self.timeout_s), follow_redirects=False, headers=headers,
+                          transport=_transport(deadline, public=not self.private_hosts)) as client:
             for _ in range(self.max_redirects + 1):
                 if url in seen:
                     raise BrowseError(f"redirect loop at {url}")
@@ -338,17 +339,49 @@ def _not_public(host: str, address: object) -> str:
     return f"{host[:200]} is not a public address ({address}); browsing local and private networks is off"
 
 
-def _public_transport() -> Any:
-    """An httpx transport that connects only to public addresses: it resolves the host itself and connects to the
-    addresses it checked, so a name that resolves to a public address for `BrowseTool._check_address` and to a
+def _transport(deadline: float, public: bool) -> Any:
+    """An httpx transport whose every connect, read and write ends by `deadline` (``time.monotonic()``): httpx's
+    timeouts bound each socket operation, so a server that trickles its headers a byte at a time held a fetch for as
+    long as it liked. With `public`, it connects only to public addresses: it resolves the host itself and connects to
+    the addresses it checked, so a name that resolves to a public address for `BrowseTool._check_address` and to a
     private one a moment later (DNS rebinding) gets nowhere. TLS still names the host (SNI, the certificate).
-    Requests through a proxy (``HTTPS_PROXY``) go through httpx's own transport: the proxy resolves those."""
+    Requests through a proxy (``HTTPS_PROXY``) go through httpx's own transport: the proxy resolves those, and only
+    the body's reading is bounded by the deadline."""
     import httpcore
     import httpx
 
-    class PublicOnly(httpcore.SyncBackend):
+    def left(timeout: float | None, what: type[Exception]) -> float:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise what("the page's deadline passed")
+        return remaining if timeout is None else min(timeout, remaining)
+
+    class Bounded(httpcore.NetworkStream):
+        def __init__(self, stream: Any) -> None:
+            self.stream = stream
+
+        def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+            return self.stream.read(max_bytes, left(timeout, httpcore.ReadTimeout))
+
+        def write(self, buffer: bytes, timeout: float | None = None) -> None:
+            self.stream.write(buffer, left(timeout, httpcore.WriteTimeout))
+
+        def close(self) -> None:
+            self.stream.close()
+
+        def start_tls(self, ssl_context: Any, server_hostname: str | None = None,
+                      timeout: float | None = None) -> Any:
+            return Bounded(self.stream.start_tls(ssl_context, server_hostname, left(timeout, httpcore.ConnectTimeout)))
+
+        def get_extra_info(self, info: str) -> Any:
+            return self.stream.get_extra_info(info)
+
+    class Backend(httpcore.SyncBackend):
         def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
                         socket_options: Any = None) -> Any:
+            if not public:
+                return Bounded(super().connect_tcp(host, port, left(timeout, httpcore.ConnectTimeout), local_address,
+                                                   socket_options))
             try:
                 infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
             except (socket.gaierror, UnicodeError) as exc:
@@ -360,7 +393,8 @@ def _public_transport() -> Any:
             error: Exception = httpcore.ConnectError(f"no address for {host[:200]}")
             for address in addresses:
                 try:
-                    return super().connect_tcp(address, port, timeout, local_address, socket_options)
+                    return Bounded(super().connect_tcp(address, port, left(timeout, httpcore.ConnectTimeout),
+                                                       local_address, socket_options))
                 except httpcore.ConnectError as exc:  # the next address, as a resolver-driven connect would
                     error = exc
             raise error
@@ -369,8 +403,8 @@ def _public_transport() -> Any:
     pool = getattr(transport, "_pool", None)  # httpx does not take a network backend: its pool's is replaced
     if not isinstance(getattr(pool, "_network_backend", None), httpcore.NetworkBackend):
         raise RuntimeError(f"httpx {httpx.__version__} / httpcore {httpcore.__version__}: the transport's connection "
-                           "pool has no network backend to replace; browse with private_hosts=True or pin httpx<1")
-    pool._network_backend = PublicOnly()  # type: ignore[union-attr]
+                           "pool has no network backend to replace; pin httpx<1")
+    pool._network_backend = Backend()  # type: ignore[union-attr]
     return transport
 
 
