@@ -41,7 +41,8 @@ class ARPOScriptArguments(ScriptArguments):
     cold_start: str | None = field(
         default=None,
         metadata={"help": "An `arpo sft` recipe (YAML). When model_name_or_path does not exist yet, that SFT stage "
-                          "runs first and writes it (the cold start of the paper's two-stage training)."},
+                          "runs first and writes it (the cold start of the paper's two-stage training). A relative "
+                          "path is read from the current folder, else from the recipe's folder or one above it."},
     )
 
     def __post_init__(self) -> None:
@@ -239,12 +240,33 @@ def build_trainer(script_args: ARPOScriptArguments, args: ARPOConfig, model_args
 
 
 def holds_model(path: str) -> bool:
-    """Whether `path` is a folder with a finished model in it: its config (or a PEFT adapter's) and its tokenizer,
-    which ``arpo sft`` writes last. A cold start that was stopped leaves the folder without them (empty, or with
-    checkpoints only)."""
+    """Whether `path` names a finished model: the embedded one (``smollm2-135m``), or a folder with its config (or
+    a PEFT adapter's) and its tokenizer, which ``arpo sft`` writes last. A cold start that was stopped leaves the
+    folder without them (empty, or with checkpoints only)."""
+    from arpo_algo.models import EMBEDDED
+
+    if path in EMBEDDED:  # was taken for a folder to make: the cold start ran into ./smollm2-135m, unused
+        return True
     folder = Path(path)
     return ((folder / "config.json").is_file() or (folder / "adapter_config.json").is_file()) and \
         (folder / "tokenizer_config.json").is_file()
+
+
+def beside_recipe(path: str | None, argv: Sequence[str]) -> str | None:
+    """A file a recipe names (``cold_start``) by a relative path: from the current folder when it is there, else from
+    the recipe's folder or the nearest folder above it that has it (the shipped recipes name each other from the
+    project's root: ``arpo train --config ~/arpo/examples/recipes/smollm2_cpu.yaml`` run from another folder found no
+    ``examples/recipes/smollm2_sft_cpu.yaml``)."""
+    if not path or os.path.isabs(path) or os.path.exists(path):
+        return path
+    configs = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--config"]
+    configs += [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
+    for config in configs[-1:]:
+        folder = Path(config).resolve().parent
+        for above in (folder, *folder.parents):
+            if (above / path).exists():
+                return str(above / path)
+    return path
 
 
 def run_cold_start(recipe: str, output_dir: str) -> float:
@@ -349,6 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     parser = make_parser()
     script_args, args, model_args = parse_recipe(parser, argv)
+    script_args.cold_start = beside_recipe(script_args.cold_start, argv)
     check_output_dir(args.output_dir)
     resume = resolve_resume(args.resume_from_checkpoint, args.output_dir)
     trainer = build_trainer(script_args, args, model_args)
