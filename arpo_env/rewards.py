@@ -289,6 +289,8 @@ def intractable(answer: str, longest: int = 20_000) -> str | None:
 _DIGIT_GROUP = re.compile(r"(?<=\d)(?:\\[,;: ]|~)(?=\d{3}(?!\d))")
 _FULL_STOP = re.compile(r"(?<=[^.\s])\.\s*$")
 _E_NOTATION = re.compile(r"([+-]?(?:\d+(?:\.\d*)?|\.\d+))[eE]([+-]?\d{1,7})")  # linear: the answer is hostile
+_BEFORE_BINOMIAL = re.compile(r"(?<=[\d)])\s*(?=\\[dt]?binom(?![A-Za-z]))")
+_LIMITS_MARK = re.compile(r"\\(?:no)?limits(?![A-Za-z])")
 
 
 def tidy(answer: str) -> str:
@@ -296,8 +298,11 @@ def tidy(answer: str) -> str:
     (``10\,080``, ``10\;080``, ``10~080``: 10080, as ``10{,}080`` and ``10,\!080`` already are), a sentence's
     full stop at its end (``12.``, ``\frac{1}{2}.``; an ellipsis ``...`` stays), and a whole answer that is a number
     in E notation, as Python prints floats (``1e6``, ``1.5e-05``: math-verify reads the ``e`` as Euler's number), is
-    written as ``1\times10^{6}``."""
+    written as ``1\times10^{6}``. Two more that math-verify misreads: a binomial after a number or a bracket gets its
+    product sign (``2\binom{5}{2}``, which it did not read as 20), and ``\limits`` / ``\nolimits`` go (layout only:
+    ``\sum\limits_{k=1}^{4} k`` was not 10)."""
     text = _FULL_STOP.sub("", _DIGIT_GROUP.sub("", str(answer).strip()))
+    text = _LIMITS_MARK.sub("", _BEFORE_BINOMIAL.sub(r"\\cdot ", text))
     number = _E_NOTATION.fullmatch(text)
     if number is not None:
         text = f"{number.group(1)}\\times10^{{{int(number.group(2))}}}"

@@ -66,6 +66,11 @@ MATH = [
     ("math500", "10,\\!080", answer("10\\,08"), 0.0),
     ("gsm8k", "70000", answer("70\\,000"), 1.0),
     ("gsm8k", "18", answer("18."), 1.0),  # a sentence's full stop inside the box
+    ("math500", "20", answer("2\\binom{5}{2}"), 1.0),  # math-verify did not read a number times a binomial
+    ("math500", "20", answer("2 \\dbinom{5}{2}"), 1.0),
+    ("math500", "20", answer("2\\binom{5}{3}+1"), 0.0),
+    ("math500", "10", answer("\\sum\\limits_{k=1}^{4} k"), 1.0),  # nor \limits, which is only layout
+    ("math500", "24", answer("\\prod\\limits_{k=1}^{4} k"), 1.0),
     ("gsm8k", "18", answer("\\$18."), 1.0),
     ("gsm8k", "18", answer("17."), 0.0),
     ("gsm8k", "70000", answer("7e4"), 1.0),  # a float as Python prints it
@@ -246,8 +251,10 @@ def test_the_reference_think_rule_is_available_by_name():
     ("1, 2, 3, ...", "1, 2, 3, ..."), ("1\\,2", "1\\,2"), ("10\\,0800", "10\\,0800"), (".", "."), ("x\\,y", "x\\,y"),
     ("1e6", "1\\times10^{6}"), ("-1.5e-05", "-1.5\\times10^{-5}"), ("2.E+03.", "2.\\times10^{3}"),
     ("2e", "2e"), ("e^{2}", "e^{2}"), ("3e2x", "3e2x"), ("x=1e6", "x=1e6"),
+    ("2\\binom{5}{2}", "2\\cdot \\binom{5}{2}"), ("(n)\\tbinom{n}{2}", "(n)\\cdot \\tbinom{n}{2}"),
+    ("x\\binom{5}{2}", "x\\binom{5}{2}"), ("\\sum\\limits_{k}", "\\sum_{k}"), ("\\limitsx", "\\limitsx"),
 ])
-def test_math_answers_lose_digit_grouping_spaces_and_a_final_full_stop_and_e_notation_only(written, tidied):
+def test_math_answers_lose_only_what_math_verify_misreads(written, tidied):
     assert rewards.tidy(written) == tidied
 
 
