@@ -672,7 +672,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     problems += [f"{flag} must be the http(s) URL of an OpenAI-compatible endpoint (http://127.0.0.1:8000/v1), not "
                  f"{url!r}" for flag, url in urls if url is not None and (
                      urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).netloc)]
-    if args.search == "recorded":
+    from arpo_env.tools.search import BACKENDS
+
+    if args.search.partition(":")[0] not in BACKENDS:  # read only by the search tasks: a typo was missed on the others
+        problems.append(f"--search must be local, ddgs or recorded:PATH[:local|ddgs], not {args.search!r}")
+    elif args.search == "recorded":
         problems.append("--search recorded needs its recording: --search recorded:path/to/search_cache.json "
                         "(:local or :ddgs after it for the queries it lacks)")
     if problems:

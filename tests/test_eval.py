@@ -126,13 +126,15 @@ def test_search_backends_of_eval_including_a_recording(data_dir, tmp_path):
     env.close()
     import importlib.util
 
-    cases = [("bogus", "arpo eval: bamboogle: unknown search backend 'bogus'"),
-             ("recorded", "arpo eval: --search recorded needs its recording: --search recorded:")]
+    bogus = "arpo eval: --search must be local, ddgs or recorded:PATH[:local|ddgs], not 'bogus'"
+    cases = [("bamboogle", "bogus", bogus), ("gsm8k", "bogus", bogus),  # a math run took any --search
+             ("bamboogle", "recorded", "arpo eval: --search recorded needs its recording: --search recorded:")]
     if importlib.util.find_spec("ddgs") is None:  # was a run whose every search failed; then a traceback
-        cases.append(("ddgs", "arpo eval: bamboogle: search='ddgs' needs the live extra: pip install 'arpo[live]'"))
-    for search, words in cases:
+        cases.append(("bamboogle", "ddgs",
+                      "arpo eval: bamboogle: search='ddgs' needs the live extra: pip install 'arpo[live]'"))
+    for bench, search, words in cases:
         result = subprocess.run([sys.executable, "-m", "arpo_algo.cli", "eval", "--model", "x", "--benchmarks",
-                                 "bamboogle", "--data-dir", str(data_dir / "eval"), "--search", search, "--out",
+                                 bench, "--data-dir", str(data_dir / "eval"), "--search", search, "--out",
                                  str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=300)
         assert result.returncode == 2 and "Traceback" not in result.stderr and words in result.stderr, result.stderr
 

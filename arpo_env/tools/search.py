@@ -365,6 +365,10 @@ class SearchTool(StatelessTool):
 
 
 
+BACKENDS = ("local", "ddgs", "recorded")
+"""The search backends by name (`make_backend`)."""
+
+
 def make_backend(name: str, options: dict[str, Any]) -> SearchBackend:
     if name == "local":
         return LocalSearch.shared(options.get("corpus"))
@@ -375,7 +379,7 @@ def make_backend(name: str, options: dict[str, Any]) -> SearchBackend:
             raise ValueError("search='recorded' needs search_options={'recording': 'path/to/search_cache.json'}")
         fallback = options.get("fallback")
         return RecordedSearch(options["recording"], make_backend(fallback, options) if fallback else None)
-    raise ValueError(f"unknown search backend {name!r}: use 'local', 'ddgs' or 'recorded'")
+    raise ValueError(f"unknown search backend {name!r}: use {', '.join(map(repr, BACKENDS[:-1]))} or {BACKENDS[-1]!r}")
 
 
 def search_tool_factory(name: str = "local", options: dict[str, Any] | None = None) -> Callable[[], SearchTool]:
