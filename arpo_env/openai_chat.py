@@ -65,7 +65,8 @@ class ChatClient:
         base_url: the endpoint, with or without ``/v1``.
         model: the model to ask for; None: the one the endpoint serves.
         api_key: sent as a bearer token when given.
-        timeout_s: the longest one request may take.
+        timeout_s: the longest one request may wait on the server at a time (to connect, for each read of the
+            answer; a server that answers at all answers within it: the answer comes whole, not streamed).
         retries: further tries of a request that failed for a passing reason.
         backoff_s: the wait before the first retry, doubled before each next one.
     """
