@@ -30,7 +30,8 @@ from arpo_algo.arpo_config import ARPOConfig
 @dataclass
 class ARPOScriptArguments(ScriptArguments):
     """Script arguments of ``arpo train``. ``dataset_name``, when given, is the environment's dataset (``gsm8k``,
-    ``arithmetic:2000:0``, a JSONL/parquet path, ``hub:owner/name``); ``data_dir`` is where named datasets live."""
+    ``arithmetic:2000:0``, a JSONL/JSON/parquet/CSV path, ``hub:owner/name``); ``data_dir`` is where named datasets
+    live."""
 
     data_dir: str | None = field(default=None, metadata={"help": "Directory of named datasets (env kwarg data_dir)."})
     train_limit: int | None = field(default=None, metadata={"help": "Use only the first N tasks of the dataset."})

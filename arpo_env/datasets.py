@@ -7,7 +7,8 @@
 * ``<data_dir>/train/train_10k.parquet`` (name ``train``) and ``valid.parquet`` (name ``valid``): the RL data, whose
   rows are filtered by ``ability`` (math or qa); the question is ``extra_info.question``, the gold answer
   ``reward_model.ground_truth`` (the release's own prompts are not used);
-* any ``.jsonl``, ``.json`` or ``.parquet`` path given as the name: a question (``question``, ``problem``, … or a
+* any ``.jsonl``, ``.json``, ``.parquet``, ``.csv`` or ``.tsv`` path given as the name (a table's first row names
+  its columns): a question (``question``, ``problem``, … or a
   ``prompt`` of chat messages, whose last user turn it is) and a gold answer (``answer``, ``ground_truth``, …,
   ``reward_model.ground_truth``, or MATH's worked ``solution``, whose last ``\\boxed{}`` it is);
 * ``default``, ``default_qa``, ``default_deepsearch``: small sets shipped inside the package (no data directory,
@@ -32,6 +33,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 MATH_BENCHMARKS = ("aime24", "aime25", "math500", "gsm8k", "math")
+FILE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".tsv")
+"""The dataset files `load_tasks` reads when given as the name."""
 PACKAGED = {"default": "math_default.jsonl", "default_qa": "qa_default.jsonl",
             "default_deepsearch": "deepsearch_default.jsonl"}
 
@@ -134,8 +137,8 @@ def _fields(record: dict[str, Any]) -> str:
 
 
 def _read_records(path: Path) -> list[dict[str, Any]]:
-    """The records of a dataset file (parquet, a JSON list, or JSON lines), or `DataUnreadable` saying what is wrong
-    and where."""
+    """The records of a dataset file (parquet, a JSON list, JSON lines, or a CSV / TSV table with a header row), or
+    `DataUnreadable` saying what is wrong and where."""
     if path.suffix == ".parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -149,7 +152,9 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
             text = path.read_text(encoding="utf-8-sig")  # past a byte-order mark
         except UnicodeDecodeError as exc:
             raise DataUnreadable(f"{path} is not UTF-8 text (byte {exc.start}): {exc.reason}") from exc
-        if path.suffix == ".json" and text.lstrip().startswith("["):
+        if path.suffix in (".csv", ".tsv"):
+            records = _read_table(path, text)
+        elif path.suffix == ".json" and text.lstrip().startswith("["):
             records = _parse_json(path, text, 1)
         else:
             # Lines end at "\n" (and "\r\n"): JSON text may hold U+2028, U+0085 … unescaped, which splitlines cuts at.
@@ -158,6 +163,22 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
         if not isinstance(record, dict):
             raise DataUnreadable(f"{path}: record {n} is a {type(record).__name__}, not an object of fields")
     return records
+
+
+def _read_table(path: Path, text: str) -> list[dict[str, Any]]:
+    """The rows of a CSV (TSV) table as records, by its header row's names; an empty cell is a missing field."""
+    import csv
+    import io
+
+    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if path.suffix == ".tsv" else ",")
+    try:
+        rows = list(reader)
+    except csv.Error as exc:
+        raise DataUnreadable(f"{path} line {reader.line_num} is not {path.suffix[1:].upper()}: {exc}") from exc
+    extra = next((n for n, row in enumerate(rows, 2) if None in row), None)  # csv's key for cells past the header's
+    if extra is not None:
+        raise DataUnreadable(f"{path} row {extra} has more cells than the header row names")
+    return [{k: v for k, v in row.items() if v not in (None, "")} for row in rows]
 
 
 def _parse_json(path: Path, text: str, first_line: int) -> Any:
@@ -182,10 +203,13 @@ def resolve(name: str, data_dir: str | os.PathLike | None = None) -> Path:
     if name in PACKAGED:
         return Path(str(resources.files("arpo_env") / "data" / PACKAGED[name]))
     path = Path(name).expanduser()
-    if path.suffix in (".jsonl", ".json", ".parquet"):
+    if path.suffix in FILE_SUFFIXES:
         if path.is_file():
             return path
         raise DataNotFound(f"dataset file {path} does not exist")
+    if path.is_file():  # was "needs a data directory … eval/data.txt/test.jsonl"
+        raise DataUnreadable(f"{path}: a dataset file is {', '.join(FILE_SUFFIXES[:-1])} or {FILE_SUFFIXES[-1]}, "
+                             f"not {path.suffix or 'a file without a suffix'}")
     data_dir = data_dir or os.environ.get("ARPO_DATA_DIR")
     if not data_dir:
         raise DataNotFound(
@@ -226,7 +250,7 @@ def load_tasks(name: str = "default", data_dir: str | os.PathLike | None = None,
     if generated is not None:
         return generated[:limit]
     path = resolve(name, data_dir)
-    source = path.parent.name if path.name == "test.jsonl" else re.sub(r"\.(jsonl|json|parquet)$", "", path.name)
+    source = path.parent.name if path.name == "test.jsonl" else re.sub(r"\.(jsonl|json|parquet|csv|tsv)$", "", path.name)
     if name in PACKAGED:
         source = name
     tasks = []
@@ -252,7 +276,7 @@ def _load_hub(spec: str, kind: str | None, limit: int | None) -> list[Task]:
         rows = datasets.load_dataset(repo, split=split or "test")
     except (OSError, ValueError) as exc:  # offline, no such dataset (FileNotFoundError), no such split or config
         raise DataNotFound(f"hub:{spec}: {' '.join(str(exc).split())[:500]} (a hub dataset needs a network, or the "
-                           "hub's cache; or give a data directory or a .jsonl / .parquet file)") from exc
+                           "hub's cache; or give a data directory or a .jsonl / .parquet / .csv file)") from exc
     tasks = [task_from_record(dict(r), repo.split("/")[-1], i, kind) for i, r in enumerate(rows)]
     return tasks[:limit]
 

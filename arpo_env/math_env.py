@@ -17,8 +17,8 @@ class MathEnv(ToolEnv):
     A multi-turn tool-integrated reasoning task from the ARPO paper (Dong et al. 2025). The agent reads a problem,
     thinks, runs Python (a persistent interpreter with numpy and sympy) as often as its budget allows, and answers
     with ``<answer>\boxed{…}</answer>``. Datasets: gsm8k, math500, math, aime24, aime25 from a data directory, the
-    math rows of the ARPO training set (``dataset="train"``), any JSONL/parquet file, or the 100 problems shipped in
-    the package (``dataset="default"``).
+    math rows of the ARPO training set (``dataset="train"``), any JSONL/JSON/parquet/CSV file, or the 100 problems
+    shipped in the package (``dataset="default"``).
 
     ## Action Space
     Text (`arpo_env.spaces.UnicodeText`): what the model generated since the last observation, normally ending

@@ -361,6 +361,27 @@ def test_a_data_file_with_a_byte_order_mark_crlf_and_line_separators_in_its_text
     assert [t.question for t in load_tasks(str(listed))] == ["Who?\u2028Line two", "What?"]
 
 
+def test_a_csv_or_tsv_table_loads_and_another_file_is_named_for_what_it_is(tmp_path):
+    """A CSV file, the commonest table there is, was "needs a data directory … eval/<path>/test.jsonl"."""
+    (tmp_path / "sums.csv").write_bytes(b'\xef\xbb\xbfquestion,answer,level\r\n"What is 1,000 + 1?",1001,\r\n'
+                                        b'"Two\nlines?",2,easy\r\n')
+    tasks = load_tasks(str(tmp_path / "sums.csv"))
+    assert [(t.question, t.answer, t.source) for t in tasks] == [("What is 1,000 + 1?", "1001", "sums"),
+                                                                 ("Two\nlines?", "2", "sums")]
+    assert tasks[1].meta == {"level": "easy"} and tasks[0].meta == {}  # an empty cell is a missing field
+    (tmp_path / "sums.tsv").write_text("problem\tsolution\nWhat is 2+2?\tIt is $\\boxed{4}$.\n")
+    env = gym.make("ARPO-Math-v0", dataset=str(tmp_path / "sums.tsv"))
+    assert [(t.question, t.answer) for t in env.unwrapped.tasks] == [("What is 2+2?", "4")]
+    env.close()
+    (tmp_path / "extra.csv").write_text("question,answer\nq,1\nq,2,3\n")
+    with pytest.raises(DataUnreadable, match=r"extra.csv row 3 has more cells than the header row names"):
+        load_tasks(str(tmp_path / "extra.csv"))
+    (tmp_path / "notes.txt").write_text("question: 1+1?\n")
+    with pytest.raises(DataUnreadable, match=r"notes.txt: a dataset file is .jsonl, .json, .parquet, .csv or .tsv, "
+                                              r"not .txt"):
+        load_tasks(str(tmp_path / "notes.txt"))
+
+
 def test_a_tool_the_env_lacks_is_an_observation_that_costs_budget():
     env = gym.make("ARPO-Math-v0", max_tool_calls=2).unwrapped
     env.reset(options={"question": "q", "answer": "1"})
