@@ -250,7 +250,7 @@ def load_tasks(name: str = "default", data_dir: str | os.PathLike | None = None,
     if generated is not None:
         return generated[:limit]
     path = resolve(name, data_dir)
-    source = path.parent.name if path.name == "test.jsonl" else re.sub(r"\.(jsonl|json|parquet|csv|tsv)$", "", path.name)
+    source = path.parent.name if path.name == "test.jsonl" else path.stem if path.suffix in FILE_SUFFIXES else path.name
     if name in PACKAGED:
         source = name
     tasks = []
