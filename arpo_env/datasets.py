@@ -26,7 +26,6 @@ import ast
 import json
 import numbers
 import os
-import re
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
