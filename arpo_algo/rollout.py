@@ -110,7 +110,8 @@ class RolloutConfig:
     max_new_tokens: int = 512
     """Tokens per generated segment (one turn)."""
     max_completion_tokens: int = 4096
-    """Tokens per trajectory, tool outputs included; beyond it the trajectory is truncated."""
+    """Tokens per trajectory, tool outputs included: a trajectory is truncated where its next segment or tool output
+    would take it past this (that output is in its record, not in its tokens)."""
     temperature: float = 1.0
     top_p: float = 1.0
     branching: bool = True
@@ -515,6 +516,15 @@ class ARPORollout:
             self._finish(x, states[x.task], truncated=truncated, observation=obs, parts=info.get("reward_parts"))
             return False
         ids = self.generator.tokenizer.encode(obs, add_special_tokens=False)
+        limit = getattr(self.generator, "max_length", None)
+        if len(x.completion) + len(ids) > self.config.max_completion_tokens or (
+                limit and len(x.path.tokens) + len(ids) > limit):
+            # Past the token budget, which bounds a trajectory, tool outputs included (TRL's max_completion_length:
+            # a trainer's memory is sized by it), or past the model's context, which a trainer's forward pass must
+            # not exceed either (TRL drops such a result too): the path ends before it, and the result is in the
+            # record, not in the tokens. A 6,000-character page made a 320-token budget 1,800.
+            self._finish(x, states[x.task], truncated=True, observation=obs)
+            return False
         self.generator.extend(x.path, ids)
         self.observation_tokens["tool results" if info.get("tool") else "notices"] += len(ids)
         self.notices += not info.get("tool")

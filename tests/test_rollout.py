@@ -98,12 +98,26 @@ def test_no_path_is_asked_past_the_models_context(agent, tokenizer):
     assert len(tree.trajectories) == 4
     for t in tree.trajectories:
         model_ends = [s["end"] for s in t.segments if s["kind"] == "model"]
-        assert model_ends and prompt + max(model_ends) <= generator.max_length, (prompt, model_ends)
+        assert model_ends and prompt + len(t.completion_ids) <= generator.max_length, (prompt, model_ends)
         assert t.truncated and t.tool_calls >= 1
     generator.max_length = prompt  # a prompt that fills the context: nothing to generate, nothing breaks
     (tree,) = GRPORollout(generator, make_env, config).run([TASK])
     assert [len(t.completion_ids) for t in tree.trajectories] == [0] * 4
     assert all(t.truncated for t in tree.trajectories)
+
+
+def test_a_tool_output_past_the_token_budget_ends_the_path_before_it(agent, tokenizer):
+    """max_completion_tokens bounds a trajectory, tool outputs included (a trainer sizes its memory by it): the
+    output that would cross it was appended whole (a 20-token budget gave 25-token trajectories, and a long page
+    thousands of tokens past a budget). It is now left out of the tokens, kept in the record, as TRL leaves it."""
+    for cls in (ARPORollout, GRPORollout):
+        (tree,) = rollout(agent, tokenizer, cls, max_completion_tokens=20)
+        assert len(tree.trajectories) == 4
+        for t in tree.trajectories:
+            assert len(t.completion_ids) <= 20 and t.truncated, [(s["kind"], s["start"], s["end"]) for s in t.segments]
+            last = t.segments[-1]
+            assert last["kind"] == "tool" and last["start"] == last["end"] == len(t.completion_ids)
+            assert "<result>" in last["text"] and t.tool_calls == 1  # the call ran; its result is on record
 
 
 def prompt_ids_of(env, tokenizer):
