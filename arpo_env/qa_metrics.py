@@ -10,6 +10,7 @@ import re
 import string
 import threading
 import time
+import unicodedata
 from collections import Counter
 from typing import Any, Mapping
 
@@ -19,8 +20,10 @@ _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 
 
 def normalize_answer(text: str) -> str:
-    """SQuAD's normalisation: lower case, no punctuation, no articles, single spaces."""
-    text = "".join(ch for ch in str(text).lower() if ch not in _PUNCT)
+    """SQuAD's normalisation: lower case, no punctuation, no articles, single spaces; and Unicode's compatibility
+    forms (NFKC) first, so that full-width digits and letters, as Chinese text writes them, are the ASCII ones
+    (``２０２３年`` is ``2023年``; it shared only its ``年``), and ligatures their letters."""
+    text = "".join(ch for ch in unicodedata.normalize("NFKC", str(text)).lower() if ch not in _PUNCT)
     return " ".join(_ARTICLES.sub(" ", text).split())
 
 

@@ -289,6 +289,9 @@ def intractable(answer: str, longest: int = 20_000) -> str | None:
 _DIGIT_GROUP = re.compile(r"(?<=\d)(?:\\[,;: ]|~)(?=\d{3}(?!\d))")
 _FULL_STOP = re.compile(r"(?<=[^.\s])\.\s*$")
 _E_NOTATION = re.compile(r"([+-]?(?:\d+(?:\.\d*)?|\.\d+))[eE]([+-]?\d{1,7})")  # linear: the answer is hostile
+_FULLWIDTH = {**{cp: cp - 0xFEE0 for cp in range(0xFF01, 0xFF5F)}, 0x3000: 0x20}
+"""Full-width forms of ASCII (``１２``, ``＋``, the ideographic space) to ASCII: only these, not all of NFKC, which
+reads ``10²`` as 102."""
 _BEFORE_BINOMIAL = re.compile(r"(?<=[\d)])\s*(?=\\[dt]?binom(?![A-Za-z]))")
 _LIMITS_MARK = re.compile(r"\\(?:no)?limits(?![A-Za-z])")
 
@@ -300,8 +303,9 @@ def tidy(answer: str) -> str:
     in E notation, as Python prints floats (``1e6``, ``1.5e-05``: math-verify reads the ``e`` as Euler's number), is
     written as ``1\times10^{6}``. Two more that math-verify misreads: a binomial after a number or a bracket gets its
     product sign (``2\binom{5}{2}``, which it did not read as 20), and ``\limits`` / ``\nolimits`` go (layout only:
-    ``\sum\limits_{k=1}^{4} k`` was not 10)."""
-    text = _FULL_STOP.sub("", _DIGIT_GROUP.sub("", str(answer).strip()))
+    ``\sum\limits_{k=1}^{4} k`` was not 10), and full-width digits and signs are ASCII (``１２``, as a model writing
+    Chinese may put them, was not 12)."""
+    text = _FULL_STOP.sub("", _DIGIT_GROUP.sub("", str(answer).translate(_FULLWIDTH).strip()))
     text = _LIMITS_MARK.sub("", _BEFORE_BINOMIAL.sub(r"\\cdot ", text))
     number = _E_NOTATION.fullmatch(text)
     if number is not None:

@@ -66,6 +66,9 @@ MATH = [
     ("math500", "10,\\!080", answer("10\\,08"), 0.0),
     ("gsm8k", "70000", answer("70\\,000"), 1.0),
     ("gsm8k", "18", answer("18."), 1.0),  # a sentence's full stop inside the box
+    ("gsm8k", "18", answer("１８"), 1.0),  # full-width digits
+    ("math500", "\\frac{1}{2}", answer("１／２"), 1.0),
+    ("math500", "100", answer("10²"), 0.0),  # not NFKC's 102
     ("math500", "20", answer("2\\binom{5}{2}"), 1.0),  # math-verify did not read a number times a binomial
     ("math500", "20", answer("2 \\dbinom{5}{2}"), 1.0),
     ("math500", "20", answer("2\\binom{5}{3}+1"), 0.0),
@@ -173,6 +176,8 @@ QA = [
     ("xbench", ["161.27元"], answer("161.27元"), 1.0),
     ("xbench", ["4"], answer("4"), 1.0),
     ("xbench", ["4"], answer("5"), 0.0),
+    ("xbench", ["161.27元"], answer("１６１.２７元"), 1.0),  # full-width digits, as Chinese text may write them
+    ("xbench", ["2023年"], answer("２０２３年"), 1.0),
     # extraction for QA
     ("hotpotqa", ["Essex"], "<search>q</search>" + R.format("<answer>\\boxed{Essex}</answer>") + answer("Kent"), 0.0),
     ("hotpotqa", ["Essex"], "<search>q</search>" + R.format("Essex is a county") + answer("Essex"), 1.0),
@@ -252,6 +257,7 @@ def test_the_reference_think_rule_is_available_by_name():
     ("1e6", "1\\times10^{6}"), ("-1.5e-05", "-1.5\\times10^{-5}"), ("2.E+03.", "2.\\times10^{3}"),
     ("2e", "2e"), ("e^{2}", "e^{2}"), ("3e2x", "3e2x"), ("x=1e6", "x=1e6"),
     ("2\\binom{5}{2}", "2\\cdot \\binom{5}{2}"), ("(n)\\tbinom{n}{2}", "(n)\\cdot \\tbinom{n}{2}"),
+    ("１２，３", "12,3"), ("x²", "x²"),
     ("x\\binom{5}{2}", "x\\binom{5}{2}"), ("\\sum\\limits_{k}", "\\sum_{k}"), ("\\limitsx", "\\limitsx"),
 ])
 def test_math_answers_lose_only_what_math_verify_misreads(written, tidied):
