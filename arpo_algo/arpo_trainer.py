@@ -55,6 +55,22 @@ def quiet_trl_deprecations() -> None:
 quiet_trl_deprecations()
 
 
+TRL_VERSIONS = ("1.16", "1.17")
+"""The TRL releases ARPOTrainer runs on, from the first to before the second (pyproject's bound): it overrides
+GRPOTrainer's private steps, which change between releases."""
+
+
+def check_trl(version: str) -> None:
+    """A TRL outside `TRL_VERSIONS` is a one-line `ConfigError` before any work (TRL 1.15 failed at the first
+    rollout, inside TRL: "unwrap_model_for_generation() got an unexpected keyword argument")."""
+    from packaging.version import Version
+
+    low, high = (Version(v) for v in TRL_VERSIONS)
+    if not low <= Version(Version(version).base_version) < high:
+        raise ConfigError(f"ARPOTrainer runs on TRL {TRL_VERSIONS[0]}.x (its private steps change between releases), "
+                          f"not TRL {version}: pip install 'trl>={TRL_VERSIONS[0]},<{TRL_VERSIONS[1]}'")
+
+
 def env_reward(completions: list[Any], env_reward: list[float], **kwargs: Any) -> list[float]:
     """The reward the environment gave each trajectory (the hierarchical reward of `arpo_env.rewards`)."""
     return [float(r) for r in env_reward]
@@ -90,6 +106,9 @@ class ARPOTrainer(GRPOTrainer):
                  reward_processing_classes: Any = None, callbacks: Any = None,
                  optimizers: tuple[Any, Any] = (None, None), peft_config: Any = None,
                  make_env: Callable[[], Any] | None = None, **kwargs: Any) -> None:
+        import trl
+
+        check_trl(trl.__version__)
         for own in ("tools", "rollout_func", "environment_factory"):
             if kwargs.get(own) is not None:
                 raise ValueError(f"ARPOTrainer runs tools through its environment; {own}= cannot be passed")

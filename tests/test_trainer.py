@@ -77,6 +77,22 @@ def test_reinforce_pp_normalises_over_the_batch():
     assert adv.mean() == pytest.approx(0.0)
 
 
+def test_a_trl_it_was_not_made_for_is_one_line_before_any_work():
+    """pyproject took any TRL from 0.24 on; 1.15 failed at the first rollout, inside TRL, with a TypeError."""
+    import re
+
+    from arpo_algo import ConfigError
+    from arpo_algo.arpo_trainer import TRL_VERSIONS, check_trl
+
+    for good in ("1.16.0", "1.16.3", "1.16.0.dev0"):
+        check_trl(good)
+    for bad in ("0.24.0", "1.15.0", "1.17.0", "2.0.0"):
+        with pytest.raises(ConfigError, match=rf"^ARPOTrainer runs on TRL 1.16.x .*, not TRL {re.escape(bad)}: pip "):
+            check_trl(bad)
+    bound = re.search(r'"trl>=([0-9.]+),<([0-9.]+)"', (ROOT / "pyproject.toml").read_text())
+    assert bound and bound.groups() == TRL_VERSIONS  # the package's bound and the trainer's check agree
+
+
 def test_one_switch_sets_each_baseline():
     common = dict(output_dir="/tmp/unused", num_generations=4, num_global=2, per_device_train_batch_size=4,
                   use_cpu=True, report_to="none")
