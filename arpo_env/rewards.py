@@ -292,6 +292,11 @@ _E_NOTATION = re.compile(r"([+-]?(?:\d+(?:\.\d*)?|\.\d+))[eE]([+-]?\d{1,7})")  #
 _FULLWIDTH = {**{cp: cp - 0xFEE0 for cp in range(0xFF01, 0xFF5F)}, 0x3000: 0x20}
 """Full-width forms of ASCII (``１２``, ``＋``, the ideographic space) to ASCII: only these, not all of NFKC, which
 reads ``10²`` as 102."""
+_NUMBER_WORDS = re.compile(r"([+-]?(?:\d+(?:\.\d*)?|\.\d+))\s+([A-Za-z]{3,}(?:\s+[A-Za-z]+){0,2})")
+_NOT_UNITS = {"sqrt", "sin", "cos", "tan", "sec", "csc", "cot", "log", "exp", "inf", "infinity", "mod", "choose",
+              "over", "times", "plus", "minus", "and", "not", "the", "hundred", "thousand", "million", "billion",
+              "trillion", "dozen", "hundreds", "thousands", "millions", "billions", "dozens"}
+"""Words after a number that are not its unit: they change its value or are mathematics (``4.4 million``)."""
 _BEFORE_BINOMIAL = re.compile(r"(?<=[\d)])\s*(?=\\[dt]?binom(?![A-Za-z]))")
 _LIMITS_MARK = re.compile(r"\\(?:no)?limits(?![A-Za-z])")
 
@@ -304,9 +309,14 @@ def tidy(answer: str) -> str:
     written as ``1\times10^{6}``. Two more that math-verify misreads: a binomial after a number or a bracket gets its
     product sign (``2\binom{5}{2}``, which it did not read as 20), and ``\limits`` / ``\nolimits`` go (layout only:
     ``\sum\limits_{k=1}^{4} k`` was not 10), and full-width digits and signs are ASCII (``１２``, as a model writing
-    Chinese may put them, was not 12)."""
+    Chinese may put them, was not 12). A number followed by up to three words and nothing else is that number and its
+    unit, as ``18\text{ cookies}`` writes it (``18 cookies`` and ``18 dollars`` were not 18: math-verify knows only
+    the units on its list, ``18 meters``, when they are not in ``\text{}``)."""
     text = _FULL_STOP.sub("", _DIGIT_GROUP.sub("", str(answer).translate(_FULLWIDTH).strip()))
     text = _LIMITS_MARK.sub("", _BEFORE_BINOMIAL.sub(r"\\cdot ", text))
+    counted = _NUMBER_WORDS.fullmatch(text)
+    if counted is not None and not _NOT_UNITS & set(counted.group(2).lower().split()):
+        text = f"{counted.group(1)}\\text{{ {counted.group(2)}}}"  # math-verify drops a unit in \text{}
     number = _E_NOTATION.fullmatch(text)
     if number is not None:
         text = f"{number.group(1)}\\times10^{{{int(number.group(2))}}}"

@@ -66,6 +66,11 @@ MATH = [
     ("math500", "10,\\!080", answer("10\\,08"), 0.0),
     ("gsm8k", "70000", answer("70\\,000"), 1.0),
     ("gsm8k", "18", answer("18."), 1.0),  # a sentence's full stop inside the box
+    ("gsm8k", "18", answer("18 cookies"), 1.0),  # a unit that math-verify's list lacks
+    ("gsm8k", "18", answer("18 dollars"), 1.0),
+    ("gsm8k", "18", answer("18 years old"), 1.0),
+    ("gsm8k", "18", answer("19 cookies"), 0.0),
+    ("math500", "2\\pi", answer("2 pi"), 0.0),  # not a unit
     ("gsm8k", "18", answer("１８"), 1.0),  # full-width digits
     ("math500", "\\frac{1}{2}", answer("１／２"), 1.0),
     ("math500", "100", answer("10²"), 0.0),  # not NFKC's 102
@@ -258,6 +263,8 @@ def test_the_reference_think_rule_is_available_by_name():
     ("2e", "2e"), ("e^{2}", "e^{2}"), ("3e2x", "3e2x"), ("x=1e6", "x=1e6"),
     ("2\\binom{5}{2}", "2\\cdot \\binom{5}{2}"), ("(n)\\tbinom{n}{2}", "(n)\\cdot \\tbinom{n}{2}"),
     ("１２，３", "12,3"), ("x²", "x²"),
+    ("18 cookies", "18\\text{ cookies}"), ("-1.5 cups of flour", "-1.5\\text{ cups of flour}"), ("2 pi", "2 pi"),
+    ("3 sqrt", "3 sqrt"), ("4.4 million", "4.4 million"), ("18 and more", "18 and more"), ("x 18 cookies", "x 18 cookies"), ("18 a", "18 a"),
     ("x\\binom{5}{2}", "x\\binom{5}{2}"), ("\\sum\\limits_{k}", "\\sum_{k}"), ("\\limitsx", "\\limitsx"),
 ])
 def test_math_answers_lose_only_what_math_verify_misreads(written, tidied):
