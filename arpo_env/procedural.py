@@ -86,9 +86,12 @@ def parse_name(name: str) -> tuple[Any, dict[str, Any]] | None:
     1,000 three-term tasks of seed 0; ``arithmetic:200:7:5`` 200 tasks of seed 7 with five terms; ``chain:500:3:2``
     500 two-step word problems of seed 3."""
     parts = name.split(":")
-    if parts[0] not in FAMILIES or len(parts) > 4:
+    if parts[0] not in FAMILIES:
         return None
     generate, level, default = FAMILIES[parts[0]]
+    if len(parts) > 4:  # was "needs a data directory … chain:2:1:3:4/test.jsonl"
+        raise BadDatasetName(f"dataset {name!r}: more than N, SEED and {level.upper()} after {parts[0]} "
+                             f"({parts[0]}[:N[:SEED[:{level.upper()}]]], e.g. {parts[0]}:200:7:{default})")
     values = []
     for i, (what, fallback, low, high) in enumerate([("N", 1000, 1, MAX_TASKS), ("SEED", 0, None, None),
                                                      (level.upper(), default, 1, MAX_LEVEL)], 1):

@@ -91,6 +91,7 @@ def run_cli(*args, timeout=300):
     (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--cold_start", "", "--env_kwargs",
       '{"max_turns": 0}'], "ARPO-Math-v0: budgets"),
     (["rollout", "--dataset", "chain:10:1:0"], "STEPS must be a whole number from 1"),  # was 10 questions of no step
+    (["rollout", "--dataset", "chain:10:1:3:4"], "more than N, SEED and STEPS after chain"),  # "needs a data dir"
     (["sft", "--config", "examples/recipes/smollm2_sft_cpu.yaml", "--synthetic_tasks", "-1"],
      "synthetic_tasks must be a whole number from 0"),  # was "dataset 'arithmetic:-1:1:': N …", after the weights
     (["sft", "--config", "examples/recipes/smollm2_sft_cpu.yaml", "--synthetic_family", "chain:0"],
