@@ -8,9 +8,9 @@
   rows are filtered by ``ability`` (math or qa); the question is ``extra_info.question``, the gold answer
   ``reward_model.ground_truth`` (the release's own prompts are not used);
 * any ``.jsonl``, ``.json``, ``.parquet``, ``.csv`` or ``.tsv`` path given as the name (a table's first row names
-  its columns): a question (``question``, ``problem``, … or a
-  ``prompt`` of chat messages, whose last user turn it is) and a gold answer (``answer``, ``ground_truth``, …,
-  ``reward_model.ground_truth``, or MATH's worked ``solution``, whose last ``\\boxed{}`` it is);
+  its columns): a question (``question``, ``problem``, … or a ``prompt`` of chat messages, whose last user turn it
+  is) and a gold answer (``answer``, ``ground_truth``, …, ``reward_model.ground_truth``, or MATH's worked
+  ``solution``, whose last ``\\boxed{}`` it is);
 * ``default``, ``default_qa``, ``default_deepsearch``: small sets shipped inside the package (no data directory,
   no network): 100 math problems (ARPO training rows and GSM8K), 100 multi-hop questions from the ARPO training set
   that the shipped search corpus covers, 100 questions of the release's hard-search set;
