@@ -306,12 +306,14 @@ def tidy(answer: str) -> str:
     (``10\,080``, ``10\;080``, ``10~080``: 10080, as ``10{,}080`` and ``10,\!080`` already are), a sentence's
     full stop at its end (``12.``, ``\frac{1}{2}.``; an ellipsis ``...`` stays), and a whole answer that is a number
     in E notation, as Python prints floats (``1e6``, ``1.5e-05``: math-verify reads the ``e`` as Euler's number), is
-    written as ``1\times10^{6}``. Two more that math-verify misreads: a binomial after a number or a bracket gets its
-    product sign (``2\binom{5}{2}``, which it did not read as 20), and ``\limits`` / ``\nolimits`` go (layout only:
-    ``\sum\limits_{k=1}^{4} k`` was not 10), and full-width digits and signs are ASCII (``１２``, as a model writing
-    Chinese may put them, was not 12). A number followed by up to three words and nothing else is that number and its
-    unit, as ``18\text{ cookies}`` writes it (``18 cookies`` and ``18 dollars`` were not 18: math-verify knows only
-    the units on its list, ``18 meters``, when they are not in ``\text{}``)."""
+    written as ``1\times10^{6}``. More that math-verify misreads:
+
+    * a binomial after a number or a bracket gets its product sign (``2\binom{5}{2}`` was not 20);
+    * ``\limits`` and ``\nolimits`` go, being layout only (``\sum\limits_{k=1}^{4} k`` was not 10);
+    * full-width digits and signs are ASCII (``１２``, as a model writing Chinese may put them, was not 12);
+    * a number followed by up to three words and nothing else is that number with its unit, as ``18\text{ cookies}``
+      writes it (``18 cookies`` and ``18 dollars`` were not 18: outside ``\text{}`` math-verify knows only the units
+      on its list, ``18 meters``); not where a word changes the value or is mathematics (`_NOT_UNITS`)."""
     text = _FULL_STOP.sub("", _DIGIT_GROUP.sub("", str(answer).translate(_FULLWIDTH).strip()))
     text = _LIMITS_MARK.sub("", _BEFORE_BINOMIAL.sub(r"\\cdot ", text))
     counted = _NUMBER_WORDS.fullmatch(text)
