@@ -92,6 +92,13 @@ def parse_recipe(parser: TrlParser, argv: Sequence[str] | None) -> tuple[Any, ..
         raise ConfigError(message) from None
 
 
+def recipe_path(argv: Sequence[str]) -> str | None:
+    """The recipe's path as TRL reads it: the argument after the first ``--config``."""
+    args = list(argv)
+    at = args.index("--config") if "--config" in args else None
+    return args[at + 1] if at is not None and at + 1 < len(args) else None
+
+
 def _unknown_in(parser: TrlParser, argv: Sequence[str] | None) -> tuple[list[str], list[str]]:
     """The recipe's keys and the command line's flags that `parser` does not know (TRL reads the recipe given after
     ``--config``; ``env`` is its table of environment variables)."""
@@ -99,12 +106,13 @@ def _unknown_in(parser: TrlParser, argv: Sequence[str] | None) -> tuple[list[str
 
     args = list(argv) if argv is not None else sys.argv[1:]
     config: Any = {}
+    recipe = recipe_path(args)
     if "--config" in args:
-        at = args.index("--config")
         try:
-            config = yaml.safe_load(Path(args[at + 1]).read_text())
-        except (IndexError, OSError, yaml.YAMLError):
+            config = yaml.safe_load(Path(recipe).read_text()) if recipe else {}
+        except (OSError, yaml.YAMLError):
             pass
+        at = args.index("--config")
         del args[at:at + 2]
     known = {action.dest for action in parser._actions}
     keys = [str(k) for k in config if k != "env" and k not in known] if isinstance(config, dict) else []
@@ -253,20 +261,17 @@ def holds_model(path: str) -> bool:
         (folder / "tokenizer_config.json").is_file()
 
 
-def beside_recipe(path: str | None, argv: Sequence[str]) -> str | None:
-    """A file a recipe names (``cold_start``) by a relative path: from the current folder when it is there, else from
-    the recipe's folder or the nearest folder above it that has it (the shipped recipes name each other from the
+def beside_recipe(path: str | None, recipe: str | None) -> str | None:
+    """A file the `recipe` names (``cold_start``) by a relative path: from the current folder when it is there, else
+    from the recipe's folder or the nearest folder above it that has it (the shipped recipes name each other from the
     project's root: ``arpo train --config ~/arpo/examples/recipes/smollm2_cpu.yaml`` run from another folder found no
     ``examples/recipes/smollm2_sft_cpu.yaml``)."""
-    if not path or os.path.isabs(path) or os.path.exists(path):
+    if not path or not recipe or os.path.isabs(path) or os.path.exists(path):
         return path
-    configs = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--config"]
-    configs += [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
-    for config in configs[-1:]:
-        folder = Path(config).resolve().parent
-        for above in (folder, *folder.parents):
-            if (above / path).exists():
-                return str(above / path)
+    folder = Path(recipe).resolve().parent
+    for above in (folder, *folder.parents):
+        if (above / path).exists():
+            return str(above / path)
     return path
 
 
@@ -372,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     parser = make_parser()
     script_args, args, model_args = parse_recipe(parser, argv)
-    script_args.cold_start = beside_recipe(script_args.cold_start, argv)
+    script_args.cold_start = beside_recipe(script_args.cold_start, recipe_path(argv))
     check_output_dir(args.output_dir)
     resume = resolve_resume(args.resume_from_checkpoint, args.output_dir)
     trainer = build_trainer(script_args, args, model_args)

@@ -479,18 +479,19 @@ def test_the_cold_start_is_found_beside_the_recipe_and_skipped_for_the_embedded_
     """Run from another folder, the shipped recipe's ``cold_start: examples/recipes/smollm2_sft_cpu.yaml`` was "not
     found"; with ``--model_name_or_path smollm2-135m`` the cold start ran anyway, into a folder ./smollm2-135m that
     nothing then loaded (the embedded model was trained from, the SFT's minutes lost)."""
-    from arpo_algo.train import beside_recipe, holds_model
+    from arpo_algo.train import beside_recipe, holds_model, recipe_path
 
     monkeypatch.chdir(tmp_path)
     recipe = str(ROOT / "examples" / "recipes" / "smollm2_cpu.yaml")
     sft = str(ROOT / "examples" / "recipes" / "smollm2_sft_cpu.yaml")
-    for argv in (["--config", recipe], [f"--config={os.path.relpath(recipe)}", "--max_steps", "1"]):
-        assert beside_recipe("examples/recipes/smollm2_sft_cpu.yaml", argv) == sft
-        assert beside_recipe("smollm2_sft_cpu.yaml", argv) == sft
+    for given in (recipe, os.path.relpath(recipe)):
+        assert recipe_path(["--max_steps", "1", "--config", given]) == given
+        assert beside_recipe("examples/recipes/smollm2_sft_cpu.yaml", given) == sft
+        assert beside_recipe("smollm2_sft_cpu.yaml", given) == sft
     (tmp_path / "mine.yaml").write_text("max_steps: 1\n")  # the current folder's comes first
-    assert beside_recipe("mine.yaml", ["--config", recipe]) == "mine.yaml"
-    assert beside_recipe("missing.yaml", ["--config", recipe]) == "missing.yaml"  # run_cold_start says not found
-    assert beside_recipe(None, ["--config", recipe]) is None
+    assert beside_recipe("mine.yaml", recipe) == "mine.yaml"
+    assert beside_recipe("missing.yaml", recipe) == "missing.yaml"  # run_cold_start says not found
+    assert beside_recipe(None, recipe) is None and recipe_path(["--config"]) is None
     assert holds_model("smollm2-135m") and not holds_model("runs/smollm2-sft") and not holds_model(str(tmp_path))
 
 
