@@ -108,6 +108,18 @@ def test_recorded_replay_matches_up_to_whitespace(data_dir):
     assert not SearchTool(RecordedSearch(path)).call(spaced).failed
 
 
+def test_an_edited_recording_is_read_not_the_cache_of_the_old_one(tmp_path):
+    """The tool cache (on by default for recordings) keyed a recording by its path alone: a corrected or replaced
+    file kept answering what the old one said, in every later run."""
+    recording, cache = tmp_path / "search_cache.json", ToolCache(tmp_path / "cache.sqlite")
+    recording.write_text(json.dumps({"who wrote Hamlet": "Page 1: Marlowe"}))
+    assert SearchTool(RecordedSearch(recording), cache=cache).call("who wrote Hamlet").text == "1. Marlowe"
+    recording.write_text(json.dumps({"who wrote Hamlet": "Page 1: Shakespeare"}))
+    assert SearchTool(RecordedSearch(recording), cache=cache).call("who wrote Hamlet").text == "1. Shakespeare"
+    again = SearchTool(RecordedSearch(recording), cache=cache).call("who wrote Hamlet")
+    assert again.text == "1. Shakespeare" and again.extra["cache"] == "hit"  # the same file is still cached
+
+
 def test_parse_recorded_pages():
     hits = parse_recorded("Page 1: first snippet\nPage 2: second one …")
     assert [h.snippet for h in hits] == ["first snippet", "second one …"]

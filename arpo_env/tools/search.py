@@ -277,15 +277,19 @@ class RecordedSearch:
     """Exact replay of recorded queries; unrecorded ones go to `fallback` (or fail when there is none).
 
     A query matches a record whose key is the same text up to whitespace: `SearchTool` collapses the model's runs of
-    spaces before it asks, and recordings keep them as they were written (``"… headquarters  location"``)."""
+    spaces before it asks, and recordings keep them as they were written (``"… headquarters  location"``).
+
+    The cache id holds a digest of the recording's bytes: a tool cache keeps what an earlier recording answered
+    under that recording's id, so an edited or replaced file is read, not the results it used to give."""
 
     name = "recorded"
 
     def __init__(self, path: str | os.PathLike, fallback: SearchBackend | None = None) -> None:
         self.path = Path(path)
+        data = self.path.read_bytes()
+        self.digest = hashlib.sha256(data).hexdigest()[:16]
         try:
-            with open(self.path, encoding="utf-8") as f:
-                self.records: dict[str, Any] = json.load(f)
+            self.records: dict[str, Any] = json.loads(data.decode("utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ValueError(f"search recording {path} is not JSON in UTF-8 ({exc})") from None
         if not isinstance(self.records, dict):
@@ -297,7 +301,7 @@ class RecordedSearch:
         self.fallback = fallback
 
     def cache_id(self) -> str:
-        return f"recorded:{self.path.resolve()}:{self.fallback.cache_id() if self.fallback else ''}"
+        return f"recorded:{self.path.resolve()}:{self.digest}:{self.fallback.cache_id() if self.fallback else ''}"
 
     def search(self, query: str, top_k: int) -> list[SearchHit]:
         record = self.records.get(query, self._by_words.get(" ".join(query.split())))
