@@ -363,8 +363,9 @@ def load_done(path: Path) -> dict[tuple[str, int, int], dict[str, Any]]:
     return done
 
 
-def dataset_size(bench: Benchmark, kwargs: dict[str, Any]) -> int:
-    """The number of items of a benchmark; a clear message naming where the data is expected when it is missing."""
+def dataset_questions(bench: Benchmark, kwargs: dict[str, Any]) -> list[str]:
+    """The questions of a benchmark's items, in order; a clear message naming where the data is expected when it is
+    missing."""
     import gymnasium as gym
 
     import arpo_env  # noqa: F401
@@ -377,9 +378,9 @@ def dataset_size(bench: Benchmark, kwargs: dict[str, Any]) -> int:
         raise SystemExit(f"arpo eval: {bench.name}: {e}{hint}") from None
     except (DataUnreadable, FileNotFoundError, TypeError, ValueError, RuntimeError) as e:  # a bad file, --search, …
         raise SystemExit(f"arpo eval: {bench.name}: {' '.join(str(e).split())}") from None
-    n = len(probe.tasks)
+    questions = [task.question for task in probe.tasks]
     probe.close()
-    return n
+    return questions
 
 
 def _count(n: int, noun: str) -> str:
@@ -387,9 +388,13 @@ def _count(n: int, noun: str) -> str:
 
 
 def evaluate(benchmarks: list[Benchmark], runner: Any, data_dir: str | None, limit: int | None, runs: int,
-             s: Settings, out: Path, chunk: int = 16, sizes: dict[str, int] | None = None
+             s: Settings, out: Path, chunk: int = 16, questions: dict[str, list[str]] | None = None
              ) -> dict[str, list[dict[str, Any]]]:
-    """Run every missing sample, appending to ``out/samples.jsonl``; return the records per benchmark."""
+    """Run every missing sample, appending to ``out/samples.jsonl``; return the records per benchmark.
+
+    A sample already in the file is reused when its benchmark, item and run are asked for and it answered the
+    question that item holds now; one made on another question (another ``--data-dir``, or a data file changed since)
+    is made again, and the new record, appended after it, is the one read from then on."""
     from tqdm.auto import tqdm
 
     out.mkdir(parents=True, exist_ok=True)
@@ -398,8 +403,15 @@ def evaluate(benchmarks: list[Benchmark], runner: Any, data_dir: str | None, lim
     results: dict[str, list[dict[str, Any]]] = {}
     for bench in benchmarks:
         kwargs = env_kwargs(bench, data_dir, s, out)
-        n = sizes[bench.name] if sizes else dataset_size(bench, kwargs)
-        n = n if limit == 0 else min(n, limit or bench.default_limit or n)  # 0: every item
+        asked = questions[bench.name] if questions else dataset_questions(bench, kwargs)
+        n = len(asked) if limit == 0 else min(len(asked), limit or bench.default_limit or len(asked))  # 0: every item
+        other = [key for key, rec in done.items() if key[0] == bench.name and key[1] < n
+                 and "question" in rec and rec["question"] != asked[key[1]]]
+        for key in other:
+            del done[key]
+        if other:
+            print(f"arpo eval: {bench.name}: {_count(len(other), 'sample')} in {path} answered other questions than "
+                  "the data's items now hold (another --data-dir, or changed data): made again", file=sys.stderr)
         todo = [(i, r) for i in range(n) for r in range(runs) if (bench.name, i, r) not in done]
         make_env = _maker(bench.env_id, kwargs)
         with tqdm(total=n * runs, initial=n * runs - len(todo), desc=bench.name, unit="sample") as bar, \
@@ -694,14 +706,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"arpo eval → {out} | {args.backend} | temperature {settings.temperature}, top-p {settings.top_p}, "
           f"{max_new} tokens per turn, {max_completion} per episode", file=sys.stderr)
     start = time.perf_counter()
-    sizes = {b.name: dataset_size(b, env_kwargs(b, args.data_dir, settings)) for b in benchmarks}  # before loading
+    # read before the model loads: data that is missing or unreadable is a line, not a wait for one
+    questions = {b.name: dataset_questions(b, env_kwargs(b, args.data_dir, settings)) for b in benchmarks}
     same_settings(out, {"model": args.model, **asdict(settings)})
     runner = make_runner(args)
     saved = out / "samples.jsonl"
     before = sum(1 for _ in open(saved, encoding="utf-8")) if saved.exists() else 0
     try:
         results = evaluate(benchmarks, runner, args.data_dir, args.limit, args.runs, settings, out,
-                           chunk=args.concurrency, sizes=sizes)
+                           chunk=args.concurrency, questions=questions)
     except KeyboardInterrupt:
         n = sum(1 for _ in open(saved, encoding="utf-8")) if saved.exists() else 0
         print(f"\narpo eval: interrupted; {n} finished samples are in {saved}. Run the same command again to do "

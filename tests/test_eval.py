@@ -225,6 +225,38 @@ def test_each_sample_is_written_as_it_ends_so_an_interrupt_loses_only_those_unde
     assert all(r["error"] is None and r["tool_calls"] == 2 for r in results["gsm8k"])
 
 
+def test_samples_made_on_other_data_are_made_again_not_reported_as_these(agent, tokenizer, tmp_path):
+    """A sample is reused by benchmark, item and run: a second run with another --data-dir (or after the data file
+    changed) into the same folder reported the first data's answers as its own items'. Now only the items whose
+    question is the same are reused, and the others are made again."""
+    from tiny_agent import TASK
+
+    from arpo_algo import evaluation
+    from arpo_algo.hf_generator import HFGenerator
+
+    def data(folder, questions):
+        (folder / "gsm8k").mkdir(parents=True)
+        (folder / "gsm8k" / "test.jsonl").write_text(
+            "".join(json.dumps({"question": q, "answer": "#### 42"}) + "\n" for q in questions))
+        return str(folder)
+
+    first = data(tmp_path / "a", [TASK["question"], TASK["question"] + " Say it twice."])
+    second = data(tmp_path / "b", [TASK["question"] + " Show your work.", TASK["question"] + " Say it twice."])
+    s, out, runner = evaluation.Settings(max_new_tokens=24, max_completion_tokens=256), tmp_path / "eval", \
+        evaluation.RolloutRunner(HFGenerator(agent, tokenizer))
+    evaluation.evaluate([evaluation.BENCHMARKS["gsm8k"]], runner, first, None, 1, s, out)
+    results = evaluation.evaluate([evaluation.BENCHMARKS["gsm8k"]], runner, second, None, 1, s, out)
+    lines = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    assert [(r["index"], r["question"]) for r in lines] == [
+        (0, TASK["question"]), (1, TASK["question"] + " Say it twice."), (0, TASK["question"] + " Show your work.")]
+    assert [r["question"] for r in results["gsm8k"]] == [TASK["question"] + " Show your work.",
+                                                         TASK["question"] + " Say it twice."]
+    assert [r["question"] for r in evaluation.evaluate(  # and a third run reads the new record, not the first one
+        [evaluation.BENCHMARKS["gsm8k"]], runner, second, None, 1, s, out)["gsm8k"]] == [
+        r["question"] for r in results["gsm8k"]]
+    assert len((out / "samples.jsonl").read_text().splitlines()) == 3
+
+
 def test_a_model_server_that_does_not_answer_stops_the_run_with_what_is_done_kept(tmp_path):
     """Nothing listens at the address (a server down, an engine dead): after its retries the first sample stops the
     run, instead of every sample waiting as long and writing an error."""
