@@ -105,7 +105,9 @@ def choice_letter(text: str) -> str | None:
 
 def qa_score(prediction: str | None, gold: Any, meta: Mapping[str, Any] | None = None) -> float:
     """The score of a QA answer: the option letter for multiple-choice items, else the best F1 over aliases.
-    LaTeX text wrappers (``\\text{Paris}``) are unwrapped first."""
+    LaTeX text wrappers and math delimiters (``\\text{Paris}``, ``\\(5.57\\text{ mol}\\)``) are unwrapped first, in
+    the answer and in each alias alike: HLE's gold answers hold them, and unwrapped on one side only, the gold
+    answer itself scored 0.5 against itself."""
     if prediction is None:
         return 0.0
     from arpo_env.tags import unwrap_text
@@ -113,7 +115,17 @@ def qa_score(prediction: str | None, gold: Any, meta: Mapping[str, Any] | None =
     if (meta or {}).get("answer_type") == "multipleChoice":
         letter, golds = choice_letter(prediction), aliases(gold)
         return float(letter is not None and bool(golds) and letter == choice_letter(golds[0]))
-    return best_f1(unwrap_text(prediction), gold)
+    return best_f1(unwrap_text(prediction), [unwrap_text(g) for g in aliases(gold)])
+
+
+def qa_exact_match(prediction: str | None, gold: Any) -> float:
+    """Exact match (SQuAD normalisation) of a QA answer against any alias, LaTeX wrappers unwrapped on both sides
+    as `qa_score` does (``\\text{Paris}`` matched no ``Paris`` while its F1 was 1)."""
+    if prediction is None:
+        return 0.0
+    from arpo_env.tags import unwrap_text
+
+    return best_em(unwrap_text(prediction), [unwrap_text(g) for g in aliases(gold)])
 
 
 _NEGATIVE = re.compile(r"\b(incorrect|not\s+correct|wrong|partially|partly|partial)\b")

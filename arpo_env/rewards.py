@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from arpo_env import tags
-from arpo_env.qa_metrics import aliases, best_em, normalize_answer, qa_score
+from arpo_env.qa_metrics import aliases, normalize_answer, qa_exact_match, qa_score
 
 BONUS_TOOLS = frozenset({tags.SEARCH, tags.PYTHON})
 # math-verify warns on every call made with its (signal-based) timeout off, which worker threads must do.
@@ -528,9 +528,10 @@ def qa_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any)
 
 
 def qa_em_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
-    """Exact match (SQuAD normalisation) of the boxed answer against any gold alias (format not gated)."""
+    """Exact match (SQuAD normalisation; LaTeX wrappers unwrapped) of the boxed answer against any gold alias
+    (format not gated)."""
     golds = gold_answers(kwargs)
-    return [best_em(tags.final_answer(completion_text(c)), g) for c, g in zip(completions, golds)]
+    return [qa_exact_match(tags.final_answer(completion_text(c)), g) for c, g in zip(completions, golds)]
 
 
 def arpo_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:

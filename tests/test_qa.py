@@ -43,15 +43,28 @@ def test_multiple_choice_compares_letters(pred, score):
 @pytest.mark.parametrize("name", ["hotpotqa", "2wiki", "musique", "bamboogle", "webwalker", "SimpleQA", "xbench",
                                   "gaia", "hle"])
 def test_scoring_real_records(data_dir, name):
+    """Every record's gold answer, boxed, scores 1 (HLE's ``\\(5.57\\text{ mol/m}^3\\)`` scored 0.5 against
+    itself, its wrappers unwrapped in the answer only); those whose braces do not balance cannot be boxed."""
+    from arpo_env import tags
+
     tasks = load_tasks(name, data_dir / "eval", kind="qa")
-    for task in tasks[:10]:
+    checked = 0
+    for task in tasks:
         gold = task.answer if isinstance(task.answer, str) else task.answer[0]
+        if task.meta.get("answer_type") == "multipleChoice":
+            gold = gold.strip()[:1]
+        if tags.boxed(f"\\boxed{{{gold}}}") != gold:
+            continue
+        checked += 1
         meta = {**task.meta, "question": task.question}
         completion = f"<search>q</search><result>\nr\n</result><answer>\\boxed{{{gold}}}</answer>"
         reward = rewards.HierarchicalReward(qm.qa_score)(completion, task.answer, meta)
         assert reward.format_ok and reward.score == 1.0, (name, task.answer)
         assert rewards.qa_reward([""], [completion], answer=[task.answer],
                                  answer_type=[task.meta.get("answer_type")]) == [1.0]
+        if task.meta.get("answer_type") != "multipleChoice":
+            assert rewards.qa_em_reward([""], [completion], answer=[task.answer]) == [1.0], (name, task.answer)
+    assert checked >= len(tasks) - 1
 
 
 def test_alias_lists_stored_as_text_are_parsed(data_dir):
