@@ -297,6 +297,56 @@ _NOT_UNITS = {"sqrt", "sin", "cos", "tan", "sec", "csc", "cot", "log", "exp", "i
               "over", "times", "plus", "minus", "and", "not", "the", "hundred", "thousand", "million", "billion",
               "trillion", "dozen", "hundreds", "thousands", "millions", "billions", "dozens"}
 """Words after a number that are not its unit: they change its value or are mathematics (``4.4 million``)."""
+_MATH_FONT = re.compile(r"\\(?:mathbf|boldsymbol|bm|mathit|mathnormal)\s*\{")
+_TEXT_FONT = re.compile(r"\\(?:textbf|textit|emph|textrm|textsf|textnormal)\s*\{")
+_WORDS = re.compile(r"[A-Za-z][A-Za-z\s,.'-]*")
+_WORD = re.compile(r"[A-Za-z]{3}")
+_INFIX = re.compile(r"\\(?:choose|over|atop|above|brack|brace)(?![A-Za-z])")
+"""TeX's infix commands, whose operands the brace group around them delimits (``{10 \\choose 3}``)."""
+_DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"), ("**", "**"))
+
+
+def _closed_at_end(text: str, start: int) -> bool:
+    """Whether the brace at `start` is closed by the last character of `text` (escaped braces skipped). Linear."""
+    depth, i = 0, start
+    while i < len(text):
+        if text[i] == "\\":
+            i += 2
+            continue
+        depth += (text[i] == "{") - (text[i] == "}")
+        if depth == 0:
+            return i == len(text) - 1
+        i += 1
+    return False
+
+
+def _peel(text: str, rounds: int = 4) -> str:
+    r"""The answer inside what wraps the whole of it and only marks it up: math delimiters (``$…$``, ``\(…\)``,
+    ``\[…\]``; math-verify read ``\(10,\!080\)`` as no number), Markdown's bold (``**7**``), a bare brace group
+    (``{(6,31,-1)}``: LaTeX shows the tuple, math-verify read a set; not one that delimits ``\choose``), a bold or
+    italic math font (``\mathbf{3\sqrt{13}}``, ``\boldsymbol{7}``). A text font (``\textbf{…}``) is ``\text{…}``
+    around words (``\textbf{east}``) and goes around anything else (``\textbf{p - q}``). At most `rounds` layers, so
+    linear in the answer."""
+    for _ in range(rounds):
+        text = text.strip()
+        for left, right in _DELIMITERS:
+            inner = text[len(left): len(text) - len(right)]
+            if len(text) > len(left) + len(right) and text.startswith(left) and text.endswith(right) \
+                    and left not in inner and right not in inner:
+                text = inner
+                break
+        else:
+            font = _MATH_FONT.match(text) or _TEXT_FONT.match(text)
+            opens = font.end() - 1 if font else 0 if text.startswith("{") else -1
+            if opens < 0 or not _closed_at_end(text, opens) or (not font and _INFIX.search(text)):
+                return text
+            inner = text[opens + 1: -1]
+            words = font is not None and font.re is _TEXT_FONT and _WORDS.fullmatch(inner.strip()) is not None \
+                and _WORD.search(inner) is not None
+            text = f"\\text{{{inner}}}" if words else inner
+    return text.strip()
+
+
 _BEFORE_BINOMIAL = re.compile(r"(?<=[\d)])\s*(?=\\[dt]?binom(?![A-Za-z]))")
 _LIMITS_MARK = re.compile(r"\\(?:no)?limits(?![A-Za-z])")
 
@@ -313,8 +363,10 @@ def tidy(answer: str) -> str:
     * full-width digits and signs are ASCII (``１２``, as a model writing Chinese may put them, was not 12);
     * a number followed by up to three words and nothing else is that number with its unit, as ``18\text{ cookies}``
       writes it (``18 cookies`` and ``18 dollars`` were not 18: outside ``\text{}`` math-verify knows only the units
-      on its list, ``18 meters``); not where a word changes the value or is mathematics (`_NOT_UNITS`)."""
-    text = _FULL_STOP.sub("", _DIGIT_GROUP.sub("", str(answer).translate(_FULLWIDTH).strip()))
+      on its list, ``18 meters``); not where a word changes the value or is mathematics (`_NOT_UNITS`);
+    * what wraps the whole answer only to mark it up goes (`_peel`: ``\(10,\!080\)``, ``**18**``, ``{(6,31,-1)}``,
+      ``\mathbf{3\sqrt{13}}`` were not their answers)."""
+    text = _FULL_STOP.sub("", _DIGIT_GROUP.sub("", _peel(str(answer).translate(_FULLWIDTH))))
     text = _LIMITS_MARK.sub("", _BEFORE_BINOMIAL.sub(r"\\cdot ", text))
     counted = _NUMBER_WORDS.fullmatch(text)
     if counted is not None and not _NOT_UNITS & set(counted.group(2).lower().split()):

@@ -80,6 +80,17 @@ MATH = [
     ("math500", "10", answer("\\sum\\limits_{k=1}^{4} k"), 1.0),  # nor \limits, which is only layout
     ("math500", "24", answer("\\prod\\limits_{k=1}^{4} k"), 1.0),
     ("gsm8k", "18", answer("\\$18."), 1.0),
+    # what wraps a whole answer and only marks it up
+    ("math500", "10,\\!080", answer("\\(10,\\!080\\)"), 1.0),  # math-verify read no number inside \( \)
+    ("math500", "(6,31,-1)", answer("{(6,31,-1)}"), 1.0),  # a bare group: math-verify read a set of one tuple
+    ("math500", "(6,31,-1)", answer("{(6,31,1)}"), 0.0),
+    ("math500", "3\\sqrt{13}", answer("\\mathbf{3\\sqrt{13}}"), 1.0),
+    ("math500", "3\\sqrt{13}", answer("\\boldsymbol{\\sqrt{117}}"), 1.0),
+    ("math500", "p - q", answer("\\textbf{p - q}"), 1.0),
+    ("math500", "\\text{east}", answer("\\textbf{east}"), 1.0),
+    ("math500", "\\text{east}", answer("\\textbf{west}"), 0.0),
+    ("gsm8k", "18", answer("**18**"), 1.0),
+    ("math500", "120", answer("{10 \\choose 3}"), 1.0),  # a group that delimits \choose stays
     ("gsm8k", "18", answer("17."), 0.0),
     ("gsm8k", "70000", answer("7e4"), 1.0),  # a float as Python prints it
     ("gsm8k", "70000", answer("70000.0e+00"), 1.0),
@@ -267,6 +278,9 @@ def test_the_reference_think_rule_is_available_by_name():
     ("3 sqrt", "3 sqrt"), ("4.4 million", "4.4 million"), ("18 and more", "18 and more"),
     ("x 18 cookies", "x 18 cookies"), ("18 a", "18 a"),
     ("x\\binom{5}{2}", "x\\binom{5}{2}"), ("\\sum\\limits_{k}", "\\sum_{k}"), ("\\limitsx", "\\limitsx"),
+    ("\\(5\\)", "5"), ("$$5$$", "5"), ("$5$ and $6$", "$5$ and $6$"), ("{{5}}", "5"), ("{a}{b}", "{a}{b}"),
+    ("\\{1,2\\}", "\\{1,2\\}"), ("{n \\choose k}", "{n \\choose k}"), ("**\\mathbf{7}**", "7"),
+    ("\\textit{Evelyn}", "\\text{Evelyn}"), ("\\textbf{x+1}", "x+1"), ("\\mathbf{v}+1", "\\mathbf{v}+1"),
 ])
 def test_math_answers_lose_only_what_math_verify_misreads(written, tidied):
     assert rewards.tidy(written) == tidied

@@ -245,7 +245,7 @@ def test_answers_beyond_math_verify_are_not_equal_without_a_scoring_worker(monke
 
     monkeypatch.setattr(bounded.WorkerPool, "call", counted)
     beyond = ["9^{9^{9^{9}}}", "9^{9^9}", "3^{3^{3^{3}}}", "10^{10^{7}}", "(10^{6})!", "9!!!!", "\\frac{1}{2}^{10^{9}}",
-              "10**10**10", "(2x)^{10^{7}}", "{" * 11 + "1" + "}" * 11, "\\frac{1}{" * 15 + "2" + "}" * 15,
+              "10**10**10", "(2x)^{10^{7}}", "1+" + "{" * 11 + "1" + "}" * 11, "\\frac{1}{" * 15 + "2" + "}" * 15,
               "2^{10}!^{2}",
               "10^{6}!", "10^6!", "2^{10!}",  # math-verify reads a^b! as (a^b)!: a factorial of a million took it 4 s
               # sympy's binomials are slow (each of these ran out the 5 s bound), Γ is a factorial, and a product of
