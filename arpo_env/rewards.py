@@ -298,7 +298,33 @@ _NOT_UNITS = {"sqrt", "sin", "cos", "tan", "sec", "csc", "cot", "log", "exp", "i
               "trillion", "dozen", "hundreds", "thousands", "millions", "billions", "dozens"}
 """Words after a number that are not its unit: they change its value or are mathematics (``4.4 million``)."""
 _MATH_FONT = re.compile(r"\\(?:mathbf|boldsymbol|bm|mathit|mathnormal)\s*\{")
-_TEXT_FONT = re.compile(r"\\(?:textbf|textit|emph|textrm|textsf|textnormal)\s*\{")
+_TEXT_FONT = re.compile(r"\\(?:text|textbf|textit|emph|textrm|textsf|textnormal|mathrm|mbox)\s*\{")
+_SPACES = ("\\qquad", "\\quad", "\\,", "\\;", "\\:", "\\!", "\\ ", "~")
+"""LaTeX's spacing: at either end of an answer it is nothing (``10,\\!080\\quad`` was not 10080)."""
+
+
+def _strip_spacing(text: str) -> str:
+    """`text` without white space and `_SPACES` at its ends, in one pass (the answer is hostile: no slicing per
+    token, no backtracking regular expression)."""
+    def spacing_at(i: int) -> int:  # the length of the spacing at i, 0 for none
+        if text[i].isspace():
+            return 1
+        for sp in _SPACES:
+            if text.startswith(sp, i) and not (sp[-1].isalpha() and text[i + len(sp): i + len(sp) + 1].isalpha()):
+                return len(sp)
+        return 0
+
+    start, end = 0, len(text)
+    while start < end and (step := spacing_at(start)):
+        start += step
+    while start < end:
+        sp = next((sp for sp in _SPACES if text.endswith(sp, start, end)
+                   and not text.endswith("\\" + sp, start, end)), None)  # \\, is a line break and a comma
+        if sp is None and not text[end - 1].isspace():
+            break
+        end -= len(sp) if sp else 1
+    return text[start:end]
+_DEGREE = re.compile(r"°|\\degree(?![A-Za-z])")
 _WORDS = re.compile(r"[A-Za-z][A-Za-z\s,.'-]*")
 _WORD = re.compile(r"[A-Za-z]{3}")
 _INFIX = re.compile(r"\\(?:choose|over|atop|above|brack|brace)(?![A-Za-z])")
@@ -324,11 +350,12 @@ def _peel(text: str, rounds: int = 4) -> str:
     r"""The answer inside what wraps the whole of it and only marks it up: math delimiters (``$…$``, ``\(…\)``,
     ``\[…\]``; math-verify read ``\(10,\!080\)`` as no number), Markdown's bold (``**7**``), a bare brace group
     (``{(6,31,-1)}``: LaTeX shows the tuple, math-verify read a set; not one that delimits ``\choose``), a bold or
-    italic math font (``\mathbf{3\sqrt{13}}``, ``\boldsymbol{7}``). A text font (``\textbf{…}``) is ``\text{…}``
-    around words (``\textbf{east}``) and goes around anything else (``\textbf{p - q}``). At most `rounds` layers, so
-    linear in the answer."""
+    italic math font (``\mathbf{3\sqrt{13}}``, ``\boldsymbol{7}``), and LaTeX's spacing at either end
+    (``10,\!080\quad``). A text font (``\text{…}``, ``\textbf{…}``, ``\mathrm{…}``) stays, as ``\text{…}``, around
+    words (``\textbf{east}``), and goes around anything else (``\textbf{p - q}``, ``\text{6 - 5i}``). At most
+    `rounds` layers, so linear in the answer."""
     for _ in range(rounds):
-        text = text.strip()
+        text = _strip_spacing(text)
         for left, right in _DELIMITERS:
             inner = text[len(left): len(text) - len(right)]
             if len(text) > len(left) + len(right) and text.startswith(left) and text.endswith(right) \
@@ -343,8 +370,10 @@ def _peel(text: str, rounds: int = 4) -> str:
             inner = text[opens + 1: -1]
             words = font is not None and font.re is _TEXT_FONT and _WORDS.fullmatch(inner.strip()) is not None \
                 and _WORD.search(inner) is not None
-            text = f"\\text{{{inner}}}" if words else inner
-    return text.strip()
+            if words:
+                return f"\\text{{{inner}}}"
+            text = inner
+    return _strip_spacing(text)
 
 
 _BEFORE_BINOMIAL = re.compile(r"(?<=[\d)])\s*(?=\\[dt]?binom(?![A-Za-z]))")
@@ -365,8 +394,9 @@ def tidy(answer: str) -> str:
       writes it (``18 cookies`` and ``18 dollars`` were not 18: outside ``\text{}`` math-verify knows only the units
       on its list, ``18 meters``); not where a word changes the value or is mathematics (`_NOT_UNITS`);
     * what wraps the whole answer only to mark it up goes (`_peel`: ``\(10,\!080\)``, ``**18**``, ``{(6,31,-1)}``,
-      ``\mathbf{3\sqrt{13}}`` were not their answers)."""
-    text = _FULL_STOP.sub("", _DIGIT_GROUP.sub("", _peel(str(answer).translate(_FULLWIDTH))))
+      ``\mathbf{3\sqrt{13}}``, ``\text{6 - 5i}``, ``10,\!080\quad`` were not their answers);
+    * a degree sign is ``^{\circ}`` (``90°`` and ``90\degree`` were not ``90^\circ``)."""
+    text = _FULL_STOP.sub("", _DIGIT_GROUP.sub("", _peel(_DEGREE.sub(r"^{\\circ}", str(answer).translate(_FULLWIDTH)))))
     text = _LIMITS_MARK.sub("", _BEFORE_BINOMIAL.sub(r"\\cdot ", text))
     counted = _NUMBER_WORDS.fullmatch(text)
     if counted is not None and not _NOT_UNITS & set(counted.group(2).lower().split()):

@@ -91,6 +91,12 @@ MATH = [
     ("math500", "\\text{east}", answer("\\textbf{west}"), 0.0),
     ("gsm8k", "18", answer("**18**"), 1.0),
     ("math500", "120", answer("{10 \\choose 3}"), 1.0),  # a group that delimits \choose stays
+    ("math500", "6 - 5i", answer("\\text{6 - 5i}"), 1.0),  # \text{} around mathematics
+    ("math500", "\\text{east}", answer("\\mathrm{east}"), 1.0),
+    ("math500", "10,\\!080", answer("10,\\!080\\quad"), 1.0),  # spacing at the end
+    ("math500", "90^\\circ", answer("90°"), 1.0),  # the degree sign
+    ("math500", "90^\\circ", answer("90\\degree"), 1.0),
+    ("math500", "90^\\circ", answer("91°"), 0.0),
     ("gsm8k", "18", answer("17."), 0.0),
     ("gsm8k", "70000", answer("7e4"), 1.0),  # a float as Python prints it
     ("gsm8k", "70000", answer("70000.0e+00"), 1.0),
@@ -281,6 +287,8 @@ def test_the_reference_think_rule_is_available_by_name():
     ("\\(5\\)", "5"), ("$$5$$", "5"), ("$5$ and $6$", "$5$ and $6$"), ("{{5}}", "5"), ("{a}{b}", "{a}{b}"),
     ("\\{1,2\\}", "\\{1,2\\}"), ("{n \\choose k}", "{n \\choose k}"), ("**\\mathbf{7}**", "7"),
     ("\\textit{Evelyn}", "\\text{Evelyn}"), ("\\textbf{x+1}", "x+1"), ("\\mathbf{v}+1", "\\mathbf{v}+1"),
+    ("\\text{Evelyn}", "\\text{Evelyn}"), ("\\mathrm{6 - 5i}", "6 - 5i"), ("\\quad 5\\,", "5"), ("5\\ ", "5"),
+    ("5\\\\,", "5\\\\,"), ("5\\quadx", "5\\quadx"), ("90°", "90^{\\circ}"), ("x\\degree", "x^{\\circ}"),
 ])
 def test_math_answers_lose_only_what_math_verify_misreads(written, tidied):
     assert rewards.tidy(written) == tidied
