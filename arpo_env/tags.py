@@ -181,7 +181,9 @@ def final_answer(text: str) -> str | None:
     return (inner if inner is not None else span.content).strip()
 
 
-_WRAPPERS_AND_BRACES = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|mbox|operatorname)\s*\{|[{}]")
+_WRAPPERS_AND_BRACES = re.compile(r"\\(?:text|textbf|textit|textrm|textsf|texttt|textnormal|textup|emph|underline|"
+                                  r"mathrm|mathbf|mathit|mathsf|mathtt|mathnormal|boldsymbol|bm|mbox|operatorname)"
+                                  r"\s*\{|[{}]")
 
 
 def unwrap_text(answer: str) -> str:

@@ -28,6 +28,13 @@ def test_f1_em_hand_computed(pred, gold, f1, em):
     assert qm.exact_match(pred, gold) == em
 
 
+@pytest.mark.parametrize("pred", ["\\emph{Paris}", "\\texttt{Paris}", "\\textsf{Paris}", "\\underline{Paris}",
+                                  "\\boldsymbol{Paris}", "\\textbf{\\emph{Paris}}", "**Paris**", "\\text{Paris}"])
+def test_latex_font_wrappers_are_not_part_of_a_qa_answer(pred):
+    """``\\emph{Paris}`` was read as "emphparis": F1 0."""
+    assert qm.qa_score(pred, "Paris") == 1.0 and qm.qa_exact_match(pred, ["Lyon", "Paris"]) == 1.0
+
+
 def test_aliases_take_the_best():
     assert qm.best_f1("NYC", ["New York City", "NYC"]) == 1.0
     assert qm.best_em("new york", ["New York City", "New York"]) == 1.0

@@ -66,7 +66,8 @@ def _unwrapped_by_rescanning(text):
     """The first implementation of `tags.unwrap_text` (rescanning after each wrapper it removes: quadratic)."""
     import re
 
-    wrappers = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|mbox|operatorname)\s*\{")
+    wrappers = re.compile(r"\\(?:text|textbf|textit|textrm|textsf|texttt|textnormal|textup|emph|underline|mathrm|"
+                          r"mathbf|mathit|mathsf|mathtt|mathnormal|boldsymbol|bm|mbox|operatorname)\s*\{")
     while True:
         m = wrappers.search(text)
         if m is None:
@@ -87,7 +88,7 @@ def test_one_pass_brace_matching_agrees_with_scanning():
     import random
 
     # Whole tokens only: rescanning could join "\\te" + "xt{" into a wrapper across a removed one; one pass does not.
-    pieces = ["\\boxed{", "\\fbox {", "\\text{", "\\textbf {", "\\mathrm{", "{", "}", "}", "a", "12", " ",
+    pieces = ["\\boxed{", "\\fbox {", "\\text{", "\\textbf {", "\\mathrm{", "\\emph{", "{", "}", "}", "a", "12", " ",
               "\\frac", "$", "\\(", "\\)"]
     rng = random.Random(0)
     for _ in range(5000):
