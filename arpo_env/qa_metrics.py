@@ -90,12 +90,12 @@ _CHOICE_FORMS = [
 
 def choice_letter(text: str) -> str | None:
     """The option letter of a multiple-choice answer: "D", "(D)", "D. text", "Answer: D", "The answer is D",
-    "\\boxed{\\text{D}}", "$D$"."""
+    "\\boxed{\\text{D}}", "$D$", "Answer: **D**"."""
     from arpo_env.tags import boxed, unwrap_text
 
     text = str(text).strip()
     inner = boxed(text)
-    text = unwrap_text(inner if inner is not None else text).strip().strip("*").strip()
+    text = unwrap_text(inner if inner is not None else text).replace("*", "").strip()  # Markdown's emphasis
     for form in _CHOICE_FORMS:
         m = form.match(text)
         if m:

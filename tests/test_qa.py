@@ -42,7 +42,7 @@ def test_aliases_take_the_best():
 
 
 @pytest.mark.parametrize("pred, score", [("D", 1.0), ("(D)", 1.0), ("D. Non-elitism", 1.0), ("Answer: d", 1.0),
-                                         ("C", 0.0), ("Dominance", 0.0)])
+                                         ("Answer: **D**", 1.0), ("**(D)**", 1.0), ("C", 0.0), ("Dominance", 0.0)])
 def test_multiple_choice_compares_letters(pred, score):
     assert qm.qa_score(pred, "D", {"answer_type": "multipleChoice"}) == score
 
