@@ -23,6 +23,8 @@ import logging
 import math
 import re
 import threading
+from collections import OrderedDict
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -417,6 +419,7 @@ def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None
     to math-verify).
     One beyond math-verify's reach (`intractable`: a power tower, brackets nested deep) is not equal, at once, unless a
     gold alias is beyond it too; nor is one far longer than every gold (`FAR_LONGER`).
+    A verdict of math-verify is asked once for the same answer, golds and bound (`VERDICTS_KEPT`).
     """
     if prediction is None or not str(prediction).strip():
         return False
@@ -441,13 +444,44 @@ def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None
     if beyond is not None and not any(intractable(g) for g in golds):  # no gold is like it: not equal, and at once
         _log.debug("math scoring declined %r: %s", text[:80], beyond)
         return False
+    return _verdict(text, tuple(golds), timeout_s)
+
+
+VERDICTS_KEPT = 1024
+"""How many of math-verify's verdicts `math_equal` keeps: the samples of a group often end on the same answer, and
+one that takes math-verify its whole bound (``(x+1)^{3000}``: 5 s of a worker) took it again at every sample."""
+_verdicts: "OrderedDict[tuple[str, tuple[str, ...], float | None], Future[bool]]" = OrderedDict()
+_verdicts_lock = threading.Lock()
+
+
+def _verdict(text: str, golds: tuple[str, ...], timeout_s: float | None) -> bool:
+    """math-verify's verdict from a scoring worker, asked once for the same answer, golds and bound: the threads
+    that ask while it is being decided wait for that one verdict; kept for the `VERDICTS_KEPT` latest."""
     from arpo_env.bounded import BoundExceeded, pool
 
-    try:
-        return bool(pool().call("math_equal", text, golds, timeout_s=timeout_s))
-    except BoundExceeded as exc:
-        _log.warning("math scoring gave up on %r: %s", text[:80], exc)
-        return False
+    key = (text, golds, timeout_s)
+    with _verdicts_lock:
+        future = _verdicts.get(key)
+        mine = future is None
+        if mine:
+            future = _verdicts[key] = Future()
+            while len(_verdicts) > VERDICTS_KEPT:
+                _verdicts.popitem(last=False)
+        else:
+            _verdicts.move_to_end(key)
+    if mine:
+        try:
+            future.set_result(bool(pool().call("math_equal", text, list(golds), timeout_s=timeout_s)))
+        except BoundExceeded as exc:
+            _log.warning("math scoring gave up on %r: %s", text[:80], exc)
+            future.set_result(False)
+        except BaseException as exc:  # not a verdict (the pool could not start, an interrupt): asked again next time
+            with _verdicts_lock:
+                if _verdicts.get(key) is future:
+                    del _verdicts[key]
+            future.set_exception(exc)
+            raise
+    return future.result()
 
 
 def math_equal_unbounded(prediction: str, golds: list[str]) -> bool:

@@ -113,9 +113,37 @@ def test_an_answer_far_longer_than_every_gold_is_not_equal_without_asking_math_v
     asked = []
     real = arpo_env.bounded.pool
     monkeypatch.setattr(arpo_env.bounded, "pool", lambda *args: asked.append(args) or real(*args))
+    monkeypatch.setattr(rewards, "_verdicts", type(rewards._verdicts)())  # none kept from the tests before
     assert not rewards.math_equal("a1 " * 1000, "42") and not asked
     assert not rewards.math_equal("1+" * 600 + "1", ["42", "7"]) and not asked
     assert rewards.math_equal("+".join(["1"] * 101), "101") and len(asked) == 1  # 201 characters: math-verify's
     gold = "+".join(["2"] * 50)  # 99 characters: answers up to 1,980 are math-verify's
     answer = " + ".join(["1"] * 100) + " + " + "+".join(["0"] * 600)  # 1,599 characters
     assert rewards.math_equal(answer, gold) and len(asked) == 2
+
+
+def test_the_same_answer_is_decided_once_however_many_samples_end_on_it(monkeypatch, caplog):
+    """The samples of a group often end on the same answer: one that takes math-verify its whole bound held a worker
+    that long for each (16 samples of ``(x+1)^{3000}``: 80 s of two workers). It is asked once; the samples that
+    ask meanwhile wait for that verdict, and later ones read it. Another bound is another question."""
+    import logging
+    from concurrent.futures import ThreadPoolExecutor
+
+    from arpo_env.bounded import WorkerPool
+
+    asked = []
+    real_call = WorkerPool.call
+    monkeypatch.setattr(WorkerPool, "call", lambda self, *a, **k: asked.append(a[1]) or real_call(self, *a, **k))
+    monkeypatch.setattr(rewards, "_verdicts", type(rewards._verdicts)())
+    slow = "(x+1)^{3000}"
+    with caplog.at_level(logging.WARNING, logger="arpo_env.rewards"), ThreadPoolExecutor(8) as threads:
+        verdicts = list(threads.map(lambda _: rewards.math_equal(slow, "5", timeout_s=1.0), range(8)))
+    assert verdicts == [False] * 8 and asked == [slow]
+    assert sum("gave up" in r.getMessage() for r in caplog.records) == 1
+    assert rewards.math_equal("\\frac{2}{4}", "0.5") and rewards.math_equal("\\frac{2}{4}", "0.5")
+    assert not rewards.math_equal(slow, "5", timeout_s=1.0) and asked == [slow, "\\frac{2}{4}"]
+    assert not rewards.math_equal(slow, "5", timeout_s=0.5) and asked == [slow, "\\frac{2}{4}", slow]
+    monkeypatch.setattr(rewards, "VERDICTS_KEPT", 2)
+    for answer in ("1", "2", "3"):
+        rewards.math_equal(answer, "7")
+    assert len(rewards._verdicts) == 2
