@@ -79,9 +79,14 @@ def _gsm8k_answer(text: str) -> str:
     return text.split("####")[-1].strip().replace(",", "") if "####" in text else text.strip()
 
 
+_UNESCAPED = str.maketrans({"\x08": "\\b", "\x0c": "\\f", "\x07": "\\a", "\x0b": "\\v"})
+"""Control characters that stand for a LaTeX command's backslash and first letter, escaped once too few times."""
+
+
 def _clean(text: str) -> str:
-    # The ARPO release has a backspace where "\b" of "\boxed" was escaped once too few times.
-    return text.replace("\x08", "\\b")
+    # The ARPO release has a backspace where "\b" of "\boxed" was escaped once too few times, and a form feed for the
+    # "\f" of "\frac" ("in the form \x0crac{m}{n}": 21 questions of train_10k). Neither is ever a question's own.
+    return text.translate(_UNESCAPED)
 
 
 def task_from_record(record: dict[str, Any], source: str, index: int, kind: str | None = None,

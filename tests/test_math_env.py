@@ -266,7 +266,8 @@ def test_benchmarks_load_from_a_data_dir(data_dir, name, n):
 def test_training_parquet_math_rows(data_dir):
     tasks = load_tasks("train", data_dir, kind="math")
     assert len(tasks) == 5000 and all(t.kind == "math" for t in tasks)
-    assert "\x08" not in "".join(t.question for t in tasks)
+    text = "".join(t.question for t in tasks)
+    assert "\x08" not in text and "\x0c" not in text and "in the form \\frac{m}{n}" in text  # \f of \frac: a form feed
 
 
 def test_the_sandbox_cannot_read_the_tasks_answers(tmp_path):
