@@ -301,6 +301,12 @@ _NOT_UNITS = {"sqrt", "sin", "cos", "tan", "sec", "csc", "cot", "log", "exp", "i
 """Words after a number that are not its unit: they change its value or are mathematics (``4.4 million``)."""
 _MATH_FONT = re.compile(r"\\(?:mathbf|boldsymbol|bm|mathit|mathnormal)\s*\{")
 _TEXT_FONT = re.compile(r"\\(?:text|textbf|textit|emph|textrm|textsf|textnormal|mathrm|mbox)\s*\{")
+_DEGREE = re.compile(r"°|\\degree(?![A-Za-z])")
+_WORDS = re.compile(r"[A-Za-z][A-Za-z\s,.'-]*")
+_WORD = re.compile(r"[A-Za-z]{3}")
+_INFIX = re.compile(r"\\(?:choose|over|atop|above|brack|brace)(?![A-Za-z])")
+"""TeX's infix commands, whose operands the brace group around them delimits (``{10 \\choose 3}``)."""
+_DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"), ("**", "**"))
 _SPACES = ("\\qquad", "\\quad", "\\,", "\\;", "\\:", "\\!", "\\ ", "~")
 """LaTeX's spacing: at either end of an answer it is nothing (``10,\\!080\\quad`` was not 10080)."""
 
@@ -326,12 +332,6 @@ def _strip_spacing(text: str) -> str:
             break
         end -= len(sp) if sp else 1
     return text[start:end]
-_DEGREE = re.compile(r"°|\\degree(?![A-Za-z])")
-_WORDS = re.compile(r"[A-Za-z][A-Za-z\s,.'-]*")
-_WORD = re.compile(r"[A-Za-z]{3}")
-_INFIX = re.compile(r"\\(?:choose|over|atop|above|brack|brace)(?![A-Za-z])")
-"""TeX's infix commands, whose operands the brace group around them delimits (``{10 \\choose 3}``)."""
-_DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"), ("**", "**"))
 
 
 def _closed_at_end(text: str, start: int) -> bool:
