@@ -14,7 +14,8 @@ Trajectory sources (JSONL, one record per line; any mix):
   question; assistant turns become actions, mapped onto our tags (```` ```python ``` ```` blocks and ``<code>`` become
   ``<python>``; a final ``\\boxed{}`` outside ``<answer>`` is wrapped in one); OpenAI-style ``tool_calls`` to
   ``python``, ``search``, ``browse`` and ``answer`` (the tools of `arpo_env.trl_environment`) become those calls, and a
-  content of parts its text; tool turns and later user turns become ``<result>`` observations. The env's system prompt
+  content of parts its text; tool turns and later user turns become ``<result>`` observations, and so do
+  ``<result>`` blocks written inside an assistant turn (a whole episode as one message). The env's system prompt
   replaces the record's unless ``keep_system_prompt`` is set, so the model learns the prompt it will see in RL.
 * **rollouts** — trees written by ``arpo rollout`` or ``arpo train`` (rejection sampling, ``--from_rollouts``):
   trajectories whose answer is correct and format-valid are kept, as the exact token ids that were sampled.
@@ -130,6 +131,20 @@ def _turn_text(turn: dict[str, Any], role: str) -> str:
     return text
 
 
+def turn_segments(text: str) -> list[tuple[str, str]]:
+    """An assistant turn as ``(kind, text)`` pieces: a ``<result>…</result>`` written inside it (a whole episode kept
+    as one message, tool results inline) is an observation, in the env's own form (`tags.wrap_result`), and never
+    trained on; the text around each is an action. A turn without one is one action."""
+    results = [span for span in tags.spans(text)[0] if span.tag == tags.RESULT]
+    pieces, last = [], 0
+    for span in results:
+        pieces.append(("action", text[last:span.start].rstrip()))
+        pieces.append(("observation", tags.wrap_result(span.content.strip("\n"))))
+        last = span.end
+    pieces.append(("action", text[last:].lstrip("\n") if results else text))
+    return [(kind, piece) for kind, piece in pieces if kind == "observation" or piece or not results]
+
+
 def from_chat(record: dict[str, Any], system: list[dict[str, str]] | None = None) -> dict[str, Any]:
     """A ShareGPT-style conversation as a native record. `system` replaces the record's system message."""
     turns = record.get("conversations") or record.get("messages") or []
@@ -151,7 +166,10 @@ def from_chat(record: dict[str, Any], system: list[dict[str, str]] | None = None
     segments = []
     for i, (role, text) in enumerate(turns[first_user + 1:], first_user + 1):
         if role == "assistant":
-            segments.append({"kind": "action", "text": map_action(text, final=i == last_assistant)})
+            pieces = turn_segments(text)
+            for j, (kind, piece) in enumerate(pieces):
+                final = i == last_assistant and j == len(pieces) - 1
+                segments.append({"kind": kind, "text": map_action(piece, final) if kind == "action" else piece})
         elif i < last_assistant:
             segments.append({"kind": "observation", "text": tags.wrap_result(text)})
     return {"messages": messages, "segments": segments}

@@ -71,6 +71,26 @@ def test_chat_records_are_mapped_onto_our_tags():
         from_chat({"messages": [{"role": "user", "content": "hi"}]})
 
 
+def test_tool_results_written_inside_an_assistant_turn_are_not_trained_on(tokenizer):
+    """A whole episode kept as one assistant message, its tool results inline (``<python>…</python>\\n<result>…
+    </result>``): the turn was one action, so the model was trained to write the tool's output itself."""
+    record = {"conversations": [
+        {"from": "human", "value": "What is 6 * 7?"},
+        {"from": "gpt", "value": "<think>compute</think>\n<python>print(6 * 7)</python>\n<result>\n42\n</result>\n"
+                                 "<think>so 42</think>\n<answer>\\boxed{42}</answer>"}]}
+    native = from_chat(record)
+    assert [(s["kind"], s["text"]) for s in native["segments"]] == [
+        ("action", "<think>compute</think>\n<python>print(6 * 7)</python>"),
+        ("observation", "\n<result>\n42\n</result>\n"),  # as the env writes it
+        ("action", "<think>so 42</think>\n<answer>\\boxed{42}</answer>")]
+    row = tokenize(native, tokenizer)
+    trained = tokenizer.decode([t for t, m in zip(row["input_ids"], row["assistant_masks"]) if m])
+    assert "<result>" not in trained and "42\n</result>" not in trained and "<python>" in trained
+    last = from_chat({"conversations": [{"from": "human", "value": "Q"}, {"from": "gpt", "value": (
+        "<python>x = 1</python><result>done</result>So it is \\boxed{1}")}]})["segments"][-1]
+    assert last == {"kind": "action", "text": "So it is \\boxed{1}\n<answer>\\boxed{1}</answer>"}
+
+
 def test_openai_style_records_keep_their_tool_calls_and_content_parts():
     """An assistant turn that only calls tools has content null and its calls in tool_calls (OpenAI's format, and
     what a TRL run through arpo_env.trl_environment records): it was trained on as the text "None", its call lost
