@@ -15,7 +15,8 @@ Trajectory sources (JSONL, one record per line; any mix):
   ``<python>``; a final ``\\boxed{}`` outside ``<answer>`` is wrapped in one); OpenAI-style ``tool_calls`` to
   ``python``, ``search``, ``browse`` and ``answer`` (the tools of `arpo_env.trl_environment`) become those calls, and a
   content of parts its text; tool turns and later user turns become ``<result>`` observations, and so do
-  ``<result>`` blocks written inside an assistant turn (a whole episode as one message). The env's system prompt
+  ``<result>`` and ```` ```output ```` blocks written inside an assistant turn (a whole episode as one message, as
+  NuminaMath-TIR keeps it). The env's system prompt
   replaces the record's unless ``keep_system_prompt`` is set, so the model learns the prompt it will see in RL.
 * **rollouts** — trees written by ``arpo rollout`` or ``arpo train`` (rejection sampling, ``--from_rollouts``):
   trajectories whose answer is correct and format-valid are kept, as the exact token ids that were sampled.
@@ -85,6 +86,8 @@ def env_messages(question: str, env_id: str = "ARPO-Math-v0", env_kwargs: dict[s
 
 _FENCE = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.S)
 _CODE = re.compile(r"<code>(.*?)</code>", re.S)
+_OUTPUT = re.compile(r"```output[ \t]*\n(.*?)```", re.S)
+"""A code block's output as ToRA-style data writes it after the block (NuminaMath-TIR's ```` ```output ```` blocks)."""
 _ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system",
           "tool": "tool", "observation": "tool", "function": "tool", "ipython": "tool"}
 
@@ -132,9 +135,11 @@ def _turn_text(turn: dict[str, Any], role: str) -> str:
 
 
 def turn_segments(text: str) -> list[tuple[str, str]]:
-    """An assistant turn as ``(kind, text)`` pieces: a ``<result>…</result>`` written inside it (a whole episode kept
-    as one message, tool results inline) is an observation, in the env's own form (`tags.wrap_result`), and never
-    trained on; the text around each is an action. A turn without one is one action."""
+    """An assistant turn as ``(kind, text)`` pieces: a ``<result>…</result>`` (or a ```` ```output ```` block) written
+    inside it (a whole episode kept as one message, tool results inline) is an observation, in the env's own form
+    (`tags.wrap_result`), and never trained on; the text around each is an action. A turn without one is one
+    action."""
+    text = _OUTPUT.sub(lambda m: f"<{tags.RESULT}>\n{m.group(1).strip()}\n</{tags.RESULT}>", text)
     results = [span for span in tags.spans(text)[0] if span.tag == tags.RESULT]
     pieces, last = [], 0
     for span in results:

@@ -89,6 +89,11 @@ def test_tool_results_written_inside_an_assistant_turn_are_not_trained_on(tokeni
     last = from_chat({"conversations": [{"from": "human", "value": "Q"}, {"from": "gpt", "value": (
         "<python>x = 1</python><result>done</result>So it is \\boxed{1}")}]})["segments"][-1]
     assert last == {"kind": "action", "text": "So it is \\boxed{1}\n<answer>\\boxed{1}</answer>"}
+    numina = from_chat({"messages": [{"role": "user", "content": "What is 6 * 7?"}, {"role": "assistant", "content": (
+        "Let me compute.\n```python\nprint(6 * 7)\n```\n```output\n42\n```\nSo the answer is $\\boxed{42}$.")}]})
+    assert [(s["kind"], s["text"]) for s in numina["segments"]] == [  # NuminaMath-TIR's code output blocks
+        ("action", "Let me compute.\n<python>print(6 * 7)</python>"), ("observation", "\n<result>\n42\n</result>\n"),
+        ("action", "So the answer is $\\boxed{42}$.\n<answer>\\boxed{42}</answer>")]
 
 
 def test_openai_style_records_keep_their_tool_calls_and_content_parts():
