@@ -110,12 +110,17 @@ def qa_score(prediction: str | None, gold: Any, meta: Mapping[str, Any] | None =
     answer itself scored 0.5 against itself."""
     if prediction is None:
         return 0.0
-    from arpo_env.tags import unwrap_text
-
     if (meta or {}).get("answer_type") == "multipleChoice":
         letter, golds = choice_letter(prediction), aliases(gold)
         return float(letter is not None and bool(golds) and letter == choice_letter(golds[0]))
-    return best_f1(unwrap_text(prediction), [unwrap_text(g) for g in aliases(gold)])
+    return best_f1(*_unwrapped(prediction, gold))
+
+
+def _unwrapped(prediction: str, gold: Any) -> tuple[str, list[str]]:
+    """The answer and the gold's aliases with LaTeX's wrappers taken off alike (`tags.unwrap_text`)."""
+    from arpo_env.tags import unwrap_text
+
+    return unwrap_text(prediction), [unwrap_text(g) for g in aliases(gold)]
 
 
 def qa_exact_match(prediction: str | None, gold: Any) -> float:
@@ -123,9 +128,7 @@ def qa_exact_match(prediction: str | None, gold: Any) -> float:
     as `qa_score` does (``\\text{Paris}`` matched no ``Paris`` while its F1 was 1)."""
     if prediction is None:
         return 0.0
-    from arpo_env.tags import unwrap_text
-
-    return best_em(unwrap_text(prediction), [unwrap_text(g) for g in aliases(gold)])
+    return best_em(*_unwrapped(prediction, gold))
 
 
 _NEGATIVE = re.compile(r"\b(incorrect|not\s+correct|wrong|partially|partly|partial)\b")

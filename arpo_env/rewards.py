@@ -306,7 +306,7 @@ _WORDS = re.compile(r"[A-Za-z][A-Za-z\s,.'-]*")
 _WORD = re.compile(r"[A-Za-z]{3}")
 _INFIX = re.compile(r"\\(?:choose|over|atop|above|brack|brace)(?![A-Za-z])")
 """TeX's infix commands, whose operands the brace group around them delimits (``{10 \\choose 3}``)."""
-_DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"), ("**", "**"))
+_DELIMITERS = (*tags.MATH_DELIMITERS, ("**", "**"))  # and Markdown's bold
 _SPACES = ("\\qquad", "\\quad", "\\,", "\\;", "\\:", "\\!", "\\ ", "~")
 """LaTeX's spacing: at either end of an answer it is nothing (``10,\\!080\\quad`` was not 10080)."""
 

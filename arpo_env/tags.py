@@ -181,6 +181,8 @@ def final_answer(text: str) -> str | None:
     return (inner if inner is not None else span.content).strip()
 
 
+MATH_DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
+"""The delimiters of LaTeX's math mode, as they wrap a whole answer."""
 _WRAPPERS_AND_BRACES = re.compile(r"\\(?:text|textbf|textit|textrm|textsf|texttt|textnormal|textup|emph|underline|"
                                   r"mathrm|mathbf|mathit|mathsf|mathtt|mathnormal|boldsymbol|bm|mbox|operatorname)"
                                   r"\s*\{|[{}]")
@@ -201,7 +203,7 @@ def unwrap_text(answer: str) -> str:
     out.append(text[last:])
     text = "".join(out)
     text = text.strip()
-    for left, right in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
+    for left, right in MATH_DELIMITERS:
         if len(text) >= len(left) + len(right) and text.startswith(left) and text.endswith(right):
             text = text[len(left): len(text) - len(right)].strip()
     return text
