@@ -100,7 +100,13 @@ class ARPOConfig(GRPOConfig):
                                          "branches and discarding them if not: branches start k tokens sooner, the "
                                          "trees are the same, and the discarded tokens are spent. They start only "
                                          "where the decision's draw, known before the segment, makes keeping them "
-                                         "the likelier outcome."})
+                                         "at least speculative_min_keep likely."})
+    speculative_min_keep: float = field(
+        default=0.5, metadata={"help": "With speculative_branches: how likely a decision must be to keep its "
+                                       "branches for them to start with its segment, read off the batch's decisions "
+                                       "so far (0.5: more likely than not; 0: at every decision that can branch). "
+                                       "Where a step costs the same whatever its rows (a GPU), 0 saves the most "
+                                       "steps for its discarded tokens."})
     max_new_tokens_per_turn: int = field(
         default=512, metadata={"help": "Tokens generated per turn (between two tool results)."})
     eval_temperature: float | None = field(
@@ -197,6 +203,8 @@ class ARPOConfig(GRPOConfig):
         if self.branching and not 1 <= self.num_global <= self.num_generations:  # N is ARPO's alone
             raise ConfigError(f"num_global (N={self.num_global}) must be between 1 and num_generations "
                              f"(M={self.num_generations})")
+        if not 0 <= self.speculative_min_keep <= 1:  # a NaN fails too
+            raise ConfigError(f"speculative_min_keep must be in [0, 1], not {self.speculative_min_keep}")
         if self.spare_samples < 0 or self.min_spare_samples < 0:
             raise ConfigError(f"spare_samples and min_spare_samples must be at least 0, not {self.spare_samples} and "
                               f"{self.min_spare_samples}")

@@ -193,7 +193,7 @@ class ARPOTrainer(GRPOTrainer):
             else args.temperature,
             top_p=args.top_p, branching=branching, max_tool_workers=args.tool_workers,
             spare_samples=args.spare_samples, min_spare_samples=args.min_spare_samples,
-            speculative_branches=args.speculative_branches,
+            speculative_branches=args.speculative_branches, speculative_min_keep=args.speculative_min_keep,
             seed=_seed(args.seed, self.state.global_step, self.accelerator.process_index, call))
         with self._generator() as generator:
             engine = (ARPORollout if branching else GRPORollout)(generator, self.make_env, config)

@@ -40,6 +40,10 @@ def _rollout_parser(sub: Any) -> None:
     p.add_argument("--speculative-branches", action="store_true",
                    help="start the branches a decision can make with its segment, not k tokens later, where its draw "
                         "makes them likely (transformers, vLLM; the ones it does not make are discarded)")
+    p.add_argument("--speculative-min-keep", type=float, default=0.5,
+                   help="how likely a decision must be to keep its speculative branches for them to start (0.5: more "
+                        "likely than not; 0: at every decision, which saves the most steps where rows are free: a "
+                        "GPU)")
     p.add_argument("--max-new-tokens", type=int, default=None,
                    help=f"tokens per turn (default {GPU_BUDGET[0]}; {CPU_BUDGET[0]} with the hf backend on a CPU)")
     p.add_argument("--max-completion-tokens", type=int, default=None,
@@ -138,7 +142,8 @@ def rollout_main(args: argparse.Namespace) -> int:
                            max_completion_tokens=max_completion, temperature=args.temperature,
                            top_p=args.top_p, seed=args.seed, spare_samples=args.spare_samples,
                            min_spare_samples=args.min_spare_samples,
-                           speculative_branches=args.speculative_branches)
+                           speculative_branches=args.speculative_branches,
+                           speculative_min_keep=args.speculative_min_keep)
     print(f"loading {args.model} ({args.backend}) …; {max_new} tokens per turn, {max_completion} per trajectory "
           f"({why}; --max-new-tokens / --max-completion-tokens change it)", file=sys.stderr)
     generator = make_generator(args.model, args.backend)

@@ -133,6 +133,11 @@ class RolloutConfig:
     `benchmarks/rollout_efficiency.py --speculative` on chain tasks they saved 0–9% of the decoding steps (0–10% of
     vLLM's engine steps) for 1–4% more tokens, which on a 2-core CPU, where a step's cost grows with its rows, did not
     pay; on a GPU the steps are the time."""
+    speculative_min_keep: float = 0.5
+    """With `speculative_branches`: how likely the decision must be to keep them for them to start, its chance read
+    off this batch's decisions so far (0.5: below the P of their median ΔH, more likely kept than not; 1: below the P
+    of their smallest; 0: at every decision that can branch, whatever its draw). Where a step costs the same whatever
+    its rows (a GPU at small batches), 0 takes the most steps off a rollout for its discarded tokens."""
 
     def __post_init__(self) -> None:  # ConfigError: a ValueError the command line says in one line
         self.num_global = default_num_global(self.num_global, self.num_generations)
@@ -143,6 +148,8 @@ class RolloutConfig:
             raise ConfigError("branch_factor (Z) must be at least 1")
         if self.spare_samples < 0 or self.min_spare_samples < 0:
             raise ConfigError("spare_samples and min_spare_samples must be at least 0")
+        if not 0 <= self.speculative_min_keep <= 1:  # a NaN fails too
+            raise ConfigError(f"speculative_min_keep must be in [0, 1], not {self.speculative_min_keep}")
         problems = sampling_problems(self.max_new_tokens, self.max_completion_tokens, self.temperature, self.top_p,
                                      self.entropy_k, self.alpha, self.beta)
         if self.max_tool_workers < 1:
@@ -305,7 +312,7 @@ class ARPORollout:
         """What this batch has seen so far (its expected-shortfall estimate reads it): the sum of the branching
         probabilities of its decisions, and the tool steps of its finished paths."""
         self._deltas: list[float] = []
-        """The ΔH of this batch's decisions so far: which branches start speculatively reads their median."""
+        """The ΔH of this batch's decisions so far: which branches start speculatively reads a quantile of them."""
 
     @contextmanager
     def _env_time(self) -> Iterator[None]:
@@ -564,16 +571,18 @@ class ARPORollout:
     def _speculate(self, x: _Live, state: _TaskState) -> list[_Live]:
         """The branches the decision on the path's next segment can make, to start with that segment
         (`RolloutConfig.speculative_branches`): Z − 1, fewer if the task's budget is smaller (it never grows), none
-        where the backend cannot or the task has its M, and none where the decision is more likely not to branch.
-        Its draw is known now (`_draw`), its ΔH only k tokens on: they start if the draw is below the P of the median
-        ΔH of this rollout's decisions so far (0 before any), so that more than half of them would be kept if ΔH
-        were drawn from those. Not in the tree, nor counted, until the decision keeps them."""
+        where the backend cannot or the task has its M, and none where the decision is less likely to keep them
+        than `speculative_min_keep`. Its draw is known now (`_draw`), its ΔH only k tokens on: they start if the draw
+        is below the P of the (1 − min_keep) quantile of the ΔH of this batch's decisions so far (ΔH = 0 before any;
+        at 0.5 their median), so that at least that share of them would keep the branches if ΔH were drawn from
+        those; at 0 they start whatever the draw. Not in the tree, nor counted, until the decision keeps them."""
         cfg = self.config
         if not (cfg.speculative_branches and getattr(self.generator, "speculates", False)):
             return []
-        typical = float(np.median(self._deltas)) if self._deltas else 0.0
-        if self._draw(x) >= branch_probability(cfg.alpha, cfg.beta, typical):
-            return []
+        if cfg.speculative_min_keep > 0:
+            typical = float(np.quantile(self._deltas, 1 - cfg.speculative_min_keep)) if self._deltas else 0.0
+            if self._draw(x) >= branch_probability(cfg.alpha, cfg.beta, typical):
+                return []
         count = min(cfg.branch_factor - 1, cfg.num_generations - (len(state.done) + state.live))
         children = [self._child(x, i, len(x.completion), len(x.path.tokens)) for i in range(max(0, count))]
         self.speculative["started"] += len(children)

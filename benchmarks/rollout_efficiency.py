@@ -191,6 +191,9 @@ def main() -> None:
                         help="ARPO's spares per task under way from the start while it can fall short of M")
     parser.add_argument("--speculative", action="store_true",
                         help="ARPO's speculative branches: started with the segment their decision is taken on")
+    parser.add_argument("--speculative-min-keep", type=float, default=0.5,
+                        help="with --speculative: how likely the decision must be to keep them for them to start "
+                             "(0.5, the default: more likely than not; 0: at every decision)")
     parser.add_argument("--repeats", type=int, default=1,
                         help="run each algorithm this many times, alternating, and report the median wall time "
                              "(the trees are the same each time on the transformers backend; the wall times vary)")
@@ -199,7 +202,7 @@ def main() -> None:
     config = RolloutConfig(num_generations=args.num_generations, num_global=args.num_global,
                            max_new_tokens=args.max_new_tokens, max_completion_tokens=512, seed=args.seed,
                            spare_samples=args.spare_samples, min_spare_samples=args.min_spare_samples,
-                           speculative_branches=args.speculative)
+                           speculative_branches=args.speculative, speculative_min_keep=args.speculative_min_keep)
     tasks = list(range(args.tasks))
     if args.device is None:
         from arpo_algo.models import generation_device
@@ -246,7 +249,9 @@ def main() -> None:
           f"N={args.num_global}, Z={config.branch_factor}, "
           f"alpha={config.alpha}, beta={config.beta}, "
           f"spare samples={config.min_spare_samples}-{config.spare_samples}, "
-          f"speculative branches={'on' if config.speculative_branches else 'off'}, seed={args.seed}\n")
+          f"speculative branches={'on' if config.speculative_branches else 'off'}"
+          + (f" (min keep {config.speculative_min_keep:g})" if config.speculative_branches else "")
+          + f", seed={args.seed}\n")
     print("| metric | ARPO | GRPO | ARPO / GRPO |")
     print("|---|---:|---:|---:|")
     for key in ("generated", "encoded", "prompt tokens", "tool result tokens", "notices", "notice tokens",

@@ -370,6 +370,7 @@ def test_rollout_defaults_agree_everywhere_they_are_written():
              "spare_samples": ("spare_samples", "spare_samples"),
              "min_spare_samples": ("min_spare_samples", "min_spare_samples"),
              "speculative_branches": ("speculative_branches", "speculative_branches"),
+             "speculative_min_keep": ("speculative_min_keep", "speculative_min_keep"),
              "temperature": ("temperature", "temperature"), "top_p": ("top_p", "top_p"), "seed": (None, "seed")}
     flags["num_global"] = default_num_global(flags["num_global"], flags["num_generations"])  # left out: None, 8
     for field, (in_trainer, flag) in names.items():

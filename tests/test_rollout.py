@@ -690,6 +690,14 @@ def test_speculative_branches_draw_the_same_trees_sooner(agent, tokenizer):
     assert b.branches == 0 and len(b.trajectories) == 4 and spec.speculative == {"started": 0, "kept": 0}
     assert spec.generator.stats.generated_tokens == plain.generator.stats.generated_tokens
 
+    # speculative_min_keep=0: they start at every decision that can branch, whatever its draw; with P = 0 each is
+    # dropped, the trees the same and the tokens spent
+    (plain, (a,)), (spec, (b,)) = run(False, alpha=0.0), run(True, alpha=0.0, speculative_min_keep=0.0)
+    same(a, b)
+    assert b.branches == 0 and spec.speculative["started"] > 0 and spec.speculative["kept"] == 0
+    spent = spec.generator.stats.speculative_tokens
+    assert spent > 0 and spec.generator.stats.generated_tokens == plain.generator.stats.generated_tokens + spent
+
 
 def test_an_engine_schedules_each_batch_from_what_that_batch_sees(agent, tokenizer):
     """`arpo rollout` runs its batches through one engine. The spares a batch starts (and when) follow the mean P and
