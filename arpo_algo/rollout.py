@@ -127,12 +127,12 @@ class RolloutConfig:
     speculative_branches: bool = False
     """On a backend that can (``speculates``: transformers, vLLM's engine), a path's possible branches start with the
     segment their decision is taken on, right after the tool result, instead of k tokens later: the decision keeps them
-    if it branches and drops them (their tokens discarded, counted) if not. They start only where the decision is more
-    likely to keep them than not (its draw is known before the segment: below the P of the median ΔH seen so far). The
-    decision and what each branch draws are the same either way; branches end k tokens sooner. Off by default: in
-    `benchmarks/rollout_efficiency.py --speculative` on chain tasks they saved 0–9% of the decoding steps (0–10% of
-    vLLM's engine steps) for 1–4% more tokens, which on a 2-core CPU, where a step's cost grows with its rows, did not
-    pay; on a GPU the steps are the time."""
+    if it branches and drops them (their tokens discarded, counted) if not. They start only where the decision is likely
+    enough to keep them (`speculative_min_keep`; by default more likely than not: its draw is known before the segment,
+    and below the P of the median ΔH seen so far). The decision and what each branch draws are the same either way;
+    branches end k tokens sooner. Off by default: in `benchmarks/rollout_efficiency.py --speculative` on chain tasks
+    they saved 0–9% of the decoding steps (0–10% of vLLM's engine steps) for 1–4% more tokens, which on a 2-core CPU,
+    where a step's cost grows with its rows, did not pay; on a GPU the steps are the time."""
     speculative_min_keep: float = 0.5
     """With `speculative_branches`: how likely the decision must be to keep them for them to start, its chance read
     off this batch's decisions so far (0.5: below the P of their median ΔH, more likely kept than not; 1: below the P
