@@ -417,12 +417,13 @@ def test_a_speculative_fork_that_finishes_first_waits_for_the_decision(generator
         assert list(where) == ["a"] and generator.stats.speculative_tokens - spent == 2
 
 
-@pytest.mark.parametrize("alpha", [1.0, 0.0])
-def test_speculative_branches_through_vllm(generator, alpha):
+@pytest.mark.parametrize("alpha, min_keep", [(1.0, 0.5), (0.0, 0.5), (0.0, 0.0)])
+def test_speculative_branches_through_vllm(generator, alpha, min_keep):
     """ARPO with speculative branches on the engine: with α = 1 the branches are speculative ones (started with the
     segment after a tool result, so no branch waits for its decision); with α = 0 (and β = 0) every draw says "no
-    branch" before the segment, and none starts (the engine's aborts: the generator's tests above); exactly M per
-    task either way, and nothing left in the engine."""
+    branch" before the segment, and none starts (the engine's aborts: the generator's tests above), unless they
+    start at every decision (``speculative_min_keep=0``): then every one is aborted once its decision drops it.
+    Exactly M per task each way, and nothing left in the engine."""
     import gymnasium as gym
     from tiny_agent import TASK
 
@@ -431,18 +432,18 @@ def test_speculative_branches_through_vllm(generator, alpha):
 
     config = RolloutConfig(num_generations=4, num_global=2, alpha=alpha, beta=0.0, max_new_tokens=32,
                            max_completion_tokens=400, temperature=0.5, seed=0, entropy_k=4, spare_samples=0,
-                           min_spare_samples=0, speculative_branches=True)
+                           min_spare_samples=0, speculative_branches=True, speculative_min_keep=min_keep)
     spent = generator.stats.speculative_tokens
     engine = ARPORollout(generator, lambda: gym.make("ARPO-Math-v0").unwrapped, config)
     (tree,) = engine.run([TASK])
-    assert len(tree.trajectories) == 4 and (engine.speculative["started"] > 0) == bool(alpha)
+    assert len(tree.trajectories) == 4 and (engine.speculative["started"] > 0) == bool(alpha or not min_keep)
     assert not generator._requests_in_flight and not generator.llm.llm_engine.has_unfinished_requests()
     if alpha:  # the first decision takes the task's branch budget: a speculative branch of the other is dropped
         assert tree.branches == 2 and engine.speculative["kept"] == 2
         assert (generator.stats.speculative_tokens > spent) == (engine.speculative["started"] > 2)
     else:
         assert tree.branches == 0 and engine.speculative["kept"] == 0
-        assert generator.stats.speculative_tokens == spent
+        assert (generator.stats.speculative_tokens > spent) == (not min_keep)
 
 
 def vllm_prompt_logprobs(llm, ids: list[int]) -> list[float]:
