@@ -16,8 +16,8 @@ Trajectory sources (JSONL, one record per line; any mix):
   ``python``, ``search``, ``browse`` and ``answer`` (the tools of `arpo_env.trl_environment`) become those calls, and a
   content of parts its text; tool turns and later user turns become ``<result>`` observations, and so do
   ``<result>`` and ```` ```output ```` blocks written inside an assistant turn (a whole episode as one message, as
-  NuminaMath-TIR keeps it). The env's system prompt
-  replaces the record's unless ``keep_system_prompt`` is set, so the model learns the prompt it will see in RL.
+  NuminaMath-TIR keeps it). The env's system prompt replaces the record's unless ``keep_system_prompt`` is set, so
+  the model learns the prompt it will see in RL.
 * **rollouts** — trees written by ``arpo rollout`` or ``arpo train`` (rejection sampling, ``--from_rollouts``):
   trajectories whose answer is correct and format-valid are kept, as the exact token ids that were sampled.
 * **synthetic** — ``synthetic_tasks: N`` plays N procedural arithmetic tasks with the scripted teacher, whose code
