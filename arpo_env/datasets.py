@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import json
+import logging
 import numbers
 import os
 from dataclasses import asdict, dataclass, field
@@ -36,6 +37,7 @@ FILE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".tsv")
 """The dataset files `load_tasks` reads when given as the name."""
 PACKAGED = {"default": "math_default.jsonl", "default_qa": "qa_default.jsonl",
             "default_deepsearch": "deepsearch_default.jsonl"}
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -244,7 +246,7 @@ def task_paths(name: str, data_dir: str | os.PathLike | None = None) -> list[str
 def load_tasks(name: str = "default", data_dir: str | os.PathLike | None = None, kind: str | None = None,
                limit: int | None = None) -> list[Task]:
     """Load dataset `name` as tasks; `kind` ('math' or 'qa') keeps only rows of that ability in mixed files; `limit`:
-    the first so many (at least 1; None: all)."""
+    the first so many (at least 1; None: all). A record whose gold answer is blank is left out, with a warning."""
     _check_limit(limit)
     if name.startswith("hub:"):
         return _load_hub(name[4:], kind, limit)
@@ -257,17 +259,41 @@ def load_tasks(name: str = "default", data_dir: str | os.PathLike | None = None,
     source = path.parent.name if path.name == "test.jsonl" else path.stem if path.suffix in FILE_SUFFIXES else path.name
     if name in PACKAGED:
         source = name
-    tasks = []
+    tasks, blank = [], []
     for i, record in enumerate(_read_records(path)):
         ability = record.get("ability")
         if kind is not None and ability is not None and ability != kind:
             continue
-        tasks.append(task_from_record(record, source, i, kind, where=str(path)))
+        task = task_from_record(record, source, i, kind, where=str(path))
+        if _blank_gold(task, i, blank):
+            continue
+        tasks.append(task)
         if limit is not None and len(tasks) >= limit:
             break
+    _warn_blank(blank, str(path))
     if not tasks:
-        raise DataNotFound(f"{path} holds no {kind or ''} tasks".replace("  ", " "))
+        raise DataNotFound(f"{path} holds no {kind or ''} tasks".replace("  ", " ") + (
+            f" with a gold answer ({len(blank)} have a blank one)" if blank else ""))
     return tasks
+
+
+def _blank_gold(task: Task, index: int, blank: list[int]) -> bool:
+    """Whether `task`'s gold answer is blank (``" "``, ``""``, a list of blank aliases: no answer can be right),
+    noting record `index` (from 0) in `blank` if so. train_10k's record 5275, a construction with the gold ``" "``,
+    was trained on with a reward that no answer could earn."""
+    from arpo_env.qa_metrics import aliases
+
+    if aliases(task.answer):
+        return False
+    blank.append(index)
+    return True
+
+
+def _warn_blank(blank: list[int], where: str) -> None:
+    if blank:
+        _log.warning("%s: %d record%s with a blank gold answer left out (record%s %s): no answer could be scored "
+                     "right", where, len(blank), "s" if len(blank) > 1 else "", "s" if len(blank) > 1 else "",
+                     ", ".join(str(i + 1) for i in blank[:10]) + (", …" if len(blank) > 10 else ""))
 
 
 def _load_hub(spec: str, kind: str | None, limit: int | None) -> list[Task]:
@@ -281,7 +307,12 @@ def _load_hub(spec: str, kind: str | None, limit: int | None) -> list[Task]:
     except (OSError, ValueError) as exc:  # offline, no such dataset (FileNotFoundError), no such split or config
         raise DataNotFound(f"hub:{spec}: {' '.join(str(exc).split())[:500]} (a hub dataset needs a network, or the "
                            "hub's cache; or give a data directory or a .jsonl / .parquet / .csv file)") from exc
-    tasks = [task_from_record(dict(r), repo.split("/")[-1], i, kind) for i, r in enumerate(rows)]
+    tasks, blank = [], []
+    for i, row in enumerate(rows):
+        task = task_from_record(dict(row), repo.split("/")[-1], i, kind)
+        if not _blank_gold(task, i, blank):
+            tasks.append(task)
+    _warn_blank(blank, f"hub:{spec}")
     return tasks[:limit]
 
 

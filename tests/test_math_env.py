@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pickle
 import re
@@ -17,6 +18,7 @@ from gymnasium.utils.env_checker import check_env
 
 import arpo_env
 from arpo_env.datasets import DataNotFound, DataUnreadable, load_tasks
+from arpo_env.qa_metrics import aliases
 
 Q = {"question": "What is 12 * 34?", "answer": "408"}
 ROOT = Path(__file__).resolve().parents[1]
@@ -265,9 +267,30 @@ def test_benchmarks_load_from_a_data_dir(data_dir, name, n):
 
 def test_training_parquet_math_rows(data_dir):
     tasks = load_tasks("train", data_dir, kind="math")
-    assert len(tasks) == 5000 and all(t.kind == "math" for t in tasks)
+    assert len(tasks) == 4999 and all(t.kind == "math" for t in tasks)  # 5000, record 5275 left out (blank gold)
     text = "".join(t.question for t in tasks)
     assert "\x08" not in text and "\x0c" not in text and "in the form \\frac{m}{n}" in text  # \f of \frac: a form feed
+
+
+def test_a_task_whose_gold_is_blank_is_left_out_with_a_warning(data_dir, tmp_path, caplog):
+    # train_10k's record 5275 (a compass construction) has the gold " ": no answer could be scored right, and a
+    # run trained on it, an eval counted it wrong, without a word.
+    with caplog.at_level(logging.WARNING, logger="arpo_env.datasets"):
+        tasks = load_tasks("train", data_dir)
+    assert len(tasks) == 9999 and "5274" not in {t.id for t in tasks} and all(aliases(t.answer) for t in tasks)
+    assert "1 record with a blank gold answer left out (record 5275)" in caplog.text
+    path = tmp_path / "mine.jsonl"
+    rows = [{"question": "q1", "answer": "1"}, {"question": "q2", "answer": ""}, {"question": "q3", "answer": [" "]},
+            {"question": "q4", "answer": ["", "Paris"]}, {"question": "q5", "answer": "5"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="arpo_env.datasets"):
+        assert [t.question for t in load_tasks(str(path))] == ["q1", "q4", "q5"]
+        assert [t.question for t in load_tasks(str(path), limit=2)] == ["q1", "q4"]  # the limit counts kept tasks
+    assert "2 records with a blank gold answer left out (records 2, 3)" in caplog.text
+    path.write_text(json.dumps(rows[1]) + "\n")
+    with pytest.raises(DataNotFound, match="holds no tasks with a gold answer .1 have a blank one."):
+        load_tasks(str(path))
 
 
 def test_the_sandbox_cannot_read_the_tasks_answers(tmp_path):
