@@ -378,6 +378,56 @@ def _peel(text: str, rounds: int = 4) -> str:
     return _strip_spacing(text)
 
 
+_UNIT_NAMES = {
+    "cent": "cent cents ¢", "dollar": "dollar dollars usd", "euro": "euro euros €", "percent": "percent %",
+    "degree": "degree degrees deg", "radian": "radian radians rad",
+    "mm": "mm millimeter millimeters millimetre millimetres", "cm": "cm centimeter centimeters centimetre centimetres",
+    "m": "m meter meters metre metres", "km": "km kilometer kilometers kilometre kilometres",
+    "inch": "in inch inches", "ft": "ft foot feet", "yd": "yd yard yards", "mile": "mi mile miles",
+    "s": "s sec secs second seconds", "min": "min mins minute minutes", "h": "h hr hrs hour hours",
+    "day": "day days", "week": "week weeks", "month": "month months", "year": "yr yrs year years",
+    "mg": "mg milligram milligrams", "g": "g gm gram grams", "kg": "kg kilogram kilograms",
+    "lb": "lb lbs pound pounds", "oz": "oz ounce ounces", "ton": "ton tons tonne tonnes",
+    "ml": "ml milliliter milliliters millilitre millilitres", "l": "l liter liters litre litres",
+    "gallon": "gal gallon gallons", "quart": "qt quart quarts", "pint": "pt pint pints", "cup": "cup cups",
+    "mph": "mph", "km/h": "km/h kph kmh", "m/s": "m/s",
+}
+_UNITS = {name: unit for unit, names in _UNIT_NAMES.items() for name in names.split()}
+"""Units of measure by their names (lower case): two answers in different ones are not the same answer."""
+_MEASURE = re.compile(r"([+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*([a-z]{2,}(?:/[a-z]+)?|¢)\s*(?:\^\s*\{?\s*[23]\s*\}?|[²³])?")
+"""A number, a unit's name in lower case, perhaps a power (``15 cm^2``, ``3 oz``, ``100cm``): `tidy` writes it as
+``15\\text{ cm}``. Not a name of one letter, which may be a variable (``3s^2``, ``2 h``): math-verify reads
+``5 m`` itself."""
+_UNIT_AT_END = re.compile(r"(?:\\(?:text|mbox|mathrm|textrm)\s*\{\s*([^{}\\]*?)\s*\}"  # \text{ cm}
+                          r"|(?:(?<=\d)|(?<=[})]))\s*([A-Za-z]+(?:/[A-Za-z]+)?)"  # a name after a number: 5 cm
+                          r"|(\^\s*\{?\s*\\circ\s*\}?)|\\(%)|(¢|€|%))"  # ^{\circ}, \%, signs
+                          r"\s*(?:\^\s*\{?\s*[23]\s*\}?)?\s*$")  # a power
+_UNIT_WORDS = re.compile(r"(?:(?:square|sq|cubic|cu)\.?\s+)?([a-z/]+)\.?(\s+per\s+hour)?")
+
+
+def unit(answer: str) -> str | None:
+    r"""The unit of measure a (`tidy`) answer ends in (``18\text{ cents}``, ``15\mbox{ cm}^2``, ``90^{\circ}``,
+    ``\text{ square inches}``) or that its dollar sign gives (``\$18``), by its key in `_UNIT_NAMES` (``cent``,
+    ``cm``, ``degree``, ``inch``); None for no number, no unit, or a word that is not a unit's name (``18\text{
+    cookies}``). Reads the last 64 characters: linear in the answer."""
+    if not any(c.isdigit() for c in answer):
+        return None
+    end = _UNIT_AT_END.search(answer[-64:])
+    if end is not None:
+        words = end.group(1) if end.group(1) is not None else end.group(2)
+        if words is None:
+            return "degree" if end.group(3) else _UNITS[(end.group(4) or end.group(5)).lower()]
+        named = _UNIT_WORDS.fullmatch(words.lower())
+        if named is not None:
+            name = _UNITS.get(named.group(1))
+            if named.group(2):  # per hour
+                name = {"mile": "mph", "km": "km/h"}.get(name or "")
+            if name is not None:
+                return name
+    start = answer.lstrip(" +-")
+    return "dollar" if start.startswith("\\$") else None
+
+
 _BEFORE_BINOMIAL = re.compile(r"(?<=[\d)])\s*(?=\\[dt]?binom(?![A-Za-z]))")
 _LIMITS_MARK = re.compile(r"\\(?:no)?limits(?![A-Za-z])")
 
@@ -394,7 +444,8 @@ def tidy(answer: str) -> str:
     * full-width digits and signs are ASCII (``１２``, as a model writing Chinese may put them, was not 12);
     * a number followed by up to three words and nothing else is that number with its unit, as ``18\text{ cookies}``
       writes it (``18 cookies`` and ``18 dollars`` were not 18: outside ``\text{}`` math-verify knows only the units
-      on its list, ``18 meters``); not where a word changes the value or is mathematics (`_NOT_UNITS`);
+      on its list, ``18 meters``); not where a word changes the value or is mathematics (`_NOT_UNITS`); so is a
+      number with a unit's name and perhaps a power (``15 cm^2``, ``3 oz``: math-verify read letters);
     * what wraps the whole answer only to mark it up goes (`_peel`: ``\(10,\!080\)``, ``**18**``, ``{(6,31,-1)}``,
       ``\mathbf{3\sqrt{13}}``, ``\text{6 - 5i}``, ``10,\!080\quad`` were not their answers);
     * a degree sign is ``^{\circ}`` (``90°`` and ``90\degree`` were not ``90^\circ``)."""
@@ -403,6 +454,9 @@ def tidy(answer: str) -> str:
     counted = _NUMBER_WORDS.fullmatch(text)
     if counted is not None and not _NOT_UNITS & set(counted.group(2).lower().split()):
         text = f"{counted.group(1)}\\text{{ {counted.group(2)}}}"  # math-verify drops a unit in \text{}
+    measure = _MEASURE.fullmatch(text)
+    if measure is not None and measure.group(2) in _UNITS:
+        text = f"{measure.group(1)}\\text{{ {measure.group(2)}}}"  # "15 cm^2", "3 oz": math-verify did not drop them
     number = _E_NOTATION.fullmatch(text)
     if number is not None:
         text = f"{number.group(1)}\\times10^{{{int(number.group(2))}}}"
@@ -417,6 +471,9 @@ def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None
     A prediction in prose (`prose`) is compared as text, in this thread: equal when a gold alias has the same words;
     so is one word against a gold written as text (``\text{ellipse}``: "an ellipse." is equal, and "ellipses" goes on
     to math-verify).
+    An answer in one unit of measure is not equal to a gold alias in another (`unit`: ``5.4 dollars`` and
+    ``5.4\\text{ cents}``; math-verify drops units); a number without a unit, or a word that is no unit, is not
+    taken for one.
     One beyond math-verify's reach (`intractable`: a power tower, brackets nested deep) is not equal, at once, unless a
     gold alias is beyond it too; nor is one far longer than every gold (`FAR_LONGER`).
     A verdict of math-verify is asked once for the same answer, golds and bound (`VERDICTS_KEPT`).
@@ -429,6 +486,11 @@ def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None
     text = tidy(prediction)
     if any(g == text for g in golds):
         return True
+    measured = unit(text)
+    if measured is not None:  # math-verify drops units: "18 cents" was 18 dollars ("5 minutes", 5 hours)
+        golds = [g for g in golds if unit(g) in (None, measured)]
+        if not golds:
+            return False
     words = prose(text)
     if words is not None:  # not mathematics: compared as text, here
         return any(prose(g, least=1) == words for g in golds)

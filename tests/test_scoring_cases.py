@@ -70,6 +70,22 @@ MATH = [
     ("gsm8k", "18", answer("18 dollars"), 1.0),
     ("gsm8k", "18", answer("18 years old"), 1.0),
     ("gsm8k", "18", answer("19 cookies"), 0.0),
+    ("gsm8k", "18", answer("18 oz"), 1.0),  # a unit math-verify read as letters (18·o·z)
+    ("math500", "15\\mbox{ cm}^2", answer("15 cm^2"), 1.0),
+    ("math500", "15\\mbox{ cm}^2", answer("15 square centimeters"), 1.0),
+    ("math500", "5.4 \\text{ cents}", answer("5.4 dollars"), 0.0),  # another unit: math-verify dropped both
+    ("math500", "5.4 \\text{ cents}", answer("\\$5.4"), 0.0),
+    ("math500", "5.4 \\text{ cents}", answer("5.4¢"), 1.0),
+    ("math500", "\\$18.40", answer("18.40 dollars"), 1.0),
+    ("math500", "18\\text{ hours}", answer("18 minutes"), 0.0),
+    ("math500", "18\\text{ hours}", answer("18 hrs"), 1.0),
+    ("math500", "\\frac{270}7\\text{ degrees}", answer("\\frac{270}{7}^\\circ"), 1.0),
+    ("math500", "\\frac{270}7\\text{ degrees}", answer("\\frac{270}{7} radians"), 0.0),
+    ("math500", "45\\text{ mph}", answer("45 miles per hour"), 1.0),
+    ("math500", "45\\text{ mph}", answer("45 km/h"), 0.0),
+    ("math500", "500 \\, \\mathrm{g}", answer("500 kg"), 0.0),
+    ("math500", "25\\%", answer("25^\\circ"), 0.0),
+    ("math500", "3s^2", answer("3 s^2"), 1.0),  # one letter may be a variable: as before
     ("math500", "2\\pi", answer("2 pi"), 0.0),  # not a unit
     ("gsm8k", "18", answer("１８"), 1.0),  # full-width digits
     ("math500", "\\frac{1}{2}", answer("１／２"), 1.0),
@@ -289,9 +305,24 @@ def test_the_reference_think_rule_is_available_by_name():
     ("\\textit{Evelyn}", "\\text{Evelyn}"), ("\\textbf{x+1}", "x+1"), ("\\mathbf{v}+1", "\\mathbf{v}+1"),
     ("\\text{Evelyn}", "\\text{Evelyn}"), ("\\mathrm{6 - 5i}", "6 - 5i"), ("\\quad 5\\,", "5"), ("5\\ ", "5"),
     ("5\\\\,", "5\\\\,"), ("5\\quadx", "5\\quadx"), ("90°", "90^{\\circ}"), ("x\\degree", "x^{\\circ}"),
+    ("15 cm^2", "15\\text{ cm}"), ("15 cm²", "15\\text{ cm}"), ("3 oz", "3\\text{ oz}"), ("100cm", "100\\text{ cm}"),
+    ("18¢", "18\\text{ ¢}"), ("3s^2", "3s^2"), ("3 s^2", "3 s^2"), ("500H", "500H"), ("2 xy", "2 xy"),
 ])
 def test_math_answers_lose_only_what_math_verify_misreads(written, tidied):
     assert rewards.tidy(written) == tidied
+
+
+@pytest.mark.parametrize("written, unit", [
+    ("18\\text{ cents}", "cent"), ("5.4 \\text{ cents}", "cent"), ("\\$18", "dollar"), ("-\\$ 5", "dollar"),
+    ("15\\mbox{ cm}^2", "cm"), ("99\\pi \\text{ square inches}", "inch"), ("90^{\\circ}", "degree"),
+    ("\\frac{270}7\\text{ degrees}", "degree"), ("25\\%", "percent"), ("45\\text{ miles per hour}", "mph"),
+    ("25 \\, \\text{km}", "km"), ("500 \\, \\mathrm{g}", "g"), ("17 \\, \\mathrm{m/s}", "m/s"), ("5 m", "m"),
+    ("(3+4) h", "h"), ("(a+b)h", None), ("18\\text{ cookies}", None), ("18", None), ("\\text{ cents}", None),
+    ("2m+g", None),
+    ("12\\text{ and }13", None), ("7200 \\mathrm{MB}", None), ("x" * 10_000 + "5 cm", "cm"),
+])
+def test_the_unit_an_answer_ends_in(written, unit):
+    assert rewards.unit(written) == unit
 
 
 @pytest.mark.parametrize("reward, written, gold", [
