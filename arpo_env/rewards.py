@@ -294,7 +294,12 @@ _E_NOTATION = re.compile(r"([+-]?(?:\d+(?:\.\d*)?|\.\d+))[eE]([+-]?\d{1,7})")  #
 _FULLWIDTH = {**{cp: cp - 0xFEE0 for cp in range(0xFF01, 0xFF5F)}, 0x3000: 0x20}
 """Full-width forms of ASCII (``１２``, ``＋``, the ideographic space) to ASCII: only these, not all of NFKC, which
 reads ``10²`` as 102."""
-_NUMBER_WORDS = re.compile(r"([+-]?(?:\d+(?:\.\d*)?|\.\d+))\s+([A-Za-z]{3,}(?:\s+[A-Za-z]+){0,2})")
+_NUMBER = r"([+-]?(?:\d{1,3}(?:,\d{3})+(?!\d)(?:\.\d*)?|\d+(?:\.\d*)?|\.\d+))"
+"""A number, its digits perhaps grouped by commas (``1,200``)."""
+_NUMBER_WORDS = re.compile(_NUMBER + r"\s+([A-Za-z]{3,}(?:\s+[A-Za-z]+){0,2})")
+_ASSIGNED = re.compile(r"[A-Za-z](?:_\{?\w+\}?)?\s*=\s*((?:\\\$\s*)?[+-]?\d{1,3}(?:(?:,|\{,\}|,\\!)\d{3})+(?!\d)"
+                       r"(?:\.\d+)?(?:[^=,{\d.][^=]*)?)")
+"""A variable set to a number whose digits are grouped (``x = 1,000``, ``n = 10{,}080``): math-verify read no number."""
 _NOT_UNITS = {"sqrt", "sin", "cos", "tan", "sec", "csc", "cot", "log", "exp", "inf", "infinity", "mod", "choose",
               "over", "times", "plus", "minus", "and", "not", "the", "hundred", "thousand", "million", "billion",
               "trillion", "dozen", "hundreds", "thousands", "millions", "billions", "dozens"}
@@ -394,7 +399,7 @@ _UNIT_NAMES = {
 }
 _UNITS = {name: unit for unit, names in _UNIT_NAMES.items() for name in names.split()}
 """Units of measure by their names (lower case): two answers in different ones are not the same answer."""
-_MEASURE = re.compile(r"([+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*([a-z]{2,}(?:/[a-z]+)?|¢)\s*(?:\^\s*\{?\s*[23]\s*\}?|[²³])?")
+_MEASURE = re.compile(_NUMBER + r"\s*([a-z]{2,}(?:/[a-z]+)?|¢)\s*(?:\^\s*\{?\s*[23]\s*\}?|[²³])?")
 """A number, a unit's name in lower case, perhaps a power (``15 cm^2``, ``3 oz``, ``100cm``): `tidy` writes it as
 ``15\\text{ cm}``. Not a name of one letter, which may be a variable (``3s^2``, ``2 h``): math-verify reads
 ``5 m`` itself."""
@@ -445,18 +450,24 @@ def tidy(answer: str) -> str:
     * a number followed by up to three words and nothing else is that number with its unit, as ``18\text{ cookies}``
       writes it (``18 cookies`` and ``18 dollars`` were not 18: outside ``\text{}`` math-verify knows only the units
       on its list, ``18 meters``); not where a word changes the value or is mathematics (`_NOT_UNITS`); so is a
-      number with a unit's name and perhaps a power (``15 cm^2``, ``3 oz``: math-verify read letters);
+      number with a unit's name and perhaps a power (``15 cm^2``, ``3 oz``: math-verify read letters); the number's
+      digits may be grouped by commas (``1,200 dollars`` was a tuple);
+    * a variable set to a number whose digits are grouped is that number (``x = 1,000``, ``n = 10{,}080``: no number
+      to math-verify);
     * what wraps the whole answer only to mark it up goes (`_peel`: ``\(10,\!080\)``, ``**18**``, ``{(6,31,-1)}``,
       ``\mathbf{3\sqrt{13}}``, ``\text{6 - 5i}``, ``10,\!080\quad`` were not their answers);
     * a degree sign is ``^{\circ}`` (``90°`` and ``90\degree`` were not ``90^\circ``)."""
     text = _FULL_STOP.sub("", _DIGIT_GROUP.sub("", _peel(_DEGREE.sub(r"^{\\circ}", str(answer).translate(_FULLWIDTH)))))
     text = _LIMITS_MARK.sub("", _BEFORE_BINOMIAL.sub(r"\\cdot ", text))
+    assigned = _ASSIGNED.fullmatch(text)
+    if assigned is not None:
+        text = assigned.group(1).strip()
     counted = _NUMBER_WORDS.fullmatch(text)
     if counted is not None and not _NOT_UNITS & set(counted.group(2).lower().split()):
-        text = f"{counted.group(1)}\\text{{ {counted.group(2)}}}"  # math-verify drops a unit in \text{}
+        text = f"{counted.group(1).replace(',', '')}\\text{{ {counted.group(2)}}}"  # math-verify drops \text{}
     measure = _MEASURE.fullmatch(text)
-    if measure is not None and measure.group(2) in _UNITS:
-        text = f"{measure.group(1)}\\text{{ {measure.group(2)}}}"  # "15 cm^2", "3 oz": math-verify did not drop them
+    if measure is not None and measure.group(2) in _UNITS:  # "15 cm^2", "3 oz": math-verify did not drop them
+        text = f"{measure.group(1).replace(',', '')}\\text{{ {measure.group(2)}}}"
     number = _E_NOTATION.fullmatch(text)
     if number is not None:
         text = f"{number.group(1)}\\times10^{{{int(number.group(2))}}}"

@@ -71,6 +71,9 @@ MATH = [
     ("gsm8k", "18", answer("18 years old"), 1.0),
     ("gsm8k", "18", answer("19 cookies"), 0.0),
     ("gsm8k", "18", answer("18 oz"), 1.0),  # a unit math-verify read as letters (18·o·z)
+    ("gsm8k", "70000", answer("70,000 dollars"), 1.0),  # grouped digits before a unit: math-verify read a tuple
+    ("gsm8k", "70000", answer("x = 70,000"), 1.0),  # and after a variable
+    ("gsm8k", "70000", answer("x = 70,001"), 0.0),
     ("math500", "15\\mbox{ cm}^2", answer("15 cm^2"), 1.0),
     ("math500", "15\\mbox{ cm}^2", answer("15 square centimeters"), 1.0),
     ("math500", "5.4 \\text{ cents}", answer("5.4 dollars"), 0.0),  # another unit: math-verify dropped both
@@ -307,6 +310,11 @@ def test_the_reference_think_rule_is_available_by_name():
     ("5\\\\,", "5\\\\,"), ("5\\quadx", "5\\quadx"), ("90°", "90^{\\circ}"), ("x\\degree", "x^{\\circ}"),
     ("15 cm^2", "15\\text{ cm}"), ("15 cm²", "15\\text{ cm}"), ("3 oz", "3\\text{ oz}"), ("100cm", "100\\text{ cm}"),
     ("18¢", "18\\text{ ¢}"), ("3s^2", "3s^2"), ("3 s^2", "3 s^2"), ("500H", "500H"), ("2 xy", "2 xy"),
+    ("1,200 dollars", "1200\\text{ dollars}"), ("12,345.5 km", "12345.5\\text{ km}"),
+    ("1,2000 dollars", "1,2000 dollars"), ("x = 1,000", "1,000"), ("n_{0} = 10{,}080", "10{,}080"),
+    ("x = 10,\\!080", "10,\\!080"), ("x = 1,5", "x = 1,5"), ("x = \\$1,000", "\\$1,000"),
+    ("x = 1,000 dollars", "1000\\text{ dollars}"), ("x = 1,000, y = 2", "x = 1,000, y = 2"),
+    ("x = 1,000 = y", "x = 1,000 = y"), ("x = 5", "x = 5"),
 ])
 def test_math_answers_lose_only_what_math_verify_misreads(written, tidied):
     assert rewards.tidy(written) == tidied

@@ -114,6 +114,18 @@ def test_scoring_is_linear_in_nested_boxes_and_wrappers():
     assert qa_metrics.judge_verdict("<" * (8 * n) + " correct") is True
 
 
+@pytest.mark.timeout(60)  # a hang guard, not a speed measurement: it takes a fraction of a second here
+def test_tidying_grouped_digits_is_linear():
+    """A variable set to 64,000 groups of digits, each followed by what could end the number or go on (``{,}``, a
+    space, words) and an ``=`` that fails the match at the very end: a pattern that let the trailing text take the
+    groups back tried each count of groups, 161 s for ``{,}``."""
+    n = 64_000
+    for hostile in ("x = 1" + ",000" * n + "=", "x = 1" + "{,}000" * n + "{,}=", "x = 1" + ",\\!000" * n + ",\\!=",
+                    "x = 1" + ",000" * n + " dollars=", "1" + ",000" * n + " dollars=", "1" + ",000" * n + " cm^2="):
+        assert rewards.tidy(hostile) == hostile
+    assert rewards.tidy("x = 1" + "{,}000" * n) == "1" + "{,}000" * n
+
+
 @pytest.mark.timeout(60)  # a hang guard, not a speed measurement: it takes about 6 s here
 def test_tag_parsing_is_linear_in_calls_and_nesting():
     """A completion of 100,000 answered tool calls (3.6 MB, a TRL completion scored by `arpo_reward`) is parsed in
