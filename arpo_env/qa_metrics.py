@@ -1,5 +1,5 @@
 """Answer scoring for question answering: SQuAD-normalised token F1 and exact match over gold aliases,
-character-level for Chinese, letter matching for multiple choice, and an optional LLM judge."""
+each Chinese, Japanese or Korean character a token, letter matching for multiple choice, and an optional LLM judge."""
 
 from __future__ import annotations
 
@@ -27,12 +27,15 @@ def normalize_answer(text: str) -> str:
     return " ".join(_ARTICLES.sub(" ", text).split())
 
 
+_MIXED = re.compile(_CJK.pattern + r"|[^\s" + _CJK.pattern[1:-1] + r"]+")
+
+
 def tokens(text: str) -> list[str]:
-    """Word tokens of the normalised text; one token per character when it holds Chinese/Japanese/Korean."""
-    norm = normalize_answer(text)
-    if _CJK.search(norm):
-        return [ch for ch in norm if not ch.isspace()]
-    return norm.split()
+    """Tokens of the normalised text: each Chinese/Japanese/Korean character is one, and so is each run of other
+    characters between them and spaces (mixed segmentation, as CMRC scores: ``iPhone 15手机`` is ``iphone``, ``15``,
+    ``手``, ``机``). Splitting a text that held such a character into characters made ``iPhone 15`` share nothing
+    with ``iPhone 15手机``, and ``Apple公司`` share ``p``, ``l``, ``e`` with ``Google公司``."""
+    return _MIXED.findall(normalize_answer(text))
 
 
 def f1_score(prediction: str, gold: str) -> float:

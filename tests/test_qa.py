@@ -21,6 +21,11 @@ from arpo_env.datasets import DataNotFound, load_tasks
     ("yes", "no", 0.0, 0.0),
     ("New York City", "New York", 0.8, 0.0),
     ("北京大学", "北京", 2 / 3, 0.0),                               # character level for Chinese
+    ("iPhone 15", "iPhone 15手机", 2 / 3, 0.0),                     # words between them: iphone 15 手 机
+    ("Python语言", "Python", 0.5, 0.0),
+    ("Apple公司", "Google公司", 2 / 3, 0.0),                        # not a, p, l, e as letters in common
+    ("Windows 11系统", "Windows 10系统", 0.75, 0.0),
+    ("1626年", "1628年", 0.5, 0.0),
     ("161.27元", "161.27元", 1.0, 1.0),
 ])
 def test_f1_em_hand_computed(pred, gold, f1, em):

@@ -206,7 +206,7 @@ QA = [
     ("musique", ["Drifting"], answer("$\\text{Drifting}$"), 1.0),
     ("musique", ["Drifting"], answer("drifting!"), 1.0),
     ("musique", ["Drifting"], answer("Floating"), 0.0),
-    # Chinese: characters are the tokens
+    # Chinese: each character is a token, and each run of other characters between them
     ("webwalker", "肖亮", answer("肖亮"), 1.0),
     ("webwalker", "肖亮", answer("肖"), 2 / 3),
     ("webwalker", "肖亮", answer("王明"), 0.0),
@@ -219,6 +219,8 @@ QA = [
     ("xbench", ["4"], answer("5"), 0.0),
     ("xbench", ["161.27元"], answer("１６１.２７元"), 1.0),  # full-width digits, as Chinese text may write them
     ("xbench", ["2023年"], answer("２０２３年"), 1.0),
+    ("xbench", ["iPhone 15手机"], answer("iPhone 15"), 2 / 3),  # shared nothing: characters against words
+    ("xbench", ["2023年"], answer("2028年"), 0.5),  # shared 2, 0, 2 and 年
     # extraction for QA
     ("hotpotqa", ["Essex"], "<search>q</search>" + R.format("<answer>\\boxed{Essex}</answer>") + answer("Kent"), 0.0),
     ("hotpotqa", ["Essex"], "<search>q</search>" + R.format("Essex is a county") + answer("Essex"), 1.0),
