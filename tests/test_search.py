@@ -151,6 +151,42 @@ def test_second_identical_search_is_a_cache_hit(tmp_path):
     assert other_process_view.call("Campfire Tales director").extra["cache"] == "hit" and backend.calls == 1
 
 
+def test_the_cache_keeps_to_its_bound_oldest_first(tmp_path, monkeypatch):
+    """The cache grew without bound (every page browsed in every run, for ever); it keeps `max_mb` of values, and a
+    cache written before that (no sizes) is measured and bounded when it is opened."""
+    import sqlite3
+
+    from arpo_env.tools import cache as cache_module
+
+    value = "x" * 998  # 1,000 bytes as JSON
+    bounded = ToolCache(tmp_path / "c.sqlite", max_mb=0.05)
+    for i in range(cache_module.CHECK_EVERY):
+        bounded.put(ToolCache.key(i), value)
+    assert bounded.evicted == cache_module.CHECK_EVERY - 45 and bounded.size_bytes() == 45_000  # to 90% of 50 kB
+    assert bounded.get(ToolCache.key(0)) is None and bounded.get(ToolCache.key(cache_module.CHECK_EVERY - 1)) == value
+    for i in range(cache_module.CHECK_EVERY, cache_module.CHECK_EVERY + 20):
+        bounded.put(ToolCache.key(i), value)
+    assert ToolCache(tmp_path / "c.sqlite", max_mb=0.05).size_bytes() == 45_000  # opening it bounds it again
+    assert ToolCache(tmp_path / "c.sqlite", max_mb=1).size_bytes() == 45_000  # and a wider bound removes nothing
+
+    old = sqlite3.connect(tmp_path / "old.sqlite")  # a cache as arpo wrote it before it had a bound
+    old.execute("CREATE TABLE results (key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL NOT NULL)")
+    old.executemany("INSERT INTO results VALUES (?, ?, ?)", [(str(i), '"' + value + '"', i) for i in range(100)])
+    old.commit()
+    old.close()
+    opened = ToolCache(tmp_path / "old.sqlite", max_mb=0.05)
+    assert opened.size_bytes() == 45_000 and opened.get("99") == value and opened.get("0") is None
+
+    monkeypatch.setenv("ARPO_TOOL_CACHE_MB", "0.02")
+    assert ToolCache(tmp_path / "c.sqlite").size_bytes() == 18_000
+    monkeypatch.setenv("ARPO_TOOL_CACHE_MB", "lots")
+    with pytest.warns(RuntimeWarning, match="ARPO_TOOL_CACHE_MB must be a positive number"):
+        assert ToolCache(tmp_path / "c.sqlite").max_bytes == cache_module.DEFAULT_MAX_MB * 1e6
+    for wrong in (0, -1, float("nan"), float("inf"), True, "5"):
+        with pytest.raises(ValueError, match="max_mb must be a positive number"):
+            ToolCache(tmp_path / "c.sqlite", max_mb=wrong)
+
+
 def test_cache_hits_and_misses_reach_info(tmp_path):
     env = gym.make("ARPO-QA-v0", search_options={"cache": str(tmp_path / "c.sqlite")})
     env.reset(options={"question": "q", "answer": "a"})

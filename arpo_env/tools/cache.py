@@ -2,7 +2,9 @@
 
 Keys are built from the backend, the operation (search, browse), the query or url, and the parameters that change
 the result (top-k, size caps). Values are JSON. Only successful results are stored: a failure is retried next time.
-The default file is ``$ARPO_CACHE_DIR/tool_cache.sqlite`` (``~/.cache/arpo`` when unset).
+The default file is ``$ARPO_CACHE_DIR/tool_cache.sqlite`` (``~/.cache/arpo`` when unset). Its values are kept to
+``max_mb`` megabytes (``$ARPO_TOOL_CACHE_MB``, else `DEFAULT_MAX_MB`): past that, the oldest go first, down to 90% of
+it; the count is checked at every `CHECK_EVERY` puts of a process and when the cache is opened.
 
 The cache only saves time: a file that cannot be used (not a database, a folder that cannot be written, a disk that
 is full, a lock held too long) costs a warning, once, and the tools run as if the value were not cached; it never
@@ -22,6 +24,12 @@ from pathlib import Path
 from typing import Any
 
 
+DEFAULT_MAX_MB = 2048.0
+"""How many megabytes of values the cache keeps by default (``ARPO_TOOL_CACHE_MB`` sets another bound)."""
+CHECK_EVERY = 256
+"""Every so many puts of a process, the cache's size is checked against its bound."""
+
+
 def default_cache_path() -> Path:
     base = os.environ.get("ARPO_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "arpo")
     return Path(base) / "tool_cache.sqlite"
@@ -30,19 +38,44 @@ def default_cache_path() -> Path:
 class ToolCache:
     """``get``/``put`` of JSON values by key parts; counts its own hits and misses."""
 
-    def __init__(self, path: str | os.PathLike | None = None) -> None:
+    def __init__(self, path: str | os.PathLike | None = None, max_mb: float | None = None) -> None:
         self.path = Path(path) if path else default_cache_path()
+        if max_mb is None:
+            bound = os.environ.get("ARPO_TOOL_CACHE_MB", "")
+            try:
+                max_mb = float(bound) if bound.strip() else DEFAULT_MAX_MB
+                if not 0 < max_mb < float("inf"):
+                    raise ValueError
+            except ValueError:  # the cache never fails the making of an environment
+                warnings.warn(f"ARPO_TOOL_CACHE_MB must be a positive number of megabytes, not {bound!r}; the tool "
+                              f"cache keeps {DEFAULT_MAX_MB:g} MB", RuntimeWarning, stacklevel=2)
+                max_mb = DEFAULT_MAX_MB
+        if not (isinstance(max_mb, (int, float)) and not isinstance(max_mb, bool) and max_mb > 0
+                and max_mb != float("inf")):
+            raise ValueError(f"the tool cache's max_mb must be a positive number of megabytes, not {max_mb!r}")
+        self.max_bytes = int(max_mb * 1e6)
         self.hits = 0
         self.misses = 0
+        self.evicted = 0
+        """How many values this object removed to keep the cache within its bound."""
         self.disabled: str | None = None
         """Why the cache is not used (it could not be opened), or None."""
         self._warned = False
         self._local = threading.local()
+        self._puts = 0
+        self._lock = threading.Lock()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self._connection() as db:
                 db.execute("CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, value TEXT NOT NULL, "
-                           "created REAL NOT NULL)")
+                           "created REAL NOT NULL, size INTEGER)")
+                columns = {row[1] for row in db.execute("PRAGMA table_info(results)")}
+                if "size" not in columns:  # a cache written before the bound: its values are measured, once
+                    db.execute("ALTER TABLE results ADD COLUMN size INTEGER")
+                    db.execute("UPDATE results SET size = length(CAST(value AS BLOB))")
+                # an index that covers the bound's scans (the values themselves are not read)
+                db.execute("CREATE INDEX IF NOT EXISTS results_age ON results (created, size)")
+            self._bound()
         except (OSError, sqlite3.Error) as exc:
             self.disabled = f"{type(exc).__name__}: {exc}"
             self._warn(exc)
@@ -83,11 +116,46 @@ class ToolCache:
     def put(self, key: str, value: Any) -> None:
         if self.disabled is not None:
             return
+        text = json.dumps(value)
         try:
-            self._connection().execute("INSERT OR REPLACE INTO results (key, value, created) VALUES (?, ?, ?)",
-                                       (key, json.dumps(value), time.time()))
+            self._connection().execute("INSERT OR REPLACE INTO results (key, value, created, size) VALUES (?, ?, ?, ?)",
+                                       (key, text, time.time(), len(text.encode("utf-8", "surrogatepass"))))
+            with self._lock:
+                self._puts += 1
+                check = self._puts % CHECK_EVERY == 0
+            if check:
+                self._bound()
         except sqlite3.Error as exc:  # not stored: the next call runs the tool again
             self._warn(exc)
+
+    def size_bytes(self) -> int:
+        """The bytes of the values the cache holds (their JSON as UTF-8)."""
+        return int(self._connection().execute("SELECT COALESCE(SUM(size), 0) FROM results").fetchone()[0])
+
+    def _bound(self) -> None:
+        """Remove the oldest values while the cache holds more than its bound, down to 90% of it."""
+        total = self.size_bytes()
+        if total <= self.max_bytes:
+            return
+        db, target = self._connection(), int(self.max_bytes * 0.9)
+        while total > target:
+            oldest = db.execute("SELECT key, COALESCE(size, 0) FROM results ORDER BY created LIMIT 512").fetchall()
+            if not oldest:
+                break
+            chosen = []
+            for key, size in oldest:
+                if total <= target:
+                    break
+                chosen.append((key,))
+                total -= size
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.executemany("DELETE FROM results WHERE key = ?", chosen)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            self.evicted += len(chosen)
 
     def stats(self) -> dict[str, int]:
         return {"cache_hits": self.hits, "cache_misses": self.misses}
