@@ -71,8 +71,12 @@ class ToolCache:
                            "created REAL NOT NULL, size INTEGER)")
                 columns = {row[1] for row in db.execute("PRAGMA table_info(results)")}
                 if "size" not in columns:  # a cache written before the bound: its values are measured, once
-                    db.execute("ALTER TABLE results ADD COLUMN size INTEGER")
-                    db.execute("UPDATE results SET size = length(CAST(value AS BLOB))")
+                    try:
+                        db.execute("ALTER TABLE results ADD COLUMN size INTEGER")
+                    except sqlite3.OperationalError as exc:  # another process added it first
+                        if "duplicate column" not in str(exc):
+                            raise
+                    db.execute("UPDATE results SET size = length(CAST(value AS BLOB)) WHERE size IS NULL")
                 # an index that covers the bound's scans (the values themselves are not read)
                 db.execute("CREATE INDEX IF NOT EXISTS results_age ON results (created, size)")
             self._bound()
