@@ -4,7 +4,7 @@ Keys are built from the backend, the operation (search, browse), the query or ur
 the result (top-k, size caps). Values are JSON. Only successful results are stored: a failure is retried next time.
 The default file is ``$ARPO_CACHE_DIR/tool_cache.sqlite`` (``~/.cache/arpo`` when unset). Its values are kept to
 ``max_mb`` megabytes (``$ARPO_TOOL_CACHE_MB``, else `DEFAULT_MAX_MB`): past that, the oldest go first, down to 90% of
-it; the count is checked at every `CHECK_EVERY` puts of a process and when the cache is opened.
+it; its size is checked every `CHECK_EVERY` puts through one `ToolCache` and when one is opened.
 
 The cache only saves time: a file that cannot be used (not a database, a folder that cannot be written, a disk that
 is full, a lock held too long) costs a warning, once, and the tools run as if the value were not cached; it never
@@ -27,7 +27,7 @@ from typing import Any
 DEFAULT_MAX_MB = 2048.0
 """How many megabytes of values the cache keeps by default (``ARPO_TOOL_CACHE_MB`` sets another bound)."""
 CHECK_EVERY = 256
-"""Every so many puts of a process, the cache's size is checked against its bound."""
+"""Every so many puts through one `ToolCache`, the size of the cache is checked against its bound."""
 
 
 def default_cache_path() -> Path:
