@@ -32,6 +32,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable
 
+from arpo_env.qa_metrics import aliases
+
 MATH_BENCHMARKS = ("aime24", "aime25", "math500", "gsm8k", "math")
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".tsv")
 """The dataset files `load_tasks` reads when given as the name."""
@@ -265,7 +267,8 @@ def load_tasks(name: str = "default", data_dir: str | os.PathLike | None = None,
         if kind is not None and ability is not None and ability != kind:
             continue
         task = task_from_record(record, source, i, kind, where=str(path))
-        if _blank_gold(task, i, blank):
+        if not aliases(task.answer):  # blank (" ", "", [" "]): no answer could be right
+            blank.append(i)
             continue
         tasks.append(task)
         if limit is not None and len(tasks) >= limit:
@@ -277,19 +280,9 @@ def load_tasks(name: str = "default", data_dir: str | os.PathLike | None = None,
     return tasks
 
 
-def _blank_gold(task: Task, index: int, blank: list[int]) -> bool:
-    """Whether `task`'s gold answer is blank (``" "``, ``""``, a list of blank aliases: no answer can be right),
-    noting record `index` (from 0) in `blank` if so. train_10k's record 5275, a construction with the gold ``" "``,
-    was trained on with a reward that no answer could earn."""
-    from arpo_env.qa_metrics import aliases
-
-    if aliases(task.answer):
-        return False
-    blank.append(index)
-    return True
-
-
 def _warn_blank(blank: list[int], where: str) -> None:
+    """Say which records (`blank`, counted from 0) were left out for a blank gold answer. train_10k's record 5275, a
+    construction with the gold ``" "``, was trained on with a reward that no answer could earn."""
     if blank:
         _log.warning("%s: %d record%s with a blank gold answer left out (record%s %s): no answer could be scored "
                      "right", where, len(blank), "s" if len(blank) > 1 else "", "s" if len(blank) > 1 else "",
@@ -310,8 +303,10 @@ def _load_hub(spec: str, kind: str | None, limit: int | None) -> list[Task]:
     tasks, blank = [], []
     for i, row in enumerate(rows):
         task = task_from_record(dict(row), repo.split("/")[-1], i, kind)
-        if not _blank_gold(task, i, blank):
+        if aliases(task.answer):
             tasks.append(task)
+        else:
+            blank.append(i)
     _warn_blank(blank, f"hub:{spec}")
     return tasks[:limit]
 
