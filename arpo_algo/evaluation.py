@@ -1,4 +1,4 @@
-"""``arpo eval``: the paper's 13 benchmarks, one command, a table in the paper's layout.
+r"""``arpo eval``: the paper's 13 benchmarks, one command, a table in the paper's layout.
 
 Every sample is an episode of the matching environment — math (`ARPO-Math-v0`, Python), knowledge QA
 (`ARPO-QA-v0`, search and Python) or deep search (`ARPO-DeepSearch-v0`, search, browse and Python) — with the

@@ -475,7 +475,7 @@ def tidy(answer: str) -> str:
 
 
 def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None) -> bool:
-    """Whether `prediction` and `gold` are the same mathematical answer (math-verify; any gold alias may match).
+    r"""Whether `prediction` and `gold` are the same mathematical answer (math-verify; any gold alias may match).
 
     Bounded from any thread: math-verify runs in a killable worker process (`arpo_env.bounded`); an answer that
     makes it overrun `timeout_s` (default ``ARPO_SCORE_TIMEOUT``, 5 s), exhaust its memory or crash is not equal.
@@ -483,7 +483,7 @@ def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None
     so is one word against a gold written as text (``\text{ellipse}``: "an ellipse." is equal, and "ellipses" goes on
     to math-verify).
     An answer in one unit of measure is not equal to a gold alias in another (`unit`: ``5.4 dollars`` and
-    ``5.4\\text{ cents}``; math-verify drops units); a number without a unit, or a word that is no unit, is not
+    ``5.4\text{ cents}``; math-verify drops units); a number without a unit, or a word that is no unit, is not
     taken for one.
     One beyond math-verify's reach (`intractable`: a power tower, brackets nested deep) is not equal, at once, unless a
     gold alias is beyond it too; nor is one far longer than every gold (`FAR_LONGER`).
