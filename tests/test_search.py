@@ -12,7 +12,8 @@ import pytest
 import arpo_env  # noqa: F401
 from arpo_env.datasets import load_tasks
 from arpo_env.tools.cache import ToolCache
-from arpo_env.tools.search import LocalSearch, RecordedSearch, SearchTool, default_corpus, parse_recorded, read_corpus
+from arpo_env.tools.search import (LocalSearch, RecordedSearch, SearchTool, default_corpus, index_terms, parse_recorded,
+                                    read_corpus)
 
 
 def test_shipped_corpus_answers_a_question_it_covers():
@@ -52,6 +53,33 @@ def test_index_is_built_once_and_loaded_from_disk(tmp_path):
     assert second.index_built and second.search("river Africa", 1)[0].title == "Doc 2"
     assert stamp.stat().st_mtime_ns == mtime  # loaded, not rebuilt
     assert first.index_dir().parent == tmp_path  # next to the corpus
+
+
+def test_chinese_is_found_by_its_words_not_only_by_whole_sentences(tmp_path):
+    """Chinese puts no spaces between words: bm25s took each sentence of a Chinese corpus for one word, and found it
+    only for that very sentence. Runs of CJK characters are indexed (and asked) as overlapping pairs."""
+    corpus = tmp_path / "corpus.jsonl"
+    docs = [{"id": "0", "title": "瓦萨号", "text": "瓦萨号是一艘瑞典战舰，建于1626年至1628年之间。"},
+            {"id": "1", "title": "长江", "text": "长江是亚洲最长的河流，流经中国。"},
+            {"id": "2", "title": "Mount Fuji", "text": "Mount Fuji is the highest mountain in Japan."}]
+    corpus.write_text("\n".join(json.dumps(d, ensure_ascii=False) for d in docs))
+    search = LocalSearch(corpus)
+    assert [hit.title for hit in search.search("瑞典战舰", 3)] == ["瓦萨号"]
+    assert search.search("亚洲最长的河流是哪条", 1)[0].title == "长江"
+    assert search.search("highest mountain Japan", 1)[0].title == "Mount Fuji"  # other languages as before
+    assert index_terms("长江 is 亚洲最长") == " 长江  is  亚洲 洲最 最长 "
+
+
+def test_an_index_of_another_format_is_built_again(tmp_path):
+    """An index stamped before CJK pairs (its stamp has no format) is built again, not read as this format."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(json.dumps({"id": "0", "title": "长江", "text": "长江是亚洲最长的河流。"}))
+    first = LocalSearch(corpus)
+    first.search("河流", 1)
+    stamp = first.index_dir() / "source.txt"
+    stamp.write_text(first.fingerprint.rsplit(":", 1)[0])  # as an index of before was stamped
+    again = LocalSearch(corpus)
+    assert not again.index_built and again.search("最长的河流", 1)[0].title == "长江" and again.index_built
 
 
 def test_an_index_cut_short_is_built_again_and_one_that_cannot_be_written_stays_in_memory(tmp_path, monkeypatch):

@@ -57,6 +57,18 @@ class SearchBackend(Protocol):
 # --------------------------------------------------------------------------------------------------------------------
 # local: BM25 over a corpus file
 # --------------------------------------------------------------------------------------------------------------------
+_CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]{2,}")
+INDEX_FORMAT = "cjk-bigrams"
+"""What the on-disk index was built with, in its stamp: an index of another format is built again."""
+
+
+def index_terms(text: str) -> str:
+    """`text` as BM25 reads it: each run of Chinese, Japanese or Korean characters written as its overlapping pairs
+    (``瓦萨号`` is ``瓦萨 萨号``), since those languages put no spaces between words. bm25s's tokenizer took a whole
+    run (a sentence) for one word, so that no query but that sentence could find it."""
+    return _CJK_RUN.sub(lambda run: " " + " ".join(run[0][i:i + 2] for i in range(len(run[0]) - 1)) + " ", text)
+
+
 def default_corpus() -> Path:
     return Path(str(resources.files("arpo_env") / "data" / DEFAULT_CORPUS))
 
@@ -100,7 +112,7 @@ class LocalSearch:
         if not self.corpus.is_file():
             raise FileNotFoundError(f"search corpus {self.corpus} does not exist")
         stat = self.corpus.stat()
-        self.fingerprint = f"{self.corpus.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+        self.fingerprint = f"{self.corpus.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:{INDEX_FORMAT}"
         # read now (the default corpus in 30 ms): a corpus that cannot serve is the env's error, not a failed search
         # at every call of a run that goes on
         self._docs: list[dict[str, Any]] = read_corpus(self.corpus)
@@ -144,7 +156,7 @@ class LocalSearch:
                         unreadable = True
                 if retriever is None:
                     retriever = bm25s.BM25()
-                    texts = [f"{d.get('title', '')} {d['text']}" for d in docs]
+                    texts = [index_terms(f"{d.get('title', '')} {d['text']}") for d in docs]
                     retriever.index(bm25s.tokenize(texts, stopwords="en", show_progress=False), show_progress=False)
                     self._save(retriever, folder, replace=unreadable)
                 self._retriever = retriever
@@ -199,7 +211,7 @@ class LocalSearch:
         import bm25s
 
         docs, retriever = self._load()
-        tokens = bm25s.tokenize([query], stopwords="en", show_progress=False)
+        tokens = bm25s.tokenize([index_terms(query)], stopwords="en", show_progress=False)
         if not any(len(t) for t in tokens.ids):
             return []
         ids, scores = retriever.retrieve(tokens, k=min(top_k, len(docs)), show_progress=False)
