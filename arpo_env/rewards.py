@@ -435,6 +435,8 @@ def unit(answer: str) -> str | None:
 
 _BEFORE_BINOMIAL = re.compile(r"(?<=[\d)])\s*(?=\\[dt]?binom(?![A-Za-z]))")
 _LIMITS_MARK = re.compile(r"\\(?:no)?limits(?![A-Za-z])")
+_STYLE = re.compile(r"\\(?:display|text|script|scriptscript)style(?![A-Za-z])\s*")
+"""TeX's math styles, layout only: ``\\displaystyle\\text{5 cm}`` kept `_peel` from the ``\\text{}``."""
 
 
 def tidy(answer: str) -> str:
@@ -445,7 +447,8 @@ def tidy(answer: str) -> str:
     written as ``1\times10^{6}``. More that math-verify misreads:
 
     * a binomial after a number or a bracket gets its product sign (``2\binom{5}{2}`` was not 20);
-    * ``\limits`` and ``\nolimits`` go, being layout only (``\sum\limits_{k=1}^{4} k`` was not 10);
+    * ``\limits`` and ``\nolimits`` go, being layout only (``\sum\limits_{k=1}^{4} k`` was not 10), and so do
+      ``\displaystyle`` and the other styles (``\displaystyle\text{5 cm}`` was not 5);
     * full-width digits and signs are ASCII (``１２``, as a model writing Chinese may put them, was not 12);
     * a number followed by up to three words and nothing else is that number with its unit, as ``18\text{ cookies}``
       writes it (``18 cookies`` and ``18 dollars`` were not 18: outside ``\text{}`` math-verify knows only the units
@@ -457,7 +460,8 @@ def tidy(answer: str) -> str:
     * what wraps the whole answer only to mark it up goes (`_peel`: ``\(10,\!080\)``, ``**18**``, ``{(6,31,-1)}``,
       ``\mathbf{3\sqrt{13}}``, ``\text{6 - 5i}``, ``10,\!080\quad`` were not their answers);
     * a degree sign is ``^{\circ}`` (``90°`` and ``90\degree`` were not ``90^\circ``)."""
-    text = _FULL_STOP.sub("", _DIGIT_GROUP.sub("", _peel(_DEGREE.sub(r"^{\\circ}", str(answer).translate(_FULLWIDTH)))))
+    text = _STYLE.sub("", _DEGREE.sub(r"^{\\circ}", str(answer).translate(_FULLWIDTH)))
+    text = _FULL_STOP.sub("", _DIGIT_GROUP.sub("", _peel(text)))
     text = _LIMITS_MARK.sub("", _BEFORE_BINOMIAL.sub(r"\\cdot ", text))
     assigned = _ASSIGNED.fullmatch(text)
     if assigned is not None:

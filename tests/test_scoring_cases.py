@@ -74,6 +74,7 @@ MATH = [
     ("gsm8k", "70000", answer("70,000 dollars"), 1.0),  # grouped digits before a unit: math-verify read a tuple
     ("gsm8k", "70000", answer("x = 70,000"), 1.0),  # and after a variable
     ("gsm8k", "70000", answer("x = 70,001"), 0.0),
+    ("math500", "5", answer("\\displaystyle\\text{5 cm}"), 1.0),  # a style kept the \text{} from being peeled
     ("math500", "15\\mbox{ cm}^2", answer("15 cm^2"), 1.0),
     ("math500", "15\\mbox{ cm}^2", answer("15 square centimeters"), 1.0),
     ("math500", "5.4 \\text{ cents}", answer("5.4 dollars"), 0.0),  # another unit: math-verify dropped both
@@ -317,6 +318,8 @@ def test_the_reference_think_rule_is_available_by_name():
     ("x = 10,\\!080", "10,\\!080"), ("x = 1,5", "x = 1,5"), ("x = \\$1,000", "\\$1,000"),
     ("x = 1,000 dollars", "1000\\text{ dollars}"), ("x = 1,000, y = 2", "x = 1,000, y = 2"),
     ("x = 1,000 = y", "x = 1,000 = y"), ("x = 5", "x = 5"),
+    ("\\displaystyle\\text{5 cm}", "5\\text{ cm}"), ("\\displaystyle \\frac{1}{2}", "\\frac{1}{2}"),
+    ("\\textstyle\\sum_{k}", "\\sum_{k}"), ("\\displaystylex", "\\displaystylex"),
 ])
 def test_math_answers_lose_only_what_math_verify_misreads(written, tidied):
     assert rewards.tidy(written) == tidied
