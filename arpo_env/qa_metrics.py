@@ -14,7 +14,9 @@ import unicodedata
 from collections import Counter
 from typing import Any, Mapping
 
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
+CJK = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
+"""Chinese, Japanese and Korean characters, as the ranges of a regular expression's class: their words are not
+spaced (QA's F1 and the local search index split them)."""
 _PUNCT = set(string.punctuation) | set("，。、；：？！“”‘’（）《》【】—…·「」『』〈〉～")
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 
@@ -27,7 +29,7 @@ def normalize_answer(text: str) -> str:
     return " ".join(_ARTICLES.sub(" ", text).split())
 
 
-_MIXED = re.compile(_CJK.pattern + r"|[^\s" + _CJK.pattern[1:-1] + r"]+")
+_MIXED = re.compile(rf"[{CJK}]|[^\s{CJK}]+")
 
 
 def tokens(text: str) -> list[str]:

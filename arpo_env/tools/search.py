@@ -29,6 +29,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
+from arpo_env.qa_metrics import CJK
 from arpo_env.tools.cache import ToolCache, resolve_cache
 from arpo_env.tools.protocol import StatelessTool, ToolOutput, check_options
 
@@ -57,7 +58,7 @@ class SearchBackend(Protocol):
 # --------------------------------------------------------------------------------------------------------------------
 # local: BM25 over a corpus file
 # --------------------------------------------------------------------------------------------------------------------
-_CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]{2,}")
+_CJK_RUN = re.compile(f"[{CJK}]{{2,}}")
 INDEX_FORMAT = "cjk-bigrams"
 """What the on-disk index was built with, in its stamp: an index of another format is built again."""
 
