@@ -37,6 +37,8 @@ from arpo_env.qa_metrics import aliases
 MATH_BENCHMARKS = ("aime24", "aime25", "math500", "gsm8k", "math")
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".tsv")
 """The dataset files `load_tasks` reads when given as the name."""
+GOLD_FIELDS = ("answer", "ground_truth", "final_answer", "golden_answers")
+"""The fields a record's gold answer is read from, in this order (then ``reward_model.ground_truth``)."""
 PACKAGED = {"default": "math_default.jsonl", "default_qa": "qa_default.jsonl",
             "default_deepsearch": "deepsearch_default.jsonl"}
 _log = logging.getLogger(__name__)
@@ -108,12 +110,14 @@ def task_from_record(record: dict[str, Any], source: str, index: int, kind: str 
         raise DataUnreadable(f"{where}: record {index + 1} has no question (a text field question, problem, "
                              f"Question, query or prompt, or a prompt of chat messages){_fields(record)}")
     rm = record.get("reward_model") if isinstance(record.get("reward_model"), dict) else {}
-    answer = next((record[k] for k in ("answer", "ground_truth", "final_answer", "golden_answers")
-                   if record.get(k) is not None), rm.get("ground_truth"))
+    given = [g for g in [*(record.get(k) for k in GOLD_FIELDS), rm.get("ground_truth")] if g is not None]
+    answer = next((g for g in given if aliases(g)), None)  # the first that is not blank
     if answer is None and isinstance(record.get("solution"), str):  # MATH's layout: a worked solution, \boxed{} last
         from arpo_env.tags import boxed
 
         answer = boxed(record["solution"])
+    if answer is None and given:  # only blank ones: a task `load_tasks` leaves out, saying so
+        answer = given[0]
     if answer is None:
         raise DataUnreadable(f"{where}: record {index + 1} has no gold answer (answer, ground_truth, final_answer, "
                              f"golden_answers, reward_model.ground_truth, or a solution with a \\boxed{{}})"
@@ -174,7 +178,9 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
 
 
 def _read_table(path: Path, text: str) -> list[dict[str, Any]]:
-    """The rows of a CSV (TSV) table as records, by its header row's names; an empty cell is a missing field."""
+    """The rows of a CSV (TSV) table as records, by its header row's names; an empty cell is a missing field, but in
+    a gold answer's column (`GOLD_FIELDS`) a blank gold, which `load_tasks` leaves out with a warning (the whole
+    table was refused for one such row)."""
     import csv
     import io
 
@@ -186,7 +192,7 @@ def _read_table(path: Path, text: str) -> list[dict[str, Any]]:
     extra = next((n for n, row in enumerate(rows, 2) if None in row), None)  # csv's key for cells past the header's
     if extra is not None:
         raise DataUnreadable(f"{path} row {extra} has more cells than the header row names")
-    return [{k: v for k, v in row.items() if v not in (None, "")} for row in rows]
+    return [{k: v for k, v in row.items() if v not in (None, "") or k in GOLD_FIELDS} for row in rows]
 
 
 def _parse_json(path: Path, text: str, first_line: int) -> Any:

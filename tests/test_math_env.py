@@ -291,6 +291,14 @@ def test_a_task_whose_gold_is_blank_is_left_out_with_a_warning(data_dir, tmp_pat
     path.write_text(json.dumps(rows[1]) + "\n")
     with pytest.raises(DataNotFound, match="holds no tasks with a gold answer .1 have a blank one."):
         load_tasks(str(path))
+    table = tmp_path / "mine.csv"  # an empty cell in the answer column refused the whole table
+    table.write_text("question,answer,level\nq1,1,\nq2,,3\nq3,3,\n")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="arpo_env.datasets"):
+        assert [(t.question, t.meta) for t in load_tasks(str(table))] == [("q1", {}), ("q3", {})]
+    assert "1 record with a blank gold answer left out (record 2)" in caplog.text
+    path.write_text(json.dumps({"question": "q", "answer": "", "ground_truth": "5"}) + "\n")
+    assert load_tasks(str(path))[0].answer == "5"  # a blank field does not hide a gold in the next
 
 
 def test_the_sandbox_cannot_read_the_tasks_answers(tmp_path):
