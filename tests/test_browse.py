@@ -12,6 +12,7 @@ import gymnasium as gym
 import pytest
 
 import arpo_env  # noqa: F401
+from arpo_env.tools import browse
 from arpo_env.tools.browse import BrowseTool, PageStore, browse_tool_factory
 from arpo_env.tools.cache import ToolCache
 
@@ -49,6 +50,15 @@ LATIN_PAGE = ('<html><head><meta http-equiv="Content-Type" content="text/html; c
               "über Erinnerung, Sehnsucht und Einsamkeit – „ein Klassiker“.</p></article></body></html>")
 
 
+SOURCE = "def smaller(a, b):\n    if a < b:\n        return a  # the <smaller> one\n    return b\n"
+MARKDOWN = '# The Vasa\n\n<p align="center">A <b>Swedish</b> warship</p>\n\nShe sank on 10 August 1628.\n'
+API_JSON = ('{"query": {"pages": [{"title": "Vasa (ship)", "extract": "<p>The <b>Vasa</b> is a Swedish warship '
+            'built between 1626 and 1628.</p>"}]}}')
+XHTML = ('<?xml version="1.0" encoding="utf-8"?>\n<!DOCTYPE html PUBLIC "-//W3C//DTD XHTML 1.0 Strict//EN" '
+         '"http://www.w3.org/TR/xhtml1/DTD/xhtml1-strict.dtd">\n<html xmlns="http://www.w3.org/1999/xhtml"><head>'
+         '<title>Vasa</title></head><body><p>The Vasa sank in the harbour of Stockholm in 1628.</p></body></html>')
+
+
 class Handler(BaseHTTPRequestHandler):
     hits: Counter = Counter()
 
@@ -57,7 +67,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def _send(self, status, body, ctype="text/html; charset=utf-8", headers=()):
         self.send_response(status)
-        self.send_header("Content-Type", ctype)
+        if ctype is not None:
+            self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
         for k, v in headers:
             self.send_header(k, v)
@@ -92,6 +103,14 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, GBK_PAGE.encode("gbk"), ctype="text/html")
         elif self.path == "/latin":
             self._send(200, LATIN_PAGE.encode("cp1252"), ctype="text/html")
+        elif self.path == "/source.py":
+            self._send(200, SOURCE.encode(), ctype="text/plain; charset=utf-8")
+        elif self.path == "/readme.md":
+            self._send(200, MARKDOWN.encode(), ctype="text/markdown")
+        elif self.path == "/api.json":
+            self._send(200, API_JSON.encode(), ctype="application/json")
+        elif self.path == "/untyped.py":
+            self._send(200, SOURCE.encode(), ctype=None)
         elif self.path == "/moved":
             self._send(301, b"", headers=[("Location", "/article")])
         else:
@@ -334,6 +353,31 @@ def test_pages_are_read_in_the_charset_they_declare(server, tmp_path):
     (tmp_path / "vasa.html").write_bytes(GBK_PAGE.encode("gbk"))
     (tmp_path / "index.json").write_text('{"https://example.cn/vasa": "vasa.html"}')
     assert "瓦萨博物馆" in BrowseTool(PageStore(tmp_path), live=False).call("https://example.cn/vasa").text
+
+
+def test_text_that_is_not_html_is_read_as_it_is(server):
+    """A plain-text page with a ``<`` in it (``if a < b:``), a Markdown file with inline HTML, an API's JSON: the
+    first two went to trafilatura as HTML, which found no text in them ("browse failed: the page has no readable
+    text"), and JSON and Markdown were refused as "not a text page". Text that is not HTML is the model's as it is,
+    and so is a page whose server names no type and that does not start as markup does."""
+    tool = BrowseTool(cache=None, private_hosts=True)
+    for path, text in [("/source.py", SOURCE), ("/readme.md", MARKDOWN), ("/api.json", API_JSON),
+                       ("/untyped.py", SOURCE)]:
+        out = tool.call(f"{server}{path}")
+        assert not out.failed and out.text == text.strip(), (path, out.text)
+        assert out.extra["extraction"] == "main"
+    assert "Gustavus Adolphus" in tool.call(f"{server}/article").text  # HTML is still read for its main text
+    for ctype in ("image/png", "application/octet-stream", "application/pdf", "audio/mpeg"):
+        assert not browse.is_text_type(ctype)
+    for ctype in ("text/csv", "application/ld+json", "application/atom+xml", "application/javascript"):
+        assert browse.is_text_type(ctype)
+
+
+def test_an_xhtml_page_that_overruns_is_read_as_plain_text_not_as_nothing():
+    """lxml refuses a str that opens with an XML declaration, so the plain-text stand-in of an XHTML page (what the
+    model reads when extraction overruns) was empty: "browse failed: the page has no readable text"."""
+    for page in (XHTML, "\ufeff" + XHTML, "  \n" + XHTML):
+        assert browse.plain_text(page) == "The Vasa sank in the harbour of Stockholm in 1628."
 
 
 def test_offline_page_store(tmp_path):

@@ -1,7 +1,8 @@
 """The ``<browse>`` tool: fetch a page, extract its main text, optionally condense it with a model.
 
 Fetching uses httpx with a per-page deadline, a size cap, a redirect limit (loops are detected) and a content-type
-check; the main text is extracted with trafilatura (navigation, ads and scripts dropped) and truncated with a visible
+check (text of any kind: `is_text_type`); the main text of HTML and XML is extracted with trafilatura (navigation, ads
+and scripts dropped), other text (plain text, Markdown, JSON) is read as it is, and either is truncated with a visible
 note. Extraction is bounded: trafilatura runs in a killable worker process (`arpo_env.bounded`), since its time grows
 faster than the page (a 1.3 MB page of short paragraphs takes it 18 s); past ``extract_timeout_s`` the page's plain text
 (lxml, linear time) stands in, and the model is told so. A page that overran is remembered (by its content, in this
@@ -40,7 +41,10 @@ from urllib.parse import urljoin, urlsplit
 from arpo_env.tools.cache import ToolCache, resolve_cache
 from arpo_env.tools.protocol import StatelessTool, ToolOutput, check_options
 
-TEXT_TYPES = {"text/html", "application/xhtml+xml", "text/plain", "application/xml", "text/xml"}
+MARKUP_TYPES = {"text/html", "application/xhtml+xml", "application/xml", "text/xml"}
+"""Content types read for their main text (`extract_text`); other text (`is_text_type`) is read as it is."""
+TEXT_TYPES = MARKUP_TYPES | {"text/plain"}
+"""The common text types; `is_text_type` admits more (any ``text/*``, JSON, XML)."""
 EXTRACT_TIMEOUT_S = 5.0
 """The default bound on extracting a page's main text (`extract_text`, ``BrowseTool(extract_timeout_s=…)``)."""
 USER_AGENT = "Mozilla/5.0 (compatible; arpo-browse/0.1; +https://github.com/arpo)"
@@ -99,6 +103,25 @@ class Summarizer:
         return reply.json()["choices"][0]["message"]["content"].strip()
 
 
+def is_text_type(ctype: str) -> bool:
+    """Whether a page of content type `ctype` (lower case, without parameters) is text a model can read: any
+    ``text/*`` (plain text, Markdown, CSV, source code), JSON and XML (``application/json``, ``application/…+json``,
+    ``application/…+xml``) and JavaScript. An API's JSON and a raw Markdown file were refused as "not a text page"."""
+    kind, _, sub = ctype.partition("/")
+    return kind == "text" or (kind == "application" and (sub in ("json", "xml", "xhtml+xml", "javascript", "x-ndjson")
+                                                         or sub.endswith(("+json", "+xml"))))
+
+
+def is_markup(ctype: str, text: str) -> bool:
+    """Whether a page is read for its main text: its content type is HTML or XML (`MARKUP_TYPES`, ``…+xml``), or it
+    has none (a page store's file, a server that names no type) and the text starts as markup does (``<``, after
+    white space). Other text is the model's as it is: a ``<`` in a plain-text page (``if a < b:`` in source code,
+    ``<b>`` in Markdown) made it HTML, of which trafilatura found no text."""
+    if ctype:
+        return ctype in MARKUP_TYPES or ctype.endswith("+xml")
+    return text[:4096].lstrip("\ufeff \t\r\n").startswith("<")
+
+
 def extract_text(html: str, url: str | None = None, timeout_s: float = EXTRACT_TIMEOUT_S) -> tuple[str, str]:
     """A page's text and how it was read: ``("…", "main")`` — its main text (trafilatura, in a worker process
     bounded by `timeout_s`) — or ``("…", "plain")`` — all its text (`plain_text`), when trafilatura overran, ran out
@@ -150,14 +173,17 @@ def plain_text(html: str) -> str:
     main text when extraction overruns."""
     import lxml.html
 
-    try:
-        root = lxml.html.document_fromstring(html)
+    try:  # without an XML declaration, which lxml refuses in a str (an XHTML page's plain text was empty)
+        root = lxml.html.document_fromstring(_XML_DECLARATION.sub("", html, count=1))
     except (ValueError, lxml.etree.LxmlError):  # empty, or nothing lxml can make a document of
         return ""
     for node in root.xpath("//script|//style|//noscript|//template|//head"):
         node.drop_tree()
     lines = (" ".join(line.split()) for line in "\n".join(root.itertext()).splitlines())
     return "\n".join(line for line in lines if line)
+
+
+_XML_DECLARATION = re.compile(r"^\ufeff?\s*<\?xml[^>]{0,200}\?>")
 
 
 class BrowseTool(StatelessTool):
@@ -212,12 +238,15 @@ class BrowseTool(StatelessTool):
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise BrowseError(f"{url[:200]!r} is not an http(s) URL")
-        html = self.page_store.get(url) if self.page_store else None
+        html, ctype = (self.page_store.get(url) if self.page_store else None), ""
         if html is None:
             if not self.live:
                 raise BrowseError("this page is not in the offline page store and live browsing is off")
-            html = self.fetch(url)
-        text, how = extract_text(html, url, self.extract_timeout_s)
+            html, ctype = self.fetch_typed(url)
+        if is_markup(ctype, html):
+            text, how = extract_text(html, url, self.extract_timeout_s)
+        else:  # plain text, Markdown, JSON: the model reads it as it is
+            text, how = html.strip(), "main"
         if not text:
             raise BrowseError("the page has no readable text")
         if how == "plain":
@@ -235,6 +264,10 @@ class BrowseTool(StatelessTool):
     def fetch(self, url: str) -> str:
         """GET `url` within the deadline (`timeout_s` for the whole fetch: its redirects, every connect and read),
         size cap and redirect limit; return its text or raise `BrowseError`."""
+        return self.fetch_typed(url)[0]
+
+    def fetch_typed(self, url: str) -> tuple[str, str]:
+        """`fetch`, and the page's content type (lower case, without parameters; ``""`` when the server names none)."""
         import httpx
 
         deadline = time.monotonic() + self.timeout_s
@@ -278,11 +311,11 @@ class BrowseTool(StatelessTool):
             if not _is_public(info[4][0]):
                 raise BrowseError(_not_public(host, info[4][0]))
 
-    def _body(self, response: Any, deadline: float) -> str:
+    def _body(self, response: Any, deadline: float) -> tuple[str, str]:
         if response.status_code >= 400:
             raise BrowseError(f"HTTP {response.status_code} {response.reason_phrase}")
         ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
-        if ctype and ctype not in TEXT_TYPES:
+        if ctype and not is_text_type(ctype):
             raise BrowseError(f"not a text page (content type {ctype})")
         if int(response.headers.get("content-length") or 0) > self.max_bytes:
             raise BrowseError(f"the page is larger than {self.max_bytes / 1e6:g} MB")
@@ -295,7 +328,7 @@ class BrowseTool(StatelessTool):
                 raise BrowseError(f"timed out after {self.timeout_s:g} s")
         if not ctype and b"\x00" in body[:4096]:
             raise BrowseError("not a text page (binary content)")
-        return decode_page(bytes(body), response.charset_encoding)
+        return decode_page(bytes(body), response.charset_encoding), ctype
 
 
 _META_CHARSET = re.compile(rb"""<meta[^>]{0,200}?charset\s*=\s*["']?\s*([a-zA-Z0-9_.:-]{1,40})""", re.I)
