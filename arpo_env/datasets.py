@@ -37,8 +37,10 @@ from arpo_env.qa_metrics import aliases
 MATH_BENCHMARKS = ("aime24", "aime25", "math500", "gsm8k", "math")
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".tsv")
 """The dataset files `load_tasks` reads when given as the name."""
-GOLD_FIELDS = ("answer", "ground_truth", "final_answer", "golden_answers")
-"""The fields a record's gold answer is read from, in this order (then ``reward_model.ground_truth``)."""
+GOLD_FIELDS = ("answer", "Answer", "ground_truth", "final_answer", "Final answer", "golden_answers")
+"""The fields a record's gold answer is read from, in this order (then ``reward_model.ground_truth``): GAIA's own
+metadata names it ``Final answer``, Bamboogle's ``Answer``. A text gold's other forms in ``answer_aliases``
+(MuSiQue's layout) are its aliases too."""
 PACKAGED = {"default": "math_default.jsonl", "default_qa": "qa_default.jsonl",
             "default_deepsearch": "deepsearch_default.jsonl"}
 _log = logging.getLogger(__name__)
@@ -119,9 +121,11 @@ def task_from_record(record: dict[str, Any], source: str, index: int, kind: str 
     if answer is None and given:  # only blank ones: a task `load_tasks` leaves out, saying so
         answer = given[0]
     if answer is None:
-        raise DataUnreadable(f"{where}: record {index + 1} has no gold answer (answer, ground_truth, final_answer, "
-                             f"golden_answers, reward_model.ground_truth, or a solution with a \\boxed{{}})"
-                             f"{_fields(record)}")
+        raise DataUnreadable(f"{where}: record {index + 1} has no gold answer ({', '.join(GOLD_FIELDS)}, "
+                             f"reward_model.ground_truth, or a solution with a \\boxed{{}}){_fields(record)}")
+    others = record.get("answer_aliases")
+    if isinstance(answer, str) and aliases(answer) and isinstance(others, (list, tuple)) and aliases(others):
+        answer = list(dict.fromkeys([answer, *(str(a) for a in others if str(a).strip())]))  # MuSiQue's aliases
     if kind is None:
         kind = record.get("ability") or ("math" if source in MATH_BENCHMARKS else "qa")
     if kind == "qa" and isinstance(answer, str) and answer.startswith("[") and answer.endswith("]"):
