@@ -142,7 +142,8 @@ def task_from_record(record: dict[str, Any], source: str, index: int, kind: str 
         answer = str(answer)
     elif not isinstance(answer, str):
         answer = [str(a) for a in answer]  # a real list in the data: the dataset's own aliases
-    rid = record.get("id", record.get("unique_id", record.get("task_id", record.get("idx", index))))
+    rid = next((record[k] for k in ("id", "unique_id", "task_id", "_id", "idx") if record.get(k) is not None),
+               index)  # "_id": HotpotQA's and 2Wiki's own files
     meta = {k: v for k, v in record.items() if k in ("level", "subject", "answer_type", "Level", "data_source")}
     return Task(_clean(question).strip(), answer, str(rid), source, str(kind), meta)
 

@@ -383,17 +383,20 @@ def test_math_and_conversational_layouts_load(tmp_path):
 def test_the_benchmarks_own_layouts_give_their_golds(tmp_path):
     """GAIA's own metadata names its gold ``Final answer`` and Bamboogle's ``Answer``: both files were refused (no
     gold answer). MuSiQue keeps a gold's other forms in ``answer_aliases``, which were dropped, so an answer in one of
-    those forms scored as a wrong one."""
+    those forms scored as a wrong one. HotpotQA's own file names its ids ``_id``."""
     rows = [{"task_id": "c61d22de", "Question": "How many studio albums?", "Level": 1, "Final answer": "3",
              "file_name": ""},
             {"Question": "Who was president when the Eiffel Tower was built?", "Answer": "Sadi Carnot"},
             {"id": "2hop__1", "question": "Where was the author of Vasa born?", "answer": "Stockholm",
-             "answer_aliases": ["Stockholm, Sweden", "Sthlm", "Stockholm"], "answerable": True}]
+             "answer_aliases": ["Stockholm, Sweden", "Sthlm", "Stockholm"], "answerable": True},
+            {"_id": "5a8b57f2", "question": "Which magazine was started first?", "answer": "Arthur's Magazine",
+             "type": "comparison", "level": "medium"}]
     path = tmp_path / "layouts.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     tasks = load_tasks(str(path), kind="qa")
     assert [(t.id, t.answer) for t in tasks] == [("c61d22de", "3"), ("1", "Sadi Carnot"),
-                                                  ("2hop__1", ["Stockholm", "Stockholm, Sweden", "Sthlm"])]
+                                                  ("2hop__1", ["Stockholm", "Stockholm, Sweden", "Sthlm"]),
+                                                  ("5a8b57f2", "Arthur's Magazine")]
     env = gym.make("ARPO-QA-v0", dataset=str(path), search_options={"cache": False})
     env.reset(options={"index": 2})
     assert env.step("<answer>\\boxed{Sthlm}</answer>")[1] == 1.0
