@@ -259,7 +259,8 @@ def task_paths(name: str, data_dir: str | os.PathLike | None = None) -> list[str
 def load_tasks(name: str = "default", data_dir: str | os.PathLike | None = None, kind: str | None = None,
                limit: int | None = None) -> list[Task]:
     """Load dataset `name` as tasks; `kind` ('math' or 'qa') keeps only rows of that ability in mixed files; `limit`:
-    the first so many (at least 1; None: all). A record whose gold answer is blank is left out, with a warning."""
+    the first so many (at least 1; None: all). A record whose gold answer is blank is left out, with a warning, and so
+    is one whose question comes with an image (`has_image`), which a text model cannot see."""
     _check_limit(limit)
     if name.startswith("hub:"):
         return _load_hub(name[4:], kind, limit)
@@ -272,10 +273,13 @@ def load_tasks(name: str = "default", data_dir: str | os.PathLike | None = None,
     source = path.parent.name if path.name == "test.jsonl" else path.stem if path.suffix in FILE_SUFFIXES else path.name
     if name in PACKAGED:
         source = name
-    tasks, blank = [], []
+    tasks, blank, pictured = [], [], []
     for i, record in enumerate(_read_records(path)):
         ability = record.get("ability")
         if kind is not None and ability is not None and ability != kind:
+            continue
+        if has_image(record):
+            pictured.append(i)
             continue
         task = task_from_record(record, source, i, kind, where=str(path))
         if not aliases(task.answer):  # blank (" ", "", [" "]): no answer could be right
@@ -285,19 +289,34 @@ def load_tasks(name: str = "default", data_dir: str | os.PathLike | None = None,
         if limit is not None and len(tasks) >= limit:
             break
     _warn_blank(blank, str(path))
+    _warn_left_out(pictured, str(path), "whose question has an image", "a text model cannot see it")
     if not tasks:
         raise DataNotFound(f"{path} holds no {kind or ''} tasks".replace("  ", " ") + (
-            f" with a gold answer ({len(blank)} have a blank one)" if blank else ""))
+            f" with a gold answer ({len(blank)} have a blank one)" if blank else "") + (
+            f" without an image ({len(pictured)} have one)" if pictured else ""))
     return tasks
+
+
+def has_image(record: dict[str, Any]) -> bool:
+    """Whether a record's question comes with an image: HLE's own files hold its 2,500 questions, a seventh of them
+    with an ``image`` (a data URI) that the question refers to ("the image shows …"); the paper, and the text models
+    trained here, take its text-only questions. A ``has_image`` flag says so too."""
+    image = record.get("image")
+    return bool(record.get("has_image")) or bool(image.strip() if isinstance(image, str) else image)
 
 
 def _warn_blank(blank: list[int], where: str) -> None:
     """Say which records (`blank`, counted from 0) were left out for a blank gold answer. train_10k's record 5275, a
     construction with the gold ``" "``, was trained on with a reward that no answer could earn."""
-    if blank:
-        _log.warning("%s: %d record%s with a blank gold answer left out (record%s %s): no answer could be scored "
-                     "right", where, len(blank), "s" if len(blank) > 1 else "", "s" if len(blank) > 1 else "",
-                     ", ".join(str(i + 1) for i in blank[:10]) + (", …" if len(blank) > 10 else ""))
+    _warn_left_out(blank, where, "with a blank gold answer", "no answer could be scored right")
+
+
+def _warn_left_out(records: list[int], where: str, what: str, why: str) -> None:
+    """One warning naming the `records` (counted from 0) of `where` left out, `what` they are and `why`."""
+    if records:
+        many = "s" if len(records) > 1 else ""
+        _log.warning("%s: %d record%s %s left out (record%s %s): %s", where, len(records), many, what, many,
+                     ", ".join(str(i + 1) for i in records[:10]) + (", …" if len(records) > 10 else ""), why)
 
 
 def _load_hub(spec: str, kind: str | None, limit: int | None) -> list[Task]:
@@ -311,14 +330,19 @@ def _load_hub(spec: str, kind: str | None, limit: int | None) -> list[Task]:
     except (OSError, ValueError) as exc:  # offline, no such dataset (FileNotFoundError), no such split or config
         raise DataNotFound(f"hub:{spec}: {' '.join(str(exc).split())[:500]} (a hub dataset needs a network, or the "
                            "hub's cache; or give a data directory or a .jsonl / .parquet / .csv file)") from exc
-    tasks, blank = [], []
+    tasks, blank, pictured = [], [], []
     for i, row in enumerate(rows):
-        task = task_from_record(dict(row), repo.split("/")[-1], i, kind)
+        row = dict(row)
+        if has_image(row):
+            pictured.append(i)
+            continue
+        task = task_from_record(row, repo.split("/")[-1], i, kind)
         if aliases(task.answer):
             tasks.append(task)
         else:
             blank.append(i)
     _warn_blank(blank, f"hub:{spec}")
+    _warn_left_out(pictured, f"hub:{spec}", "whose question has an image", "a text model cannot see it")
     return tasks[:limit]
 
 

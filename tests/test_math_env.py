@@ -301,6 +301,24 @@ def test_a_task_whose_gold_is_blank_is_left_out_with_a_warning(data_dir, tmp_pat
     assert load_tasks(str(path))[0].answer == "5"  # a blank field does not hide a gold in the next
 
 
+def test_a_question_with_an_image_is_left_out_with_a_warning(tmp_path, caplog):
+    """HLE's own files hold its questions with their images (``image``, a data URI; a seventh of the 2,500): a text
+    model was asked about a picture it never saw, and scored as wrong on it. The paper takes the text-only ones."""
+    rows = [{"id": "a", "question": "Which word?", "image": "", "answer": "D", "answer_type": "multipleChoice"},
+            {"id": "b", "question": "What does the image show?", "image": "data:image/png;base64,iVBORw0KGgo=",
+             "answer": "a cat", "answer_type": "exactMatch"},
+            {"id": "c", "question": "How many?", "has_image": True, "answer": "3"},
+            {"id": "d", "question": "How much?", "has_image": False, "answer": "4"}]
+    path = tmp_path / "hle.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with caplog.at_level(logging.WARNING, logger="arpo_env.datasets"):
+        assert [t.id for t in load_tasks(str(path), kind="qa")] == ["a", "d"]
+    assert "2 records whose question has an image left out (records 2, 3): a text model cannot see it" in caplog.text
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows[1:3]))
+    with pytest.raises(DataNotFound, match=r"holds no qa tasks without an image \(2 have one\)"):
+        load_tasks(str(path), kind="qa")
+
+
 def test_the_sandbox_cannot_read_the_tasks_answers(tmp_path):
     # The model is rewarded for the answer in the task's file: a cell that reads it (an agent exploring the file
     # system) would be rewarded for that. The env hides its data folder and the package's own datasets.
