@@ -10,7 +10,8 @@ Trajectory sources (JSONL, one record per line; any mix):
   …]}``: the actions are what the model writes, the observations what the env returns (``[kind, text]`` pairs are
   accepted too). `arpo_env.procedural.scripted_episode` writes this format.
 * **chat** (ShareGPT-style) — ``{"conversations": [{"from": "system"|"human"|"gpt"|"tool"|"observation"|"function",
-  "value": …}]}`` or ``{"messages": [{"role": …, "content": …}]}`` without ``segments``. The first user turn is the
+  "value": …}]}`` (LLaMA-Factory's ``function_call`` turns too: a call as JSON text, ``{"name": …, "arguments": …}``)
+  or ``{"messages": [{"role": …, "content": …}]}`` without ``segments``. The first user turn is the
   question; assistant turns become actions, mapped onto our tags (```` ```python ``` ```` blocks and ``<code>`` become
   ``<python>``; a final ``\\boxed{}`` outside ``<answer>`` is wrapped in one); OpenAI-style ``tool_calls`` to
   ``python``, ``search``, ``browse`` and ``answer`` (the tools of `arpo_env.trl_environment`) become those calls, and a
@@ -89,7 +90,7 @@ _CODE = re.compile(r"<code>(.*?)</code>", re.S)
 _OUTPUT = re.compile(r"```output[ \t]*\n(.*?)```", re.S)
 """A code block's output as ToRA-style data writes it after the block (NuminaMath-TIR's ```` ```output ```` blocks)."""
 _ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system",
-          "tool": "tool", "observation": "tool", "function": "tool", "ipython": "tool"}
+          "tool": "tool", "observation": "tool", "function": "tool", "ipython": "tool", "function_call": "assistant"}
 
 
 def map_action(text: str, final: bool) -> str:
@@ -112,10 +113,17 @@ def _turn_text(turn: dict[str, Any], role: str) -> str:
     """A turn's text: ``value``/``content`` as a string, a list of content parts (their text), or nothing (``null``,
     an assistant turn that only calls tools); and an assistant turn's OpenAI-style ``tool_calls`` in our tags."""
     content = turn.get("value", turn.get("content"))
+    calls = turn.get("tool_calls") or [] if role == "assistant" else []
+    if str(turn.get("from", turn.get("role"))).lower() == "function_call":  # LLaMA-Factory: the call as JSON text
+        try:
+            called = json.loads(content) if isinstance(content, str) else content
+        except ValueError:
+            raise ValueError(f"a function_call turn is not a JSON call: {str(content)[:200]}") from None
+        calls, content = (called if isinstance(called, list) else [called]), None
     if isinstance(content, list):
         content = "".join(p.get("text") or "" if isinstance(p, dict) else str(p) for p in content)
     text = "" if content is None else str(content)
-    for call in turn.get("tool_calls") or [] if role == "assistant" else []:
+    for call in calls:
         function = call.get("function", call) if isinstance(call, dict) else {}
         name, arguments = str(function.get("name")), function.get("arguments")
         if name not in _CALLS:

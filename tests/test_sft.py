@@ -119,6 +119,22 @@ def test_openai_style_records_keep_their_tool_calls_and_content_parts():
                                     {"role": "assistant", "content": None, "tool_calls": [{"function": call}]}]})
 
 
+def test_llama_factory_function_calls_are_the_models_calls_not_tool_results():
+    """LLaMA-Factory's ShareGPT format writes a call as its own ``function_call`` turn (``{"name", "arguments"}`` as
+    JSON text) before the ``observation``: the turn was read as a user's, so the model's call became a ``<result>``
+    it never learnt to write."""
+    record = {"conversations": [
+        {"from": "human", "value": "What is 6 * 7?"},
+        {"from": "function_call", "value": '{"name": "python", "arguments": {"code": "print(6 * 7)"}}'},
+        {"from": "observation", "value": "42"},
+        {"from": "gpt", "value": "So it is \\boxed{42}."}]}
+    assert [(s["kind"], s["text"]) for s in from_chat(record)["segments"]] == [
+        ("action", "<python>print(6 * 7)</python>"), ("observation", "\n<result>\n42\n</result>\n"),
+        ("action", "So it is \\boxed{42}.\n<answer>\\boxed{42}</answer>")]
+    with pytest.raises(ValueError, match="a function_call turn is not a JSON call: print"):
+        from_chat({"conversations": [{"from": "human", "value": "q"}, {"from": "function_call", "value": "print(1)"}]})
+
+
 def test_rejection_sampling_keeps_correct_well_formed_trajectories(tmp_path):
     def traj(node, ids, correct, fmt=True, truncated=False):
         return Trajectory(node, [1, 2], ids, [1] * len(ids), [0.0] * len(ids), [None] * len(ids), [],
