@@ -10,7 +10,7 @@ How each column is scored (the table says which was used):
 * math (AIME24, AIME25, MATH500, GSM8K, MATH): math-verify equivalence of the boxed answer with the gold one;
 * HotpotQA, 2Wiki, MuSiQue, Bamboogle: token F1 against the best gold alias;
 * WebWalker, GAIA, HLE, xbench: an LLM judge (``--judge URL``, an OpenAI-compatible endpoint), else F1;
-  HLE's multiple-choice items compare the option letter.
+  HLE's multiple-choice items compare the option: its letter, or the whole text of one option.
 
 The answer is extracted as the benchmarks do, whatever the transcript's format: the last ``<answer>`` (its
 ``\boxed{}``), else the last ``\boxed{}`` the model wrote (never one inside a tool result), with ``\text{…}`` and

@@ -108,15 +108,46 @@ def choice_letter(text: str) -> str | None:
     return None
 
 
+_OPTION = re.compile(r"^[ \t]*\(?([A-Z])[.):][ \t]+(?=\S)", re.M)
+
+
+def choice_options(question: str) -> dict[str, str]:
+    """The options of a multiple-choice question by letter: the lines ``A. text`` (``A)``, ``(A)``) after its last
+    ``Answer Choices:``, as HLE writes them; an option's text runs to the next option."""
+    at = str(question).rfind("Answer Choices:")
+    if at < 0:
+        return {}
+    found = list(_OPTION.finditer(question, at))
+    ends = [m.start() for m in found[1:]] + [len(question)]
+    return {m.group(1): question[m.end():end].strip() for m, end in zip(found, ends)}
+
+
+def named_option(prediction: str, question: str | None) -> str | None:
+    """The letter of the one option of `question` whose text `prediction` is, up to case, punctuation and articles
+    (``Weak Non-Sadism`` for ``D. Weak Non-Sadism``); None when it is no option's text, or several options'."""
+    from arpo_env.tags import boxed, unwrap_text
+
+    if not question:
+        return None
+    inner = boxed(str(prediction))
+    said = normalize_answer(unwrap_text(inner if inner is not None else prediction))
+    letters = [letter for letter, text in choice_options(question).items()
+               if said and normalize_answer(unwrap_text(text)) == said]
+    return letters[0] if len(letters) == 1 else None
+
+
 def qa_score(prediction: str | None, gold: Any, meta: Mapping[str, Any] | None = None) -> float:
-    """The score of a QA answer: the option letter for multiple-choice items, else the best F1 over aliases.
+    """The score of a QA answer: the option letter for multiple-choice items, else the best F1 over aliases. An
+    answer that is the whole text of one option (`named_option`, when `meta` holds the question) names that option,
+    before any letter read from it (``A Gaussian blur …`` is not option A).
     LaTeX text wrappers and math delimiters (``\\text{Paris}``, ``\\(5.57\\text{ mol}\\)``) are unwrapped first, in
     the answer and in each alias alike: HLE's gold answers hold them, and unwrapped on one side only, the gold
     answer itself scored 0.5 against itself."""
     if prediction is None:
         return 0.0
-    if (meta or {}).get("answer_type") == "multipleChoice":
-        letter, golds = choice_letter(prediction), aliases(gold)
+    if (meta or {}).get("answer_type") == "multipleChoice":  # the letter, or an option's text in full
+        letter = named_option(prediction, (meta or {}).get("question")) or choice_letter(prediction)
+        golds = aliases(gold)
         return float(letter is not None and bool(golds) and letter == choice_letter(golds[0]))
     return best_f1(*_unwrapped(prediction, gold))
 

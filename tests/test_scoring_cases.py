@@ -256,6 +256,24 @@ def test_hle_multiple_choice(gold, written, expected):
         assert score == expected, (gold, transcript)
 
 
+HLE_QUESTION = ("Which condition of Arrhenius's sixth impossibility theorem do critical-level views violate?\n\n"
+                "Answer Choices:\nA. Egalitarian Dominance\nB. General Non-Extreme Priority\nC. Non-Elitism\n"
+                "D. Weak Non-Sadism\nE. A Weak Quality\nAddition\nF. \\(\\frac{1}{2}\\)")
+
+
+@pytest.mark.parametrize("gold, written, expected", [
+    ("D", "Weak Non-Sadism", 1.0), ("D", "weak non-sadism.", 1.0), ("D", "\\text{Weak Non-Sadism}", 1.0),
+    ("C", "Weak Non-Sadism", 0.0), ("E", "A Weak Quality Addition", 1.0), ("A", "A Weak Quality Addition", 0.0),
+    ("F", "\\frac{1}{2}", 1.0), ("D", "D", 1.0), ("D", "D. Weak Non-Sadism", 1.0), ("C", "Non", 0.0),
+    ("D", "Sadism", 0.0)])
+def test_hle_an_options_text_names_it(gold, written, expected):
+    """An answer that is the whole text of one option, not its letter, scored 0 ("Weak Non-Sadism" for D), and one
+    that starts with an article was read as option A ("A Gaussian blur …"). An option's text runs to the next."""
+    task = {"question": HLE_QUESTION, "answer": gold, "meta": {"answer_type": "multipleChoice"}}
+    _, score, _ = score_sample(BENCHMARKS["hle"], answer(written), task, judge=None)
+    assert score == expected, (gold, written)
+
+
 # The training reward: the paper's format gate, the bonus only for tools that ran ----------------------------------
 TOOLS = "<search>q</search>" + R.format("Page 1: …") + "<python>print(1)</python>" + R.format("1")
 REWARD = [  # (completion, gold, expected math_reward)
