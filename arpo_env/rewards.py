@@ -290,6 +290,9 @@ def intractable(answer: str, longest: int = 20_000) -> str | None:
 
 _DIGIT_GROUP = re.compile(r"(?<=\d)(?:\\[,;: ]|~)(?=\d{3}(?!\d))")
 _FULL_STOP = re.compile(r"(?<=[^.\s])\.\s*$")
+_TIE = re.compile(r"(?<!\\)~")
+"""TeX's tie, a space that does not break (``16~\\text{cm}``, ``x~=~5``: math-verify read neither), once digit groups
+(``10~080``) are taken; not an accent (``\\~{n}``)."""
 _E_NOTATION = re.compile(r"([+-]?(?:\d+(?:\.\d*)?|\.\d+))[eE]([+-]?\d{1,7})")  # linear: the answer is hostile
 _FULLWIDTH = {**{cp: cp - 0xFEE0 for cp in range(0xFF01, 0xFF5F)}, 0x3000: 0x20}
 """Full-width forms of ASCII (``１２``, ``＋``, the ideographic space) to ASCII: only these, not all of NFKC, which
@@ -441,7 +444,8 @@ _STYLE = re.compile(r"\\(?:display|text|script|scriptscript)style(?![A-Za-z])\s*
 
 def tidy(answer: str) -> str:
     r"""`answer` without what math-verify misreads and a reader would not: digits grouped by LaTeX spaces
-    (``10\,080``, ``10\;080``, ``10~080``: 10080, as ``10{,}080`` and ``10,\!080`` already are), a sentence's
+    (``10\,080``, ``10\;080``, ``10~080``: 10080, as ``10{,}080`` and ``10,\!080`` already are; any other ``~`` is a
+    space: `_TIE`), a sentence's
     full stop at its end (``12.``, ``\frac{1}{2}.``; an ellipsis ``...`` stays), and a whole answer that is a number
     in E notation, as Python prints floats (``1e6``, ``1.5e-05``: math-verify reads the ``e`` as Euler's number), is
     written as ``1\times10^{6}``. More that math-verify misreads:
@@ -461,7 +465,7 @@ def tidy(answer: str) -> str:
       ``\mathbf{3\sqrt{13}}``, ``\text{6 - 5i}``, ``10,\!080\quad`` were not their answers);
     * a degree sign is ``^{\circ}`` (``90°`` and ``90\degree`` were not ``90^\circ``)."""
     text = _STYLE.sub("", _DEGREE.sub(r"^{\\circ}", str(answer).translate(_FULLWIDTH)))
-    text = _FULL_STOP.sub("", _DIGIT_GROUP.sub("", _peel(text)))
+    text = _FULL_STOP.sub("", _TIE.sub(" ", _DIGIT_GROUP.sub("", _peel(text))))
     text = _LIMITS_MARK.sub("", _BEFORE_BINOMIAL.sub(r"\\cdot ", text))
     assigned = _ASSIGNED.fullmatch(text)
     if assigned is not None:

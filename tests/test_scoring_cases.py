@@ -169,6 +169,9 @@ MATH = [
     ("math500", "7", "", 0.0),
     ("math500", "7", "<answer>\\boxed{7</answer>", 0.0),
     ("math500", "7", "<think>hmm \\boxed{7}</think>", 1.0),
+    # TeX's tie is a space: neither answer was read
+    ("math500", "16", answer("16~\\text{cm}^{2}"), 1.0), ("math500", "5", answer("x~=~5"), 1.0),
+    ("math500", "16", answer("17~\\text{cm}^{2}"), 0.0),
 ]
 
 QA = [
@@ -338,6 +341,7 @@ def test_the_reference_think_rule_is_available_by_name():
     ("x = 1,000 = y", "x = 1,000 = y"), ("x = 5", "x = 5"),
     ("\\displaystyle\\text{5 cm}", "5\\text{ cm}"), ("\\displaystyle \\frac{1}{2}", "\\frac{1}{2}"),
     ("\\textstyle\\sum_{k}", "\\sum_{k}"), ("\\displaystylex", "\\displaystylex"),
+    ("16~\\text{cm}^{2}", "16 \\text{cm}^{2}"), ("x~=~5", "x = 5"), ("\\text{Espa\\~{n}a}", "Espa\\~{n}a"),
 ])
 def test_math_answers_lose_only_what_math_verify_misreads(written, tidied):
     assert rewards.tidy(written) == tidied
