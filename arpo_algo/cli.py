@@ -130,9 +130,13 @@ def rollout_main(args: argparse.Namespace) -> int:
         probe = gym.make(args.env, **env_kwargs).unwrapped
     n_tasks = min(args.tasks, len(probe.tasks) - args.start)
     probe.close()
-    if args.tasks < 1 or args.batch_tasks < 1 or not 0 <= args.start < len(probe.tasks):
-        raise ConfigError(f"--tasks and --batch-tasks must be at least 1 (not {args.tasks} and {args.batch_tasks}), "
-                          f"and --start a task of the dataset, from 0 to {len(probe.tasks) - 1} (not {args.start})")
+    wrong = [f"{flag} must be at least 1, not {value}" for flag, value in (("--tasks", args.tasks),
+                                                                          ("--batch-tasks", args.batch_tasks))
+             if value < 1]
+    if not 0 <= args.start < len(probe.tasks):
+        wrong.append(f"--start must be a task of the dataset, from 0 to {len(probe.tasks) - 1}, not {args.start}")
+    if wrong:  # only what is wrong: "--tasks 0" also read "--start … (not 0)", which was right
+        raise ConfigError("; ".join(wrong))
     if args.out != "-":
         writable(args.out)
     (max_new, max_completion), why = rollout_budget(args)

@@ -66,7 +66,8 @@ def run_cli(*args, timeout=300):
     (["rollout", "--dataset", "arithmetic:abc"], "N must be a whole number"),  # was int()'s ValueError traceback
     (["rollout", "--batch-tasks", "0"], "--batch-tasks must be at least 1"),  # was range()'s ValueError traceback
     (["rollout", "-M", "4", "-N", "9"], "need 1 <= N (num_global=9) <= M (num_generations=4)"),  # was N=4, silently
-    (["rollout", "--start", "100"], "--start a task of the dataset, from 0 to 99 (not 100)"),  # was nothing, silently
+    (["rollout", "--start", "100"], "--start must be a task of the dataset, from 0 to 99, not 100"),  # was nothing
+    (["rollout", "--tasks", "0"], "arpo rollout: --tasks must be at least 1, not 0\n"),  # and "--start … (not 0)"
     (["rollout", "--env-kwargs", "{max: 3}"], "--env-kwargs is not JSON"),
     (["rollout", "--env-kwargs", '{"max_turns": 0}'], "max_turns must be a whole number of at least 1"),  # a traceback
     (["rollout", "--env-kwargs", '{"sandbox": "e2b", "sandbox_options": {"api_key": ""}}'], "needs an API key"),
