@@ -385,6 +385,8 @@ def test_offline_page_store(tmp_path):
     (tmp_path / "index.json").write_text('{"https://example.org/vasa": "vasa.html"}')
     tool = BrowseTool(PageStore(tmp_path), live=False)
     assert "Gustavus Adolphus" in tool.call("https://example.org/vasa").text
+    for written in ("https://example.org/vasa#History", "https://example.org/vasa/", "https://example.org/vasa/#x"):
+        assert "Gustavus Adolphus" in tool.call(written).text, written  # a fragment was "not in the page store"
     missing = tool.call("https://example.org/other")
     assert missing.failed and "live browsing is off" in missing.text
     for content, words in [('{"https://example.org/vasa": ', "is not JSON in UTF-8 (Expecting value"),

@@ -73,7 +73,11 @@ class PageStore:
                                  "url → file name")
 
     def get(self, url: str) -> str | None:
-        name = self.index.get(url) or self.index.get(url.rstrip("/"))
+        """The page stored for `url`: under the URL as written, or without its fragment (``#History``, a place in
+        the page, which a server never sees), with or without a slash at the end."""
+        page = url.split("#", 1)[0]
+        name = next((self.index[u] for u in (url, page, page.rstrip("/"), page.rstrip("/") + "/") if u in self.index),
+                    None)
         if name is None:
             return None
         return decode_page((self.root / name).read_bytes())
