@@ -380,6 +380,25 @@ def test_an_xhtml_page_that_overruns_is_read_as_plain_text_not_as_nothing():
         assert browse.plain_text(page) == "The Vasa sank in the harbour of Stockholm in 1628."
 
 
+@pytest.mark.parametrize("written, meant", [
+    ('"https://x.org/a"', "https://x.org/a"), (" <https://x.org/a> ", "https://x.org/a"),
+    ("`'https://x.org'`", "https://x.org"), ("en.wikipedia.org/wiki/Vasa", "https://en.wikipedia.org/wiki/Vasa"),
+    ("en.wikipedia.org", "https://en.wikipedia.org"),
+    ("arxiv.org/abs/2507.19849", "https://arxiv.org/abs/2507.19849"), ("www.bbc.co.uk", "https://www.bbc.co.uk"),
+    ("data.csv", "data.csv"), ("x.org", "x.org"), ("Vasa ship", "Vasa ship"), ("ftp://x.org", "ftp://x.org"),
+    ("127.0.0.1:8000", "127.0.0.1:8000"), ('"', '"'), ("", ""),
+])
+def test_the_url_a_model_means(written, meant):
+    """Quotes, angle brackets and backticks around a URL, and a bare host (as an address bar takes it), were "not an
+    http(s) URL"; a name that may be a file's is left as written."""
+    assert browse.written_url(written) == meant
+
+
+def test_a_quoted_url_is_browsed(server):
+    out = BrowseTool(cache=None, private_hosts=True).call(f' "{server}/article" ')
+    assert not out.failed and "Gustavus Adolphus" in out.text
+
+
 def test_offline_page_store(tmp_path):
     (tmp_path / "vasa.html").write_text(ARTICLE)
     (tmp_path / "index.json").write_text('{"https://example.org/vasa": "vasa.html"}')

@@ -187,6 +187,28 @@ def plain_text(html: str) -> str:
     return "\n".join(line for line in lines if line)
 
 
+_BARE_HOST = re.compile(r"[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+\.[A-Za-z]{2,}(?::\d+)?(?:[/?#]|$)"  # en.wikipedia.org
+                        r"|[A-Za-z0-9-]+\.[A-Za-z]{2,}(?::\d+)?[/?#]")  # arxiv.org/abs/…, not a file name: data.csv
+
+
+def written_url(query: str) -> str:
+    """The URL a ``<browse>`` call means: without the quotes, angle brackets or backticks a model puts around it
+    (``"https://…"``, ``<https://…>``), and with ``https://`` before a bare host (``en.wikipedia.org/wiki/Vasa``,
+    ``arxiv.org/abs/2507.19849``), as a browser's address bar reads it; each was "not an http(s) URL". A name that
+    may be a file's (``data.csv``, ``x.org``) stays as written."""
+    i, j = 0, len(query)
+    while True:  # indices, not slices: linear in a hostile query
+        while i < j and query[i].isspace():
+            i += 1
+        while j > i and query[j - 1].isspace():
+            j -= 1
+        if j - i < 2 or (query[i], query[j - 1]) not in (('"', '"'), ("'", "'"), ("<", ">"), ("`", "`")):
+            break
+        i, j = i + 1, j - 1
+    url = query[i:j]
+    return "https://" + url if _BARE_HOST.match(url) else url
+
+
 _XML_DECLARATION = re.compile(r"^\ufeff?\s*<\?xml[^>]{0,200}\?>")
 
 
@@ -209,7 +231,7 @@ class BrowseTool(StatelessTool):
     # The tool protocol ----------------------------------------------------------------------------------------------
     def call(self, query: str) -> ToolOutput:
         start = time.perf_counter()
-        url = query.strip()
+        url = written_url(query)
         extra: dict[str, Any] = {}
         # Pages read with private_hosts have keys of their own: a run that refuses local and private addresses must
         # not be served an intranet page (or a local server's) that another run, which allowed them, cached.
