@@ -359,7 +359,7 @@ class ToolEnv(gym.Env[str, str]):
     def _run_tool(self, tag: str, query: str) -> ToolOutput:
         start = time.perf_counter()
         if tag == tags.PYTHON:
-            query = tags.strip_code_fences(query)
+            query = tags.python_code(query)
         try:
             out = self.tools[tag].call(query)
         except Exception as exc:  # noqa: BLE001 - a broken tool is an observation, never a crash of the episode

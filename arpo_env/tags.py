@@ -14,6 +14,7 @@ opaque: tags written there (``print("<answer>")``) are text, not structure.
 from __future__ import annotations
 
 import re
+import textwrap
 from bisect import bisect_left
 from dataclasses import dataclass, field
 
@@ -144,6 +145,15 @@ def model_text(text: str) -> str:
 def strip_code_fences(code: str) -> str:
     """Models often put Markdown fences inside ``<python>``; the interpreter should not see them."""
     return _FENCE.sub("", code) if "```" in code else code
+
+
+def python_code(content: str) -> str:
+    """What the interpreter runs of a ``<python>`` call's content: without Markdown fences (`strip_code_fences`) and
+    without the indentation common to all its lines (a call written inside an indented block of the model's text was
+    an ``IndentationError``). Code whose first line is not indented is left as it is."""
+    code = strip_code_fences(content)
+    first = next((line for line in code.split("\n") if line.strip()), "")
+    return textwrap.dedent(code) if first[:1] in (" ", "\t") else code
 
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{|[{}]")

@@ -162,6 +162,23 @@ def test_code_fences_are_stripped():
     assert tags.strip_code_fences("print('```')") == "print('```')"
 
 
+def test_code_indented_as_a_whole_runs():
+    """A call written inside an indented block of the model's text (``<python>\\n    x = 1\\n    print(x)``) was an
+    IndentationError; the indentation all its lines share goes. Code that starts at the margin is left as it is."""
+    assert tags.python_code("\n    x = 1\n    if x:\n        print(x)\n") == "\nx = 1\nif x:\n    print(x)\n"
+    assert tags.python_code("```python\n\tprint(1)\n```") == "print(1)"
+    assert tags.python_code("x = 1\n    print(x)") == "x = 1\n    print(x)"  # the model's own error, kept
+    assert tags.python_code('s = """\n    a"""') == 's = """\n    a"""'
+    import gymnasium as gym
+
+    import arpo_env  # noqa: F401
+
+    env = gym.make("ARPO-Math-v0")
+    env.reset(options={"question": "q", "answer": "1"})
+    assert env.step("<python>\n    x = 6\n    print(x * 7)\n</python>")[0] == "\n<result>\n42\n</result>\n"
+    env.close()
+
+
 def test_hierarchical_reward_parts():
     reward = rewards.HierarchicalReward()
     assert reward(GOOD, "408").total == 1.0
