@@ -387,7 +387,8 @@ def _peel(text: str, rounds: int = 4) -> str:
 
 
 _UNIT_NAMES = {
-    "cent": "cent cents ¢", "dollar": "dollar dollars usd", "euro": "euro euros €", "percent": "percent %",
+    "cent": "cent cents ¢", "dollar": "dollar dollars usd", "euro": "euro euros eur €", "percent": "percent %",
+    "gbp": "gbp £", "yen": "yen jpy ¥", "rupee": "rupee rupees inr ₹",
     "degree": "degree degrees deg", "radian": "radian radians rad",
     "mm": "mm millimeter millimeters millimetre millimetres", "cm": "cm centimeter centimeters centimetre centimetres",
     "m": "m meter meters metre metres", "km": "km kilometer kilometers kilometre kilometres",
@@ -402,15 +403,18 @@ _UNIT_NAMES = {
 }
 _UNITS = {name: unit for unit, names in _UNIT_NAMES.items() for name in names.split()}
 """Units of measure by their names (lower case): two answers in different ones are not the same answer."""
-_MEASURE = re.compile(_NUMBER + r"\s*([a-z]{2,}(?:/[a-z]+)?|¢)\s*(?:\^\s*\{?\s*[23]\s*\}?|[²³])?")
+_MEASURE = re.compile(_NUMBER + r"\s*([a-z]{2,}(?:/[a-z]+)?|[¢€£¥₹])\s*(?:\^\s*\{?\s*[23]\s*\}?|[²³])?")
+_PRICE = re.compile(r"([€£¥₹]|(?:USD|EUR|GBP|JPY|INR)\s)\s*" + _NUMBER)
+"""A price written with its currency first (``€1,200``, ``£5``, ``USD 1200``; ``\\$5`` math-verify reads itself):
+`tidy` writes it as ``1200\\text{ €}``, a number math-verify reads and a unit `unit` reads."""
 """A number, a unit's name in lower case, perhaps a power (``15 cm^2``, ``3 oz``, ``100cm``): `tidy` writes it as
 ``15\\text{ cm}``. Not a name of one letter, which may be a variable (``3s^2``, ``2 h``): math-verify reads
 ``5 m`` itself."""
 _UNIT_AT_END = re.compile(r"(?:\\(?:text|mbox|mathrm|textrm)\s*\{\s*([^{}\\]*?)\s*\}"  # \text{ cm}
                           r"|(?:(?<=\d)|(?<=[})]))\s*([A-Za-z]+(?:/[A-Za-z]+)?)"  # a name after a number: 5 cm
-                          r"|(\^\s*\{?\s*\\circ\s*\}?)|\\(%)|(¢|€|%))"  # ^{\circ}, \%, signs
+                          r"|(\^\s*\{?\s*\\circ\s*\}?)|\\(%)|([¢€£¥₹%]))"  # ^{\circ}, \%, signs
                           r"\s*(?:\^\s*\{?\s*[23]\s*\}?)?\s*$")  # a power
-_UNIT_WORDS = re.compile(r"(?:(?:square|sq|cubic|cu)\.?\s+)?([a-z/]+)\.?(\s+per\s+hour)?")
+_UNIT_WORDS = re.compile(r"(?:(?:square|sq|cubic|cu)\.?\s+)?([a-z/]+|[¢€£¥₹])\.?(\s+per\s+hour)?")
 
 
 def unit(answer: str) -> str | None:
@@ -457,8 +461,9 @@ def tidy(answer: str) -> str:
     * a number followed by up to three words and nothing else is that number with its unit, as ``18\text{ cookies}``
       writes it (``18 cookies`` and ``18 dollars`` were not 18: outside ``\text{}`` math-verify knows only the units
       on its list, ``18 meters``); not where a word changes the value or is mathematics (`_NOT_UNITS`); so is a
-      number with a unit's name and perhaps a power (``15 cm^2``, ``3 oz``: math-verify read letters); the number's
-      digits may be grouped by commas (``1,200 dollars`` was a tuple);
+      number with a unit's name and perhaps a power (``15 cm^2``, ``3 oz``: math-verify read letters), and a price
+      with its currency first (``€1,200``, ``USD 1200``: `_PRICE`); the number's digits may be grouped by commas
+      (``1,200 dollars`` was a tuple);
     * a variable set to a number whose digits are grouped is that number (``x = 1,000``, ``n = 10{,}080``: no number
       to math-verify);
     * what wraps the whole answer only to mark it up goes (`_peel`: ``\(10,\!080\)``, ``**18**``, ``{(6,31,-1)}``,
@@ -476,6 +481,9 @@ def tidy(answer: str) -> str:
     measure = _MEASURE.fullmatch(text)
     if measure is not None and measure.group(2) in _UNITS:  # "15 cm^2", "3 oz": math-verify did not drop them
         text = f"{measure.group(1).replace(',', '')}\\text{{ {measure.group(2)}}}"
+    price = _PRICE.fullmatch(text)
+    if price is not None:  # "€1,200", "USD 1200": no number to math-verify
+        text = f"{price.group(2).replace(',', '')}\\text{{ {price.group(1).strip()}}}"
     number = _E_NOTATION.fullmatch(text)
     if number is not None:
         text = f"{number.group(1)}\\times10^{{{int(number.group(2))}}}"

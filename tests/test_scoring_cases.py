@@ -169,6 +169,10 @@ MATH = [
     ("math500", "7", "", 0.0),
     ("math500", "7", "<answer>\\boxed{7</answer>", 0.0),
     ("math500", "7", "<think>hmm \\boxed{7}</think>", 1.0),
+    # a price in another currency is its number, and not one in dollars; cents are not dollars, written ¢ too
+    ("gsm8k", "1200", answer("€1,200"), 1.0), ("gsm8k", "5", answer("£5"), 1.0), ("gsm8k", "300", answer("¥300"), 1.0),
+    ("gsm8k", "1200", answer("USD 1200"), 1.0), ("math500", "1200\\text{ dollars}", answer("€1200"), 0.0),
+    ("math500", "18\\text{ dollars}", answer("18¢"), 0.0), ("math500", "18\\text{ cents}", answer("18¢"), 1.0),
     # TeX's tie is a space: neither answer was read
     ("math500", "16", answer("16~\\text{cm}^{2}"), 1.0), ("math500", "5", answer("x~=~5"), 1.0),
     ("math500", "16", answer("17~\\text{cm}^{2}"), 0.0),
@@ -342,6 +346,8 @@ def test_the_reference_think_rule_is_available_by_name():
     ("\\displaystyle\\text{5 cm}", "5\\text{ cm}"), ("\\displaystyle \\frac{1}{2}", "\\frac{1}{2}"),
     ("\\textstyle\\sum_{k}", "\\sum_{k}"), ("\\displaystylex", "\\displaystylex"),
     ("16~\\text{cm}^{2}", "16 \\text{cm}^{2}"), ("x~=~5", "x = 5"), ("\\text{Espa\\~{n}a}", "Espa\\~{n}a"),
+    ("€1,200", "1200\\text{ €}"), ("£ 5.50", "5.50\\text{ £}"), ("USD 1200", "1200\\text{ USD}"), ("5€", "5\\text{ €}"),
+    ("€x", "€x"), ("USD1200", "USD1200"),
 ])
 def test_math_answers_lose_only_what_math_verify_misreads(written, tidied):
     assert rewards.tidy(written) == tidied
@@ -355,6 +361,7 @@ def test_math_answers_lose_only_what_math_verify_misreads(written, tidied):
     ("(3+4) h", "h"), ("(a+b)h", None), ("18\\text{ cookies}", None), ("18", None), ("\\text{ cents}", None),
     ("2m+g", None),
     ("12\\text{ and }13", None), ("7200 \\mathrm{MB}", None), ("x" * 10_000 + "5 cm", "cm"),
+    ("18\\text{ ¢}", "cent"), ("1200\\text{ €}", "euro"), ("5£", "gbp"), ("300\\text{ yen}", "yen"),
 ])
 def test_the_unit_an_answer_ends_in(written, unit):
     assert rewards.unit(written) == unit
