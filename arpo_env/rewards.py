@@ -290,6 +290,10 @@ def intractable(answer: str, longest: int = 20_000) -> str | None:
 
 _DIGIT_GROUP = re.compile(r"(?<=\d)(?:\\[,;: ]|~)(?=\d{3}(?!\d))")
 _FULL_STOP = re.compile(r"(?<=[^.\s])\.\s*$")
+_MIXED = re.compile(r"([+-]?)(\d+)\s+(\d+)\s*/\s*(\d+)")
+"""A mixed number in plain text (``2 1/2``), which math-verify read as no number: `tidy` writes ``2\\frac{1}{2}``."""
+_SPACED_DIGITS = re.compile(r"([+-]?\d{1,3}(?:[ \u00a0\u202f]\d{3})+)((?:\.\d+)?)")
+"""Digits grouped by spaces (``1 200``, with a no-break or a narrow no-break space too, as French and SI write them)."""
 _TIE = re.compile(r"(?<!\\)~")
 """TeX's tie, a space that does not break (``16~\\text{cm}``, ``x~=~5``: math-verify read neither), once digit groups
 (``10~080``) are taken; not an accent (``\\~{n}``)."""
@@ -468,7 +472,9 @@ def tidy(answer: str) -> str:
       to math-verify);
     * what wraps the whole answer only to mark it up goes (`_peel`: ``\(10,\!080\)``, ``**18**``, ``{(6,31,-1)}``,
       ``\mathbf{3\sqrt{13}}``, ``\text{6 - 5i}``, ``10,\!080\quad`` were not their answers);
-    * a degree sign is ``^{\circ}`` (``90°`` and ``90\degree`` were not ``90^\circ``)."""
+    * a degree sign is ``^{\circ}`` (``90°`` and ``90\degree`` were not ``90^\circ``);
+    * a mixed number in plain text is one (``2 1/2``, `_MIXED`), and digits grouped by spaces are one number
+      (``1 200``, `_SPACED_DIGITS`): neither was any number."""
     text = _STYLE.sub("", _DEGREE.sub(r"^{\\circ}", str(answer).translate(_FULLWIDTH)))
     text = _FULL_STOP.sub("", _TIE.sub(" ", _DIGIT_GROUP.sub("", _peel(text))))
     text = _LIMITS_MARK.sub("", _BEFORE_BINOMIAL.sub(r"\\cdot ", text))
@@ -484,6 +490,12 @@ def tidy(answer: str) -> str:
     price = _PRICE.fullmatch(text)
     if price is not None:  # "€1,200", "USD 1200": no number to math-verify
         text = f"{price.group(2).replace(',', '')}\\text{{ {price.group(1).strip()}}}"
+    mixed = _MIXED.fullmatch(text)
+    if mixed is not None and int(mixed.group(3)) < int(mixed.group(4)):  # a proper fraction after the whole part
+        text = f"{mixed.group(1)}{mixed.group(2)}\\frac{{{mixed.group(3)}}}{{{mixed.group(4)}}}"
+    spaced = _SPACED_DIGITS.fullmatch(text)
+    if spaced is not None:
+        text = re.sub(r"\s", "", spaced.group(1)) + spaced.group(2)
     number = _E_NOTATION.fullmatch(text)
     if number is not None:
         text = f"{number.group(1)}\\times10^{{{int(number.group(2))}}}"
