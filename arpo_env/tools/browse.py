@@ -43,8 +43,6 @@ from arpo_env.tools.protocol import StatelessTool, ToolOutput, check_options
 
 MARKUP_TYPES = {"text/html", "application/xhtml+xml", "application/xml", "text/xml"}
 """Content types read for their main text (`extract_text`); other text (`is_text_type`) is read as it is."""
-TEXT_TYPES = MARKUP_TYPES | {"text/plain"}
-"""The common text types; `is_text_type` admits more (any ``text/*``, JSON, XML)."""
 EXTRACT_TIMEOUT_S = 5.0
 """The default bound on extracting a page's main text (`extract_text`, ``BrowseTool(extract_timeout_s=…)``)."""
 USER_AGENT = "Mozilla/5.0 (compatible; arpo-browse/0.1; +https://github.com/arpo)"
@@ -172,6 +170,9 @@ def main_text(html: str, url: str | None = None) -> str:
     return text.strip()
 
 
+_XML_DECLARATION = re.compile(r"^\ufeff?\s*<\?xml[^>]{0,200}\?>")
+
+
 def plain_text(html: str) -> str:
     """All the text of a page, scripts and styles dropped, in time linear in its size (lxml): the stand-in for its
     main text when extraction overruns."""
@@ -207,9 +208,6 @@ def written_url(query: str) -> str:
         i, j = i + 1, j - 1
     url = query[i:j]
     return "https://" + url if _BARE_HOST.match(url) else url
-
-
-_XML_DECLARATION = re.compile(r"^\ufeff?\s*<\?xml[^>]{0,200}\?>")
 
 
 class BrowseTool(StatelessTool):
