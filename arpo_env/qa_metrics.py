@@ -114,7 +114,8 @@ _OPTION = re.compile(r"^[ \t]*\(?([A-Z])[.):][ \t]+(?=\S)", re.M)
 def choice_options(question: str) -> dict[str, str]:
     """The options of a multiple-choice question by letter: the lines ``A. text`` (``A)``, ``(A)``) after its last
     ``Answer Choices:``, as HLE writes them; an option's text runs to the next option."""
-    at = str(question).rfind("Answer Choices:")
+    question = str(question)
+    at = question.rfind("Answer Choices:")
     if at < 0:
         return {}
     found = list(_OPTION.finditer(question, at))
