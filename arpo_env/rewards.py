@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from arpo_env import tags
+from arpo_env.datasets import GOLD_FIELDS
 from arpo_env.qa_metrics import aliases, normalize_answer, qa_exact_match, qa_score
 
 BONUS_TOOLS = frozenset({tags.SEARCH, tags.PYTHON})
@@ -681,13 +682,14 @@ def completion_text(completion: Any) -> str:
 
 
 def gold_answers(kwargs: dict[str, Any]) -> list[Any]:
-    """The gold answer of each row, from whichever column the dataset has."""
-    for key in ("answer", "ground_truth", "solution", "golden_answers"):
+    """The gold answer of each row, from whichever column the dataset has (those `load_tasks` reads, in its order:
+    GAIA's ``Final answer`` and Bamboogle's ``Answer`` too; a worked ``solution`` after them)."""
+    for key in (*GOLD_FIELDS[:-1], "solution", GOLD_FIELDS[-1]):
         if kwargs.get(key) is not None:
             return list(kwargs[key])
     if kwargs.get("reward_model") is not None:
         return [row.get("ground_truth") if isinstance(row, dict) else row for row in kwargs["reward_model"]]
-    raise KeyError("the dataset needs a gold-answer column: answer, ground_truth, solution or reward_model")
+    raise KeyError(f"the dataset needs a gold-answer column: {', '.join(GOLD_FIELDS)}, solution or reward_model")
 
 
 def row_meta(kwargs: dict[str, Any], i: int) -> dict[str, Any]:

@@ -385,6 +385,15 @@ def test_a_row_without_a_gold_answer_has_no_right_answer_and_says_so(reward, wri
     assert "1 of 2 rows have no gold answer (rows [0]" in caplog.text
 
 
+def test_trl_reward_functions_read_the_gold_columns_the_loader_reads():
+    """A dataset with GAIA's ``Final answer`` or Bamboogle's ``Answer`` column was a KeyError in the TRL reward
+    functions, while `load_tasks` read it."""
+    assert rewards.math_reward(["q"], [answer("3")], **{"Final answer": ["3"]}) == [1.0]
+    assert rewards.qa_reward(["q"], [answer("Paris")], Answer=["Paris"]) == [1.0]
+    with pytest.raises(KeyError, match="Final answer, golden_answers, solution or reward_model"):
+        rewards.math_reward(["q"], [answer("3")], gold=["3"])
+
+
 def test_missing_aliases_are_left_out():
     assert rewards.qa_reward(["q"], [answer("Paris")], answer=[[None, "Paris"]]) == [1.0]
     assert rewards.qa_reward(["q"], [answer("None")], answer=[[None, "Paris"]]) == [0.0]
