@@ -120,6 +120,9 @@ def _turn_text(turn: dict[str, Any], role: str) -> str:
         except ValueError:
             raise ValueError(f"a function_call turn is not a JSON call: {str(content)[:200]}") from None
         calls, content = (called if isinstance(called, list) else [called]), None
+    if not isinstance(calls, (list, tuple)):  # a TypeError from the loop below, and a traceback
+        raise ValueError(f"an assistant turn's tool_calls are a list of calls, not {type(calls).__name__} "
+                         f"{str(calls)[:200]}")
     if isinstance(content, list):
         content = "".join(p.get("text") or "" if isinstance(p, dict) else str(p) for p in content)
     text = "" if content is None else str(content)

@@ -131,6 +131,9 @@ def test_llama_factory_function_calls_are_the_models_calls_not_tool_results():
     assert [(s["kind"], s["text"]) for s in from_chat(record)["segments"]] == [
         ("action", "<python>print(6 * 7)</python>"), ("observation", "\n<result>\n42\n</result>\n"),
         ("action", "So it is \\boxed{42}.\n<answer>\\boxed{42}</answer>")]
+    with pytest.raises(ValueError, match="tool_calls are a list of calls, not dict"):
+        from_chat({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": None,
+                                                                   "tool_calls": {"name": "python"}}]})
     with pytest.raises(ValueError, match="a function_call turn is not a JSON call: print"):
         from_chat({"conversations": [{"from": "human", "value": "q"}, {"from": "function_call", "value": "print(1)"}]})
 
