@@ -409,12 +409,12 @@ _UNIT_NAMES = {
 _UNITS = {name: unit for unit, names in _UNIT_NAMES.items() for name in names.split()}
 """Units of measure by their names (lower case): two answers in different ones are not the same answer."""
 _MEASURE = re.compile(_NUMBER + r"\s*([a-z]{2,}(?:/[a-z]+)?|[¢€£¥₹])\s*(?:\^\s*\{?\s*[23]\s*\}?|[²³])?")
-_PRICE = re.compile(r"([€£¥₹]|(?:USD|EUR|GBP|JPY|INR)\s)\s*" + _NUMBER)
-"""A price written with its currency first (``€1,200``, ``£5``, ``USD 1200``; ``\\$5`` math-verify reads itself):
-`tidy` writes it as ``1200\\text{ €}``, a number math-verify reads and a unit `unit` reads."""
 """A number, a unit's name in lower case, perhaps a power (``15 cm^2``, ``3 oz``, ``100cm``): `tidy` writes it as
 ``15\\text{ cm}``. Not a name of one letter, which may be a variable (``3s^2``, ``2 h``): math-verify reads
 ``5 m`` itself."""
+_PRICE = re.compile(r"([€£¥₹]|(?:USD|EUR|GBP|JPY|INR)\s)\s*" + _NUMBER)
+"""A price written with its currency first (``€1,200``, ``£5``, ``USD 1200``; ``\\$5`` math-verify reads itself):
+`tidy` writes it as ``1200\\text{ €}``, a number math-verify reads and a unit `unit` reads."""
 _UNIT_AT_END = re.compile(r"(?:\\(?:text|mbox|mathrm|textrm)\s*\{\s*([^{}\\]*?)\s*\}"  # \text{ cm}
                           r"|(?:(?<=\d)|(?<=[})]))\s*([A-Za-z]+(?:/[A-Za-z]+)?)"  # a name after a number: 5 cm
                           r"|(\^\s*\{?\s*\\circ\s*\}?)|\\(%)|([¢€£¥₹%]))"  # ^{\circ}, \%, signs
@@ -454,10 +454,9 @@ _STYLE = re.compile(r"\\(?:display|text|script|scriptscript)style(?![A-Za-z])\s*
 def tidy(answer: str) -> str:
     r"""`answer` without what math-verify misreads and a reader would not: digits grouped by LaTeX spaces
     (``10\,080``, ``10\;080``, ``10~080``: 10080, as ``10{,}080`` and ``10,\!080`` already are; any other ``~`` is a
-    space: `_TIE`), a sentence's
-    full stop at its end (``12.``, ``\frac{1}{2}.``; an ellipsis ``...`` stays), and a whole answer that is a number
-    in E notation, as Python prints floats (``1e6``, ``1.5e-05``: math-verify reads the ``e`` as Euler's number), is
-    written as ``1\times10^{6}``. More that math-verify misreads:
+    space: `_TIE`), a sentence's full stop at its end (``12.``, ``\frac{1}{2}.``; an ellipsis ``...`` stays), and a
+    whole answer that is a number in E notation, as Python prints floats (``1e6``, ``1.5e-05``: math-verify reads the
+    ``e`` as Euler's number), is written as ``1\times10^{6}``. More that math-verify misreads:
 
     * a binomial after a number or a bracket gets its product sign (``2\binom{5}{2}`` was not 20);
     * ``\limits`` and ``\nolimits`` go, being layout only (``\sum\limits_{k=1}^{4} k`` was not 10), and so do
@@ -689,7 +688,8 @@ def gold_answers(kwargs: dict[str, Any]) -> list[Any]:
             return list(kwargs[key])
     if kwargs.get("reward_model") is not None:
         return [row.get("ground_truth") if isinstance(row, dict) else row for row in kwargs["reward_model"]]
-    raise KeyError(f"the dataset needs a gold-answer column: {', '.join(GOLD_FIELDS)}, solution or reward_model")
+    raise KeyError(f"the dataset needs a gold-answer column: {', '.join(GOLD_FIELDS[:-1])}, solution, "
+                   f"{GOLD_FIELDS[-1]} or reward_model")
 
 
 def row_meta(kwargs: dict[str, Any], i: int) -> dict[str, Any]:

@@ -390,7 +390,7 @@ def test_trl_reward_functions_read_the_gold_columns_the_loader_reads():
     functions, while `load_tasks` read it."""
     assert rewards.math_reward(["q"], [answer("3")], **{"Final answer": ["3"]}) == [1.0]
     assert rewards.qa_reward(["q"], [answer("Paris")], Answer=["Paris"]) == [1.0]
-    with pytest.raises(KeyError, match="Final answer, golden_answers, solution or reward_model"):
+    with pytest.raises(KeyError, match="Final answer, solution, golden_answers or reward_model"):
         rewards.math_reward(["q"], [answer("3")], gold=["3"])
 
 
