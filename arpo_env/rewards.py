@@ -291,7 +291,7 @@ def intractable(answer: str, longest: int = 20_000) -> str | None:
 
 _DIGIT_GROUP = re.compile(r"(?<=\d)(?:\\[,;: ]|~)(?=\d{3}(?!\d))")
 _FULL_STOP = re.compile(r"(?<=[^.\s])\.\s*$")
-_MIXED = re.compile(r"([+-]?)(\d+)\s+(\d+)\s*/\s*(\d+)")
+_MIXED_NUMBER = re.compile(r"([+-]?)(\d+)\s+(\d+)\s*/\s*(\d+)")
 """A mixed number in plain text (``2 1/2``), which math-verify read as no number: `tidy` writes ``2\\frac{1}{2}``."""
 _SPACED_DIGITS = re.compile(r"([+-]?\d{1,3}(?:[ \u00a0\u202f]\d{3})+)((?:\.\d+)?)")
 """Digits grouped by spaces (``1 200``, with a no-break or a narrow no-break space too, as French and SI write them)."""
@@ -451,6 +451,12 @@ _STYLE = re.compile(r"\\(?:display|text|script|scriptscript)style(?![A-Za-z])\s*
 """TeX's math styles, layout only: ``\\displaystyle\\text{5 cm}`` kept `_peel` from the ``\\text{}``."""
 
 
+def _measured(number: str, name: str) -> str:
+    """A number (its digits perhaps grouped by commas) and the name of its unit as ``18\\text{ cookies}`` writes
+    them: the number math-verify reads (it drops a ``\\text{}``), the unit `unit` reads."""
+    return f"{number.replace(',', '')}\\text{{ {name}}}"
+
+
 def tidy(answer: str) -> str:
     r"""`answer` without what math-verify misreads and a reader would not: digits grouped by LaTeX spaces
     (``10\,080``, ``10\;080``, ``10~080``: 10080, as ``10{,}080`` and ``10,\!080`` already are; any other ``~`` is a
@@ -473,7 +479,7 @@ def tidy(answer: str) -> str:
     * what wraps the whole answer only to mark it up goes (`_peel`: ``\(10,\!080\)``, ``**18**``, ``{(6,31,-1)}``,
       ``\mathbf{3\sqrt{13}}``, ``\text{6 - 5i}``, ``10,\!080\quad`` were not their answers);
     * a degree sign is ``^{\circ}`` (``90°`` and ``90\degree`` were not ``90^\circ``);
-    * a mixed number in plain text is one (``2 1/2``, `_MIXED`), and digits grouped by spaces are one number
+    * a mixed number in plain text is one (``2 1/2``, `_MIXED_NUMBER`), and digits grouped by spaces are one number
       (``1 200``, `_SPACED_DIGITS`): neither was any number."""
     text = _STYLE.sub("", _DEGREE.sub(r"^{\\circ}", str(answer).translate(_FULLWIDTH)))
     text = _FULL_STOP.sub("", _TIE.sub(" ", _DIGIT_GROUP.sub("", _peel(text))))
@@ -483,14 +489,14 @@ def tidy(answer: str) -> str:
         text = assigned.group(1).strip()
     counted = _NUMBER_WORDS.fullmatch(text)
     if counted is not None and not _NOT_UNITS & set(counted.group(2).lower().split()):
-        text = f"{counted.group(1).replace(',', '')}\\text{{ {counted.group(2)}}}"  # math-verify drops \text{}
+        text = _measured(counted.group(1), counted.group(2))
     measure = _MEASURE.fullmatch(text)
     if measure is not None and measure.group(2) in _UNITS:  # "15 cm^2", "3 oz": math-verify did not drop them
-        text = f"{measure.group(1).replace(',', '')}\\text{{ {measure.group(2)}}}"
+        text = _measured(measure.group(1), measure.group(2))
     price = _PRICE.fullmatch(text)
     if price is not None:  # "€1,200", "USD 1200": no number to math-verify
-        text = f"{price.group(2).replace(',', '')}\\text{{ {price.group(1).strip()}}}"
-    mixed = _MIXED.fullmatch(text)
+        text = _measured(price.group(2), price.group(1).strip())
+    mixed = _MIXED_NUMBER.fullmatch(text)
     if mixed is not None and int(mixed.group(3)) < int(mixed.group(4)):  # a proper fraction after the whole part
         text = f"{mixed.group(1)}{mixed.group(2)}\\frac{{{mixed.group(3)}}}{{{mixed.group(4)}}}"
     spaced = _SPACED_DIGITS.fullmatch(text)
