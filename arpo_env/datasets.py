@@ -273,25 +273,35 @@ def load_tasks(name: str = "default", data_dir: str | os.PathLike | None = None,
     source = path.parent.name if path.name == "test.jsonl" else path.stem if path.suffix in FILE_SUFFIXES else path.name
     if name in PACKAGED:
         source = name
+    return _tasks(_read_records(path), source, kind, limit, str(path))
+
+
+def _tasks(records: Iterable[dict[str, Any]], source: str, kind: str | None, limit: int | None, where: str
+           ) -> list[Task]:
+    """The tasks of `records` (a file's, a hub dataset's), the first `limit` of them: with `kind`, a row of another
+    ability is passed over; a record whose question comes with an image, or whose gold answer is blank (``" "``,
+    ``""``, ``[" "]``: no answer could be right), is left out, with one warning each naming them. `DataNotFound` when
+    none is left."""
     tasks, blank, pictured = [], [], []
-    for i, record in enumerate(_read_records(path)):
+    for i, record in enumerate(records):
         ability = record.get("ability")
         if kind is not None and ability is not None and ability != kind:
             continue
         if has_image(record):
             pictured.append(i)
             continue
-        task = task_from_record(record, source, i, kind, where=str(path))
-        if not aliases(task.answer):  # blank (" ", "", [" "]): no answer could be right
+        task = task_from_record(record, source, i, kind, where=where)
+        if not aliases(task.answer):
             blank.append(i)
             continue
         tasks.append(task)
         if limit is not None and len(tasks) >= limit:
             break
-    _warn_blank(blank, str(path))
-    _warn_left_out(pictured, str(path), "whose question has an image", "a text model cannot see it")
+    # train_10k's record 5275, a construction with the gold " ", was trained on with a reward no answer could earn
+    _warn_left_out(blank, where, "with a blank gold answer", "no answer could be scored right")
+    _warn_left_out(pictured, where, "whose question has an image", "a text model cannot see it")
     if not tasks:
-        raise DataNotFound(f"{path} holds no {kind or ''} tasks".replace("  ", " ") + (
+        raise DataNotFound(f"{where} holds no {kind or ''} tasks".replace("  ", " ") + (
             f" with a gold answer ({len(blank)} have a blank one)" if blank else "") + (
             f" without an image ({len(pictured)} have one)" if pictured else ""))
     return tasks
@@ -303,12 +313,6 @@ def has_image(record: dict[str, Any]) -> bool:
     trained here, take its text-only questions. A ``has_image`` flag says so too."""
     image = record.get("image")
     return bool(record.get("has_image")) or bool(image.strip() if isinstance(image, str) else image)
-
-
-def _warn_blank(blank: list[int], where: str) -> None:
-    """Say which records (`blank`, counted from 0) were left out for a blank gold answer. train_10k's record 5275, a
-    construction with the gold ``" "``, was trained on with a reward that no answer could earn."""
-    _warn_left_out(blank, where, "with a blank gold answer", "no answer could be scored right")
 
 
 def _warn_left_out(records: list[int], where: str, what: str, why: str) -> None:
@@ -330,20 +334,7 @@ def _load_hub(spec: str, kind: str | None, limit: int | None) -> list[Task]:
     except (OSError, ValueError) as exc:  # offline, no such dataset (FileNotFoundError), no such split or config
         raise DataNotFound(f"hub:{spec}: {' '.join(str(exc).split())[:500]} (a hub dataset needs a network, or the "
                            "hub's cache; or give a data directory or a .jsonl / .parquet / .csv file)") from exc
-    tasks, blank, pictured = [], [], []
-    for i, row in enumerate(rows):
-        row = dict(row)
-        if has_image(row):
-            pictured.append(i)
-            continue
-        task = task_from_record(row, repo.split("/")[-1], i, kind)
-        if aliases(task.answer):
-            tasks.append(task)
-        else:
-            blank.append(i)
-    _warn_blank(blank, f"hub:{spec}")
-    _warn_left_out(pictured, f"hub:{spec}", "whose question has an image", "a text model cannot see it")
-    return tasks[:limit]
+    return _tasks(rows, repo.split("/")[-1], kind, limit, f"hub:{spec}")
 
 
 def _check_limit(limit: object) -> None:

@@ -319,6 +319,28 @@ def test_a_question_with_an_image_is_left_out_with_a_warning(tmp_path, caplog):
         load_tasks(str(path), kind="qa")
 
 
+def test_a_hub_dataset_is_read_as_a_file_is(monkeypatch, caplog):
+    """A ``hub:`` dataset kept every row whatever its ability (``kind="math"`` gave the QA rows of a mixed set too),
+    and an empty one was no error until the env refused it. It is read as a file is. (The hub is out of reach here:
+    its rows are given to `load_tasks` as `datasets.load_dataset` would give them.)"""
+    import datasets
+
+    rows = [{"question": "1+1?", "answer": "2", "ability": "math"}, {"question": "Capital?", "answer": "Paris",
+                                                                       "ability": "qa"},
+            {"question": "What does the image show?", "answer": "3", "image": "data:image/png;base64,AAAA",
+             "ability": "math"}, {"question": "2+2?", "answer": " ", "ability": "math"}]
+    asked = []
+    monkeypatch.setattr(datasets, "load_dataset", lambda repo, split: asked.append((repo, split)) or rows)
+    with caplog.at_level(logging.WARNING, logger="arpo_env.datasets"):
+        assert [t.question for t in load_tasks("hub:someone/mixed", kind="math")] == ["1+1?"]
+    assert asked == [("someone/mixed", "test")]
+    assert "hub:someone/mixed: 1 record with a blank gold answer left out (record 4)" in caplog.text
+    assert "hub:someone/mixed: 1 record whose question has an image left out (record 3)" in caplog.text
+    rows[:] = rows[2:]
+    with pytest.raises(DataNotFound, match="hub:someone/mixed:train holds no math tasks with a gold answer"):
+        load_tasks("hub:someone/mixed:train", kind="math")
+
+
 def test_the_sandbox_cannot_read_the_tasks_answers(tmp_path):
     # The model is rewarded for the answer in the task's file: a cell that reads it (an agent exploring the file
     # system) would be rewarded for that. The env hides its data folder and the package's own datasets.
