@@ -260,7 +260,7 @@ def load_tasks(name: str = "default", data_dir: str | os.PathLike | None = None,
                limit: int | None = None) -> list[Task]:
     """Load dataset `name` as tasks; `kind` ('math' or 'qa') keeps only rows of that ability in mixed files; `limit`:
     the first so many (at least 1; None: all). A record whose gold answer is blank is left out, with a warning, and so
-    is one whose question comes with an image (`has_image`), which a text model cannot see."""
+    is one whose question comes with an image or a file (`has_attachment`), which a text model is not given."""
     _check_limit(limit)
     if name.startswith("hub:"):
         return _load_hub(name[4:], kind, limit)
@@ -287,7 +287,7 @@ def _tasks(records: Iterable[dict[str, Any]], source: str, kind: str | None, lim
         ability = record.get("ability")
         if kind is not None and ability is not None and ability != kind:
             continue
-        if has_image(record):
+        if has_attachment(record):
             pictured.append(i)
             continue
         task = task_from_record(record, source, i, kind, where=where)
@@ -299,20 +299,23 @@ def _tasks(records: Iterable[dict[str, Any]], source: str, kind: str | None, lim
             break
     # train_10k's record 5275, a construction with the gold " ", was trained on with a reward no answer could earn
     _warn_left_out(blank, where, "with a blank gold answer", "no answer could be scored right")
-    _warn_left_out(pictured, where, "whose question has an image", "a text model cannot see it")
+    _warn_left_out(pictured, where, "whose question comes with an image or a file", "a text model is not given it")
     if not tasks:
         raise DataNotFound(f"{where} holds no {kind or ''} tasks".replace("  ", " ") + (
             f" with a gold answer ({len(blank)} have a blank one)" if blank else "") + (
-            f" without an image ({len(pictured)} have one)" if pictured else ""))
+            f" without an image or a file ({len(pictured)} have one)" if pictured else ""))
     return tasks
 
 
-def has_image(record: dict[str, Any]) -> bool:
-    """Whether a record's question comes with an image: HLE's own files hold its 2,500 questions, a seventh of them
-    with an ``image`` (a data URI) that the question refers to ("the image shows …"); the paper, and the text models
-    trained here, take its text-only questions. A ``has_image`` flag says so too."""
-    image = record.get("image")
-    return bool(record.get("has_image")) or bool(image.strip() if isinstance(image, str) else image)
+def has_attachment(record: dict[str, Any]) -> bool:
+    """Whether a record's question comes with an image or a file that the model is not given: HLE's own files hold
+    its 2,500 questions, a seventh of them with an ``image`` (a data URI) the question refers to ("the image shows
+    …"), and GAIA's own metadata names a file for a third of its validation questions (``file_name``: a spreadsheet,
+    a PDF, a recording). The paper takes the text-only questions of both (HLE's 500, GAIA's 103), as text models
+    must. A ``has_image`` flag says so too."""
+    image, attached = record.get("image"), record.get("file_name")
+    return bool(record.get("has_image")) or bool(image.strip() if isinstance(image, str) else image) or bool(
+        attached.strip() if isinstance(attached, str) else attached)
 
 
 def _warn_left_out(records: list[int], where: str, what: str, why: str) -> None:

@@ -301,21 +301,25 @@ def test_a_task_whose_gold_is_blank_is_left_out_with_a_warning(data_dir, tmp_pat
     assert load_tasks(str(path))[0].answer == "5"  # a blank field does not hide a gold in the next
 
 
-def test_a_question_with_an_image_is_left_out_with_a_warning(tmp_path, caplog):
-    """HLE's own files hold its questions with their images (``image``, a data URI; a seventh of the 2,500): a text
-    model was asked about a picture it never saw, and scored as wrong on it. The paper takes the text-only ones."""
+def test_a_question_with_an_image_or_a_file_is_left_out_with_a_warning(tmp_path, caplog):
+    """HLE's own files hold its questions with their images (``image``, a data URI; a seventh of the 2,500), GAIA's
+    metadata names the files its questions come with (``file_name``): a text model was asked about a picture or a
+    spreadsheet it never saw, and scored as wrong on it. The paper takes the text-only ones."""
     rows = [{"id": "a", "question": "Which word?", "image": "", "answer": "D", "answer_type": "multipleChoice"},
             {"id": "b", "question": "What does the image show?", "image": "data:image/png;base64,iVBORw0KGgo=",
              "answer": "a cat", "answer_type": "exactMatch"},
             {"id": "c", "question": "How many?", "has_image": True, "answer": "3"},
-            {"id": "d", "question": "How much?", "has_image": False, "answer": "4"}]
+            {"id": "d", "question": "How much?", "has_image": False, "answer": "4", "file_name": ""},
+            {"task_id": "e", "Question": "What is the total in the attached spreadsheet?", "Final answer": "89706",
+             "file_name": "7bd855d8-463d-4ed5-93ca-5fe35145f733.xlsx"}]
     path = tmp_path / "hle.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with caplog.at_level(logging.WARNING, logger="arpo_env.datasets"):
         assert [t.id for t in load_tasks(str(path), kind="qa")] == ["a", "d"]
-    assert "2 records whose question has an image left out (records 2, 3): a text model cannot see it" in caplog.text
+    assert ("3 records whose question comes with an image or a file left out (records 2, 3, 5): a text model is not "
+            "given it") in caplog.text
     path.write_text("".join(json.dumps(r) + "\n" for r in rows[1:3]))
-    with pytest.raises(DataNotFound, match=r"holds no qa tasks without an image \(2 have one\)"):
+    with pytest.raises(DataNotFound, match=r"holds no qa tasks without an image or a file \(2 have one\)"):
         load_tasks(str(path), kind="qa")
 
 
@@ -335,7 +339,7 @@ def test_a_hub_dataset_is_read_as_a_file_is(monkeypatch, caplog):
         assert [t.question for t in load_tasks("hub:someone/mixed", kind="math")] == ["1+1?"]
     assert asked == [("someone/mixed", "test")]
     assert "hub:someone/mixed: 1 record with a blank gold answer left out (record 4)" in caplog.text
-    assert "hub:someone/mixed: 1 record whose question has an image left out (record 3)" in caplog.text
+    assert "hub:someone/mixed: 1 record whose question comes with an image or a file left out (record 3)" in caplog.text
     rows[:] = rows[2:]
     with pytest.raises(DataNotFound, match="hub:someone/mixed:train holds no math tasks with a gold answer"):
         load_tasks("hub:someone/mixed:train", kind="math")
