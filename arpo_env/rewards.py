@@ -412,8 +412,8 @@ _MEASURE = re.compile(_NUMBER + r"\s*([a-z]{2,}(?:/[a-z]+)?|[¢€£¥₹])\s*(?
 """A number, a unit's name in lower case, perhaps a power (``15 cm^2``, ``3 oz``, ``100cm``): `tidy` writes it as
 ``15\\text{ cm}``. Not a name of one letter, which may be a variable (``3s^2``, ``2 h``): math-verify reads
 ``5 m`` itself."""
-_PRICE = re.compile(r"([€£¥₹]|(?:USD|EUR|GBP|JPY|INR)\s)\s*" + _NUMBER)
-"""A price written with its currency first (``€1,200``, ``£5``, ``USD 1200``; ``\\$5`` math-verify reads itself):
+_PRICE = re.compile(r"([+-]?)\s*([€£¥₹]|(?:USD|EUR|GBP|JPY|INR)\s)\s*" + _NUMBER)
+"""A price written with its currency first (``€1,200``, ``-£5``, ``USD 1200``; ``\\$5`` math-verify reads itself):
 `tidy` writes it as ``1200\\text{ €}``, a number math-verify reads and a unit `unit` reads."""
 _UNIT_AT_END = re.compile(r"(?:\\(?:text|mbox|mathrm|textrm)\s*\{\s*([^{}\\]*?)\s*\}"  # \text{ cm}
                           r"|(?:(?<=\d)|(?<=[})]))\s*([A-Za-z]+(?:/[A-Za-z]+)?)"  # a name after a number: 5 cm
@@ -448,6 +448,9 @@ def unit(answer: str) -> str | None:
 _BEFORE_BINOMIAL = re.compile(r"(?<=[\d)])\s*(?=\\[dt]?binom(?![A-Za-z]))")
 _LIMITS_MARK = re.compile(r"\\(?:no)?limits(?![A-Za-z])")
 _STYLE = re.compile(r"\\(?:display|text|script|scriptscript)style(?![A-Za-z])\s*")
+_EMPTY_SET = re.compile(r"\\varnothing(?![A-Za-z])")
+"""The empty set's other sign: math-verify reads ``\\emptyset`` (and ``\\{\\}``) as the empty set, ``\\varnothing`` as a
+symbol."""
 """TeX's math styles, layout only: ``\\displaystyle\\text{5 cm}`` kept `_peel` from the ``\\text{}``."""
 
 
@@ -478,10 +481,12 @@ def tidy(answer: str) -> str:
       to math-verify);
     * what wraps the whole answer only to mark it up goes (`_peel`: ``\(10,\!080\)``, ``**18**``, ``{(6,31,-1)}``,
       ``\mathbf{3\sqrt{13}}``, ``\text{6 - 5i}``, ``10,\!080\quad`` were not their answers);
-    * a degree sign is ``^{\circ}`` (``90°`` and ``90\degree`` were not ``90^\circ``);
+    * a degree sign is ``^{\circ}`` (``90°`` and ``90\degree`` were not ``90^\circ``), and ``\varnothing`` is
+      ``\emptyset`` (it was a symbol, not the empty set);
     * a mixed number in plain text is one (``2 1/2``, `_MIXED_NUMBER`), and digits grouped by spaces are one number
       (``1 200``, `_SPACED_DIGITS`): neither was any number."""
     text = _STYLE.sub("", _DEGREE.sub(r"^{\\circ}", str(answer).translate(_FULLWIDTH)))
+    text = _EMPTY_SET.sub(r"\\emptyset", text)
     text = _FULL_STOP.sub("", _TIE.sub(" ", _DIGIT_GROUP.sub("", _peel(text))))
     text = _LIMITS_MARK.sub("", _BEFORE_BINOMIAL.sub(r"\\cdot ", text))
     assigned = _ASSIGNED.fullmatch(text)
@@ -495,7 +500,7 @@ def tidy(answer: str) -> str:
         text = _measured(measure.group(1), measure.group(2))
     price = _PRICE.fullmatch(text)
     if price is not None:  # "€1,200", "USD 1200": no number to math-verify
-        text = _measured(price.group(2), price.group(1).strip())
+        text = _measured(price.group(1) + price.group(3), price.group(2).strip())
     mixed = _MIXED_NUMBER.fullmatch(text)
     if mixed is not None and int(mixed.group(3)) < int(mixed.group(4)):  # a proper fraction after the whole part
         text = f"{mixed.group(1)}{mixed.group(2)}\\frac{{{mixed.group(3)}}}{{{mixed.group(4)}}}"

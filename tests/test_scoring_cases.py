@@ -173,6 +173,9 @@ MATH = [
     ("gsm8k", "1200", answer("€1,200"), 1.0), ("gsm8k", "5", answer("£5"), 1.0), ("gsm8k", "300", answer("¥300"), 1.0),
     ("gsm8k", "1200", answer("USD 1200"), 1.0), ("math500", "1200\\text{ dollars}", answer("€1200"), 0.0),
     ("math500", "18\\text{ dollars}", answer("18¢"), 0.0), ("math500", "18\\text{ cents}", answer("18¢"), 1.0),
+    ("gsm8k", "-5", answer("-€5"), 1.0), ("gsm8k", "5", answer("-€5"), 0.0),
+    ("math500", "\\emptyset", answer("\\varnothing"), 1.0), ("math500", "\\varnothing", answer("\\emptyset"), 1.0),
+    ("math500", "\\{1\\}", answer("\\varnothing"), 0.0),
     # a mixed number in plain text, and digits grouped by spaces, were no number at all
     ("gsm8k", "2.5", answer("2 1/2"), 1.0), ("math500", "\\frac{5}{2}", answer("2 1/2"), 1.0),
     ("gsm8k", "1", answer("2 1/2"), 0.0), ("gsm8k", "1200", answer("1 200"), 1.0), ("gsm8k", "200", answer("1 200"), 0.0),
@@ -350,7 +353,8 @@ def test_the_reference_think_rule_is_available_by_name():
     ("\\textstyle\\sum_{k}", "\\sum_{k}"), ("\\displaystylex", "\\displaystylex"),
     ("16~\\text{cm}^{2}", "16 \\text{cm}^{2}"), ("x~=~5", "x = 5"), ("\\text{Espa\\~{n}a}", "Espa\\~{n}a"),
     ("€1,200", "1200\\text{ €}"), ("£ 5.50", "5.50\\text{ £}"), ("USD 1200", "1200\\text{ USD}"), ("5€", "5\\text{ €}"),
-    ("€x", "€x"), ("USD1200", "USD1200"),
+    ("€x", "€x"), ("USD1200", "USD1200"), ("-€5", "-5\\text{ €}"), ("\\varnothing", "\\emptyset"),
+    ("\\varnothingx", "\\varnothingx"),
     ("2 1/2", "2\\frac{1}{2}"), ("-3 1/4", "-3\\frac{1}{4}"), ("3 5/4", "3 5/4"), ("1 200", "1200"),
     ("1\u00a0200\u202f000.5", "1200000.5"), ("1 20", "1 20"), ("1234 567", "1234 567"),
 ])
