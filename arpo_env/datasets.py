@@ -282,13 +282,13 @@ def _tasks(records: Iterable[dict[str, Any]], source: str, kind: str | None, lim
     ability is passed over; a record whose question comes with an image, or whose gold answer is blank (``" "``,
     ``""``, ``[" "]``: no answer could be right), is left out, with one warning each naming them. `DataNotFound` when
     none is left."""
-    tasks, blank, pictured = [], [], []
+    tasks, blank, attached = [], [], []
     for i, record in enumerate(records):
         ability = record.get("ability")
         if kind is not None and ability is not None and ability != kind:
             continue
         if has_attachment(record):
-            pictured.append(i)
+            attached.append(i)
             continue
         task = task_from_record(record, source, i, kind, where=where)
         if not aliases(task.answer):
@@ -299,11 +299,11 @@ def _tasks(records: Iterable[dict[str, Any]], source: str, kind: str | None, lim
             break
     # train_10k's record 5275, a construction with the gold " ", was trained on with a reward no answer could earn
     _warn_left_out(blank, where, "with a blank gold answer", "no answer could be scored right")
-    _warn_left_out(pictured, where, "whose question comes with an image or a file", "a text model is not given it")
+    _warn_left_out(attached, where, "whose question comes with an image or a file", "a text model is not given it")
     if not tasks:
         raise DataNotFound(f"{where} holds no {kind or ''} tasks".replace("  ", " ") + (
             f" with a gold answer ({len(blank)} have a blank one)" if blank else "") + (
-            f" without an image or a file ({len(pictured)} have one)" if pictured else ""))
+            f" without an image or a file ({len(attached)} have one)" if attached else ""))
     return tasks
 
 

@@ -448,10 +448,10 @@ def unit(answer: str) -> str | None:
 _BEFORE_BINOMIAL = re.compile(r"(?<=[\d)])\s*(?=\\[dt]?binom(?![A-Za-z]))")
 _LIMITS_MARK = re.compile(r"\\(?:no)?limits(?![A-Za-z])")
 _STYLE = re.compile(r"\\(?:display|text|script|scriptscript)style(?![A-Za-z])\s*")
+"""TeX's math styles, layout only: ``\\displaystyle\\text{5 cm}`` kept `_peel` from the ``\\text{}``."""
 _EMPTY_SET = re.compile(r"\\varnothing(?![A-Za-z])")
 """The empty set's other sign: math-verify reads ``\\emptyset`` (and ``\\{\\}``) as the empty set, ``\\varnothing`` as a
 symbol."""
-"""TeX's math styles, layout only: ``\\displaystyle\\text{5 cm}`` kept `_peel` from the ``\\text{}``."""
 
 
 def _measured(number: str, name: str) -> str:
