@@ -454,6 +454,68 @@ _EMPTY_SET = re.compile(r"\\varnothing(?![A-Za-z])")
 symbol."""
 
 
+_SUPERSCRIPTS = dict(zip("⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻⁼⁽⁾ⁿⁱ", "0123456789+-=()ni"))
+_VULGAR = {"½": (1, 2), "⅓": (1, 3), "⅔": (2, 3), "¼": (1, 4), "¾": (3, 4), "⅕": (1, 5), "⅖": (2, 5), "⅗": (3, 5),
+           "⅘": (4, 5), "⅙": (1, 6), "⅚": (5, 6), "⅐": (1, 7), "⅛": (1, 8), "⅜": (3, 8), "⅝": (5, 8), "⅞": (7, 8),
+           "⅑": (1, 9), "⅒": (1, 10)}
+_ROOTS = {"√": "\\sqrt", "∛": "\\sqrt[3]", "∜": "\\sqrt[4]"}
+_SIGNS = {"∞": "\\infty ", "π": "\\pi ", "·": "\\cdot ", "⋅": "\\cdot ", "⁄": "/", "∓": "\\mp "}
+_RADICAND = re.compile(r"\d+(?:\.\d+)?|[A-Za-zπ]|\\pi(?![A-Za-z])")
+
+
+def _unicode_math(text: str) -> str:
+    r"""The mathematics a model writes in Unicode as LaTeX writes it, which math-verify reads (it read none of it):
+    a root sign over a number, a letter or a bracket (``2√2``, ``√(x+1)``, ``∛2`` are ``2\sqrt{2}``,
+    ``\sqrt{x+1}``, ``\sqrt[3]{2}``), superscripts (``x²``, ``10⁻³``: ``x^{2}``, ``10^{-3}``), the vulgar fractions
+    (``2½``: ``2\frac{1}{2}``), ``∞`` and the dot of a product. One pass: the answer is hostile."""
+    if text.isascii():
+        return text
+    out: list[str] = []
+    opened: list[int | None] = []  # for each "(" open, where in out the "{" of its root stands (None: a bracket)
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c in _SUPERSCRIPTS:
+            j = i
+            while j < n and text[j] in _SUPERSCRIPTS:
+                j += 1
+            out.append("^{" + "".join(_SUPERSCRIPTS[d] for d in text[i:j]) + "}")
+            i = j
+            continue
+        if c in _ROOTS:
+            out.append(_ROOTS[c])
+            j = i + 1
+            while j < n and text[j] == " ":
+                j += 1
+            if j < n and text[j] == "(":
+                opened.append(len(out))
+                out.append("{")
+                i = j + 1
+                continue
+            radicand = _RADICAND.match(text, j)
+            if radicand is not None:
+                out.append("{" + radicand.group().replace("π", "\\pi") + "}")
+                i = radicand.end()
+            else:  # over a brace group (``√{2}``) or what LaTeX would read
+                i += 1
+            continue
+        if c == "(":
+            opened.append(None)
+        elif c == ")" and opened:
+            if opened.pop() is not None:
+                c = "}"
+        elif c in _VULGAR:
+            c = "\\frac{%d}{%d}" % _VULGAR[c]
+        else:
+            c = _SIGNS.get(c, c)
+        out.append(c)
+        i += 1
+    for at in opened:  # a root's bracket never closed: left as written
+        if at is not None:
+            out[at] = "("
+    return "".join(out)
+
+
 def _measured(number: str, name: str) -> str:
     """A number (its digits perhaps grouped by commas) and the name of its unit as ``18\\text{ cookies}`` writes
     them: the number math-verify reads (it drops a ``\\text{}``), the unit `unit` reads."""
@@ -470,7 +532,8 @@ def tidy(answer: str) -> str:
     * a binomial after a number or a bracket gets its product sign (``2\binom{5}{2}`` was not 20);
     * ``\limits`` and ``\nolimits`` go, being layout only (``\sum\limits_{k=1}^{4} k`` was not 10), and so do
       ``\displaystyle`` and the other styles (``\displaystyle\text{5 cm}`` was not 5);
-    * full-width digits and signs are ASCII (``１２``, as a model writing Chinese may put them, was not 12);
+    * full-width digits and signs are ASCII (``１２``, as a model writing Chinese may put them, was not 12), and the
+      mathematics of Unicode is LaTeX's (`_unicode_math`: ``2√2``, ``x²``, ``2½``, ``∞`` were none of theirs);
     * a number followed by up to three words and nothing else is that number with its unit, as ``18\text{ cookies}``
       writes it (``18 cookies`` and ``18 dollars`` were not 18: outside ``\text{}`` math-verify knows only the units
       on its list, ``18 meters``); not where a word changes the value or is mathematics (`_NOT_UNITS`); so is a
@@ -485,7 +548,7 @@ def tidy(answer: str) -> str:
       ``\emptyset`` (it was a symbol, not the empty set);
     * a mixed number in plain text is one (``2 1/2``, `_MIXED_NUMBER`), and digits grouped by spaces are one number
       (``1 200``, `_SPACED_DIGITS`): neither was any number."""
-    text = _STYLE.sub("", _DEGREE.sub(r"^{\\circ}", str(answer).translate(_FULLWIDTH)))
+    text = _STYLE.sub("", _DEGREE.sub(r"^{\\circ}", _unicode_math(str(answer).translate(_FULLWIDTH))))
     text = _EMPTY_SET.sub(r"\\emptyset", text)
     text = _FULL_STOP.sub("", _TIE.sub(" ", _DIGIT_GROUP.sub("", _peel(text))))
     text = _LIMITS_MARK.sub("", _BEFORE_BINOMIAL.sub(r"\\cdot ", text))

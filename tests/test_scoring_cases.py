@@ -93,7 +93,7 @@ MATH = [
     ("math500", "2\\pi", answer("2 pi"), 0.0),  # not a unit
     ("gsm8k", "18", answer("１８"), 1.0),  # full-width digits
     ("math500", "\\frac{1}{2}", answer("１／２"), 1.0),
-    ("math500", "100", answer("10²"), 0.0),  # not NFKC's 102
+    ("math500", "102", answer("10²"), 0.0),  # not NFKC's 102, but 100 (below)
     ("math500", "20", answer("2\\binom{5}{2}"), 1.0),  # math-verify did not read a number times a binomial
     ("math500", "20", answer("2 \\dbinom{5}{2}"), 1.0),
     ("math500", "20", answer("2\\binom{5}{3}+1"), 0.0),
@@ -182,6 +182,15 @@ MATH = [
     # TeX's tie is a space: neither answer was read
     ("math500", "16", answer("16~\\text{cm}^{2}"), 1.0), ("math500", "5", answer("x~=~5"), 1.0),
     ("math500", "16", answer("17~\\text{cm}^{2}"), 0.0),
+    # Unicode's mathematics, which math-verify read none of: roots, superscripts, fractions, infinity
+    ("math500", "2\\sqrt{2}", answer("2√2"), 1.0), ("math500", "\\sqrt{x+1}", answer("√(x+1)"), 1.0),
+    ("math500", "2\\sqrt{3}", answer("√12"), 1.0), ("math500", "\\sqrt[3]{2}", answer("∛2"), 1.0),
+    ("math500", "2\\sqrt{2}", answer("2√3"), 0.0), ("math500", "x^2+1", answer("x²+1"), 1.0),
+    ("math500", "\\frac{1}{1000}", answer("10⁻³"), 1.0), ("math500", "x^3+1", answer("x²+1"), 0.0),
+    ("gsm8k", "2.5", answer("2½"), 1.0), ("math500", "\\frac34", answer("¾"), 1.0), ("gsm8k", "2", answer("2½"), 0.0),
+    ("math500", "(-\\infty, 3)", answer("(-∞, 3)"), 1.0), ("math500", "(-\\infty, 3]", answer("(-∞, 3)"), 0.0),
+    ("math500", "\\sqrt{\\pi}", answer("√π"), 1.0), ("math500", "\\frac{\\sqrt{2}}{2}", answer("√2/2"), 1.0),
+    ("math500", "100", answer("10²"), 1.0),
 ]
 
 QA = [
@@ -332,7 +341,7 @@ def test_the_reference_think_rule_is_available_by_name():
     ("1e6", "1\\times10^{6}"), ("-1.5e-05", "-1.5\\times10^{-5}"), ("2.E+03.", "2.\\times10^{3}"),
     ("2e", "2e"), ("e^{2}", "e^{2}"), ("3e2x", "3e2x"), ("x=1e6", "x=1e6"),
     ("2\\binom{5}{2}", "2\\cdot \\binom{5}{2}"), ("(n)\\tbinom{n}{2}", "(n)\\cdot \\tbinom{n}{2}"),
-    ("１２，３", "12,3"), ("x²", "x²"),
+    ("１２，３", "12,3"), ("x²", "x^{2}"),
     ("18 cookies", "18\\text{ cookies}"), ("-1.5 cups of flour", "-1.5\\text{ cups of flour}"), ("2 pi", "2 pi"),
     ("3 sqrt", "3 sqrt"), ("4.4 million", "4.4 million"), ("18 and more", "18 and more"),
     ("x 18 cookies", "x 18 cookies"), ("18 a", "18 a"),
@@ -357,6 +366,10 @@ def test_the_reference_think_rule_is_available_by_name():
     ("\\varnothingx", "\\varnothingx"),
     ("2 1/2", "2\\frac{1}{2}"), ("-3 1/4", "-3\\frac{1}{4}"), ("3 5/4", "3 5/4"), ("1 200", "1200"),
     ("1\u00a0200\u202f000.5", "1200000.5"), ("1 20", "1 20"), ("1234 567", "1234 567"),
+    ("2√2", "2\\sqrt{2}"), ("√ (x+(1))", "\\sqrt{x+(1)}"), ("√(2", "\\sqrt(2"), ("√{2}", "\\sqrt{2}"),
+    ("∜x", "\\sqrt[4]{x}"), ("√2.25", "\\sqrt{2.25}"), ("(√3)", "(\\sqrt{3})"), ("x⁻¹", "x^{-1}"), ("10²³", "10^{23}"),
+    ("1½", "1\\frac{1}{2}"), ("a·b", "a\\cdot b"), ("(0, ∞)", "(0, \\infty )"), ("2π", "2\\pi"),
+    ("√π", "\\sqrt{\\pi}"),
 ])
 def test_math_answers_lose_only_what_math_verify_misreads(written, tidied):
     assert rewards.tidy(written) == tidied

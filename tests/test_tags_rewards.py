@@ -126,6 +126,16 @@ def test_tidying_grouped_digits_is_linear():
     assert rewards.tidy("x = 1" + "{,}000" * n) == "1" + "{,}000" * n
 
 
+@pytest.mark.timeout(60)  # a hang guard, not a speed measurement: it takes about a second here
+def test_reading_unicode_mathematics_is_linear():
+    """Roots whose brackets never close, superscripts, and a root before a run of spaces: one pass each."""
+    n = 200_000
+    assert rewards.tidy("√(" * n) == "\\sqrt(" * n
+    assert rewards.tidy("²" * n) == "^{" + "2" * n + "}"
+    assert rewards.tidy("√" + " " * n + "x") == "\\sqrt{x}"
+    assert rewards.tidy("√(" * n + ")" * n) == "\\sqrt{" * n + "}" * n
+
+
 @pytest.mark.timeout(60)  # a hang guard, not a speed measurement: it takes about 6 s here
 def test_tag_parsing_is_linear_in_calls_and_nesting():
     """A completion of 100,000 answered tool calls (3.6 MB, a TRL completion scored by `arpo_reward`) is parsed in
