@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from arpo_env import tags
 from arpo_env.datasets import GOLD_FIELDS
-from arpo_env.qa_metrics import aliases, normalize_answer, qa_exact_match, qa_score
+from arpo_env.qa_metrics import aliases, choice_letter, normalize_answer, qa_exact_match, qa_score
 
 BONUS_TOOLS = frozenset({tags.SEARCH, tags.PYTHON})
 # math-verify warns on every call made with its (signal-based) timeout off, which worker threads must do.
@@ -576,11 +576,17 @@ def tidy(answer: str) -> str:
     return text
 
 
+_OPTION_GOLD = re.compile(r"\s*(?:\\(?:text|textbf|mathrm)\s*\{\s*)?\(([A-Z])\)\s*\}?\s*")
+"""A gold that is a multiple-choice option's letter, as MATH writes it (``\\text{(C)}``)."""
+
+
 def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None) -> bool:
     r"""Whether `prediction` and `gold` are the same mathematical answer (math-verify; any gold alias may match).
 
     Bounded from any thread: math-verify runs in a killable worker process (`arpo_env.bounded`); an answer that
     makes it overrun `timeout_s` (default ``ARPO_SCORE_TIMEOUT``, 5 s), exhaust its memory or crash is not equal.
+    Where the gold is a multiple-choice option's letter (``\\text{(C)}``), the letter the prediction names is
+    compared (`qa_metrics.choice_letter`: ``(C) Parabola``, ``Option C``).
     A prediction in prose (`prose`) is compared as text, in this thread: equal when a gold alias has the same words;
     so is one word against a gold written as text (``\text{ellipse}``: "an ellipse." is equal, and "ellipses" goes on
     to math-verify).
@@ -596,6 +602,10 @@ def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None
     golds = [tidy(g) for g in aliases(gold)]
     if not golds:  # a missing gold (None, NaN, empty): nothing is equal to it
         return False
+    options = [_OPTION_GOLD.fullmatch(g) for g in aliases(gold)]
+    letter = choice_letter(prediction) if all(options) else None
+    if letter is not None:  # "(C) Parabola", "Option C": the letter is the answer
+        return any(o.group(1) == letter for o in options)
     text = tidy(prediction)
     if any(g == text for g in golds):
         return True

@@ -191,6 +191,13 @@ MATH = [
     ("math500", "(-\\infty, 3)", answer("(-∞, 3)"), 1.0), ("math500", "(-\\infty, 3]", answer("(-∞, 3)"), 0.0),
     ("math500", "\\sqrt{\\pi}", answer("√π"), 1.0), ("math500", "\\frac{\\sqrt{2}}{2}", answer("√2/2"), 1.0),
     ("math500", "100", answer("10²"), 1.0),
+    # a multiple-choice option's letter: named with the option's text, or in words
+    ("math500", "\\text{(C)}", answer("(C) Parabola"), 1.0),
+    ("math500", "\\text{(C)}", answer("\\text{(C) Parabola}"), 1.0),
+    ("math", "\\text{(B)}", answer("\\textbf{(B)}\\ 3(1 + r/10)^x = 7"), 1.0),
+    ("math", "\\text{(E)}", answer("Option E"), 1.0),
+    ("math500", "\\text{(C)}", answer("(D) Ellipse"), 0.0), ("math500", "\\text{(C)}", answer("A parabola"), 0.0),
+    ("math500", "\\text{(C)}", answer("C"), 1.0), ("math500", "\\text{(C)}", answer("Parabola"), 0.0),
 ]
 
 QA = [
