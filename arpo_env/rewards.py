@@ -26,6 +26,7 @@ import threading
 from collections import OrderedDict
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
+from fractions import Fraction
 from typing import Any, Callable, Mapping, Sequence
 
 from arpo_env import tags
@@ -449,6 +450,9 @@ _BEFORE_BINOMIAL = re.compile(r"(?<=[\d)])\s*(?=\\[dt]?binom(?![A-Za-z]))")
 _LIMITS_MARK = re.compile(r"\\(?:no)?limits(?![A-Za-z])")
 _STYLE = re.compile(r"\\(?:display|text|script|scriptscript)style(?![A-Za-z])\s*")
 """TeX's math styles, layout only: ``\\displaystyle\\text{5 cm}`` kept `_peel` from the ``\\text{}``."""
+_REPEATING = re.compile(r"([+-]?)(\d{0,50})\.(\d{0,50})\\(?:overline|dot)\s*\{(\d{1,50})\}")
+"""A repeating decimal (``0.\\overline{3}``, ``1.2\\overline{45}``): math-verify read the ``\\overline`` as a bar over
+digits, not as 1/3. `tidy` writes the fraction."""
 _EMPTY_SET = re.compile(r"\\varnothing(?![A-Za-z])")
 """The empty set's other sign: math-verify reads ``\\emptyset`` (and ``\\{\\}``) as the empty set, ``\\varnothing`` as a
 symbol."""
@@ -547,7 +551,8 @@ def tidy(answer: str) -> str:
     * a degree sign is ``^{\circ}`` (``90°`` and ``90\degree`` were not ``90^\circ``), and ``\varnothing`` is
       ``\emptyset`` (it was a symbol, not the empty set);
     * a mixed number in plain text is one (``2 1/2``, `_MIXED_NUMBER`), and digits grouped by spaces are one number
-      (``1 200``, `_SPACED_DIGITS`): neither was any number."""
+      (``1 200``, `_SPACED_DIGITS`): neither was any number; a repeating decimal is its fraction
+      (``0.\overline{3}``: `_REPEATING`)."""
     text = _STYLE.sub("", _DEGREE.sub(r"^{\\circ}", _unicode_math(str(answer).translate(_FULLWIDTH))))
     text = _EMPTY_SET.sub(r"\\emptyset", text)
     text = _FULL_STOP.sub("", _TIE.sub(" ", _DIGIT_GROUP.sub("", _peel(text))))
@@ -570,6 +575,12 @@ def tidy(answer: str) -> str:
     spaced = _SPACED_DIGITS.fullmatch(text)
     if spaced is not None:
         text = re.sub(r"\s", "", spaced.group(1)) + spaced.group(2)
+    repeating = _REPEATING.fullmatch(text)
+    if repeating is not None:
+        sign, whole, fixed, cycle = repeating.groups()
+        value = int(whole or "0") + Fraction(int(fixed or "0"), 10 ** len(fixed)) \
+            + Fraction(int(cycle), (10 ** len(cycle) - 1) * 10 ** len(fixed))
+        text = f"{sign}\\frac{{{value.numerator}}}{{{value.denominator}}}"
     number = _E_NOTATION.fullmatch(text)
     if number is not None:
         text = f"{number.group(1)}\\times10^{{{int(number.group(2))}}}"

@@ -198,6 +198,10 @@ MATH = [
     ("math", "\\text{(E)}", answer("Option E"), 1.0),
     ("math500", "\\text{(C)}", answer("(D) Ellipse"), 0.0), ("math500", "\\text{(C)}", answer("A parabola"), 0.0),
     ("math500", "\\text{(C)}", answer("C"), 1.0), ("math500", "\\text{(C)}", answer("Parabola"), 0.0),
+    # a repeating decimal is its fraction
+    ("math500", "\\frac{1}{3}", answer("0.\\overline{3}"), 1.0),
+    ("math500", "\\frac{137}{110}", answer("1.2\\overline{45}"), 1.0),
+    ("math500", "0.\\overline{3}", answer("0.3"), 0.0), ("math500", "\\frac{1}{3}", answer("0.\\overline{6}"), 0.0),
 ]
 
 QA = [
@@ -376,7 +380,8 @@ def test_the_reference_think_rule_is_available_by_name():
     ("2√2", "2\\sqrt{2}"), ("√ (x+(1))", "\\sqrt{x+(1)}"), ("√(2", "\\sqrt(2"), ("√{2}", "\\sqrt{2}"),
     ("∜x", "\\sqrt[4]{x}"), ("√2.25", "\\sqrt{2.25}"), ("(√3)", "(\\sqrt{3})"), ("x⁻¹", "x^{-1}"), ("10²³", "10^{23}"),
     ("1½", "1\\frac{1}{2}"), ("a·b", "a\\cdot b"), ("(0, ∞)", "(0, \\infty )"), ("2π", "2\\pi"),
-    ("√π", "\\sqrt{\\pi}"),
+    ("√π", "\\sqrt{\\pi}"), ("0.\\overline{3}", "\\frac{1}{3}"), ("-1.2\\overline{45}", "-\\frac{137}{110}"),
+    ("0.\\dot{6}", "\\frac{2}{3}"), ("\\overline{CD}", "\\overline{CD}"), ("0.\\overline{x}", "0.\\overline{x}"),
 ])
 def test_math_answers_lose_only_what_math_verify_misreads(written, tidied):
     assert rewards.tidy(written) == tidied
