@@ -26,6 +26,7 @@ import threading
 from collections import OrderedDict
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any, Callable, Mapping, Sequence
 
@@ -409,10 +410,15 @@ _UNIT_NAMES = {
 }
 _UNITS = {name: unit for unit, names in _UNIT_NAMES.items() for name in names.split()}
 """Units of measure by their names (lower case): two answers in different ones are not the same answer."""
-_MEASURE = re.compile(_NUMBER + r"\s*([a-z]{2,}(?:/[a-z]+)?|[¢€£¥₹])\s*(?:\^\s*\{?\s*[23]\s*\}?|[²³])?")
-"""A number, a unit's name in lower case, perhaps a power (``15 cm^2``, ``3 oz``, ``100cm``): `tidy` writes it as
-``15\\text{ cm}``. Not a name of one letter, which may be a variable (``3s^2``, ``2 h``): math-verify reads
+_MEASURE = re.compile(_NUMBER + r"\s*([a-z]{2,}(?:/[a-z]+)?|[a-z]/[a-z]+|[¢€£¥₹])\s*(?:\^\s*\{?\s*[23]\s*\}?|[²³])?")
+"""A number, a unit's name in lower case, perhaps a power (``15 cm^2``, ``3 oz``, ``100cm``, ``18 m/s``): `tidy` writes
+it as ``15\\text{ cm}``. Not a name of one letter, which may be a variable (``3s^2``, ``2 h``): math-verify reads
 ``5 m`` itself."""
+_SCALE = {"thousand": 3, "million": 6, "billion": 9, "trillion": 12}
+_SCALED = re.compile(r"(\\\$\s*)?" + _NUMBER
+                     + r"\s*(thousand|million|billion|trillion)(?:\s+([A-Za-z]+(?:\s+[A-Za-z]+)?))?")
+"""A number in thousands, millions, billions or trillions (``1.2 million``, ``\\$4 billion``, ``4.4 million people``):
+math-verify read no number. `tidy` writes its digits."""
 _PRICE = re.compile(r"([+-]?)\s*([€£¥₹]|(?:USD|EUR|GBP|JPY|INR)\s)\s*" + _NUMBER)
 """A price written with its currency first (``€1,200``, ``-£5``, ``USD 1200``; ``\\$5`` math-verify reads itself):
 `tidy` writes it as ``1200\\text{ €}``, a number math-verify reads and a unit `unit` reads."""
@@ -463,7 +469,7 @@ _VULGAR = {"½": (1, 2), "⅓": (1, 3), "⅔": (2, 3), "¼": (1, 4), "¾": (3, 4
            "⅘": (4, 5), "⅙": (1, 6), "⅚": (5, 6), "⅐": (1, 7), "⅛": (1, 8), "⅜": (3, 8), "⅝": (5, 8), "⅞": (7, 8),
            "⅑": (1, 9), "⅒": (1, 10)}
 _ROOTS = {"√": "\\sqrt", "∛": "\\sqrt[3]", "∜": "\\sqrt[4]"}
-_SIGNS = {"∞": "\\infty ", "π": "\\pi ", "·": "\\cdot ", "⋅": "\\cdot ", "⁄": "/", "∓": "\\mp "}
+_SIGNS = {"∞": "\\infty ", "π": "\\pi ", "·": "\\cdot ", "⋅": "\\cdot ", "⁄": "/", "∓": "\\mp ", "≈": "\\approx "}
 _RADICAND = re.compile(r"\d+(?:\.\d+)?|[A-Za-zπ]|\\pi(?![A-Za-z])")
 
 
@@ -551,8 +557,9 @@ def tidy(answer: str) -> str:
     * a degree sign is ``^{\circ}`` (``90°`` and ``90\degree`` were not ``90^\circ``), and ``\varnothing`` is
       ``\emptyset`` (it was a symbol, not the empty set);
     * a mixed number in plain text is one (``2 1/2``, `_MIXED_NUMBER`), and digits grouped by spaces are one number
-      (``1 200``, `_SPACED_DIGITS`): neither was any number; a repeating decimal is its fraction
-      (``0.\overline{3}``: `_REPEATING`)."""
+      (``1 200``, `_SPACED_DIGITS`): neither was any number; nor was a number in millions (``1.2 million``:
+      `_SCALED`), which is written in digits; a repeating decimal is its fraction (``0.\overline{3}``: `_REPEATING`).
+    """
     text = _STYLE.sub("", _DEGREE.sub(r"^{\\circ}", _unicode_math(str(answer).translate(_FULLWIDTH))))
     text = _EMPTY_SET.sub(r"\\emptyset", text)
     text = _FULL_STOP.sub("", _TIE.sub(" ", _DIGIT_GROUP.sub("", _peel(text))))
@@ -560,6 +567,11 @@ def tidy(answer: str) -> str:
     assigned = _ASSIGNED.fullmatch(text)
     if assigned is not None:
         text = assigned.group(1).strip()
+    scaled = _SCALED.fullmatch(text)
+    if scaled is not None:
+        dollar, number, scale, words = scaled.groups()
+        value = Decimal(number.replace(",", "")).scaleb(_SCALE[scale]).normalize()
+        text = ("\\$" if dollar else "") + (f"{value:f}" if words is None else _measured(f"{value:f}", words))
     counted = _NUMBER_WORDS.fullmatch(text)
     if counted is not None and not _NOT_UNITS & set(counted.group(2).lower().split()):
         text = _measured(counted.group(1), counted.group(2))

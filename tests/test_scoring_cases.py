@@ -190,7 +190,7 @@ MATH = [
     ("gsm8k", "2.5", answer("2½"), 1.0), ("math500", "\\frac34", answer("¾"), 1.0), ("gsm8k", "2", answer("2½"), 0.0),
     ("math500", "(-\\infty, 3)", answer("(-∞, 3)"), 1.0), ("math500", "(-\\infty, 3]", answer("(-∞, 3)"), 0.0),
     ("math500", "\\sqrt{\\pi}", answer("√π"), 1.0), ("math500", "\\frac{\\sqrt{2}}{2}", answer("√2/2"), 1.0),
-    ("math500", "100", answer("10²"), 1.0),
+    ("math500", "100", answer("10²"), 1.0), ("gsm8k", "18", answer("≈18"), 1.0),
     # a multiple-choice option's letter: named with the option's text, or in words
     ("math500", "\\text{(C)}", answer("(C) Parabola"), 1.0),
     ("math500", "\\text{(C)}", answer("\\text{(C) Parabola}"), 1.0),
@@ -198,6 +198,10 @@ MATH = [
     ("math", "\\text{(E)}", answer("Option E"), 1.0),
     ("math500", "\\text{(C)}", answer("(D) Ellipse"), 0.0), ("math500", "\\text{(C)}", answer("A parabola"), 0.0),
     ("math500", "\\text{(C)}", answer("C"), 1.0), ("math500", "\\text{(C)}", answer("Parabola"), 0.0),
+    # a number in millions, and a speed in metres a second, were no number
+    ("gsm8k", "1200000", answer("\\$1.2 million"), 1.0), ("gsm8k", "18000", answer("18 thousand"), 1.0),
+    ("gsm8k", "18000", answer("18 million"), 0.0), ("gsm8k", "18", answer("18 m/s"), 1.0),
+    ("math500", "18\\text{ km/h}", answer("18 m/s"), 0.0),
     # a repeating decimal is its fraction
     ("math500", "\\frac{1}{3}", answer("0.\\overline{3}"), 1.0),
     ("math500", "\\frac{137}{110}", answer("1.2\\overline{45}"), 1.0),
@@ -354,7 +358,7 @@ def test_the_reference_think_rule_is_available_by_name():
     ("2\\binom{5}{2}", "2\\cdot \\binom{5}{2}"), ("(n)\\tbinom{n}{2}", "(n)\\cdot \\tbinom{n}{2}"),
     ("１２，３", "12,3"), ("x²", "x^{2}"),
     ("18 cookies", "18\\text{ cookies}"), ("-1.5 cups of flour", "-1.5\\text{ cups of flour}"), ("2 pi", "2 pi"),
-    ("3 sqrt", "3 sqrt"), ("4.4 million", "4.4 million"), ("18 and more", "18 and more"),
+    ("3 sqrt", "3 sqrt"), ("4.4 million", "4400000"), ("18 and more", "18 and more"),
     ("x 18 cookies", "x 18 cookies"), ("18 a", "18 a"),
     ("x\\binom{5}{2}", "x\\binom{5}{2}"), ("\\sum\\limits_{k}", "\\sum_{k}"), ("\\limitsx", "\\limitsx"),
     ("\\(5\\)", "5"), ("$$5$$", "5"), ("$5$ and $6$", "$5$ and $6$"), ("{{5}}", "5"), ("{a}{b}", "{a}{b}"),
@@ -381,6 +385,8 @@ def test_the_reference_think_rule_is_available_by_name():
     ("∜x", "\\sqrt[4]{x}"), ("√2.25", "\\sqrt{2.25}"), ("(√3)", "(\\sqrt{3})"), ("x⁻¹", "x^{-1}"), ("10²³", "10^{23}"),
     ("1½", "1\\frac{1}{2}"), ("a·b", "a\\cdot b"), ("(0, ∞)", "(0, \\infty )"), ("2π", "2\\pi"),
     ("√π", "\\sqrt{\\pi}"), ("0.\\overline{3}", "\\frac{1}{3}"), ("-1.2\\overline{45}", "-\\frac{137}{110}"),
+    ("1.2 million", "1200000"), ("\\$ 4 billion", "\\$4000000000"), ("4.4 million people", "4400000\\text{ people}"),
+    ("1,500 thousand", "1500000"), ("2 million and 5", "2 million and 5"), ("18 m/s", "18\\text{ m/s}"),
     ("0.\\dot{6}", "\\frac{2}{3}"), ("\\overline{CD}", "\\overline{CD}"), ("0.\\overline{x}", "0.\\overline{x}"),
 ])
 def test_math_answers_lose_only_what_math_verify_misreads(written, tidied):
