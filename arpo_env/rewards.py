@@ -608,7 +608,9 @@ def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None
 
     Bounded from any thread: math-verify runs in a killable worker process (`arpo_env.bounded`); an answer that
     makes it overrun `timeout_s` (default ``ARPO_SCORE_TIMEOUT``, 5 s), exhaust its memory or crash is not equal.
-    Where the gold is a multiple-choice option's letter (``\\text{(C)}``), the letter the prediction names is
+    An inequality is the interval it describes (``x > 3`` is ``(3,\infty)``: math-verify's
+    ``allow_set_relation_comp``).
+    Where the gold is a multiple-choice option's letter (``\text{(C)}``), the letter the prediction names is
     compared (`qa_metrics.choice_letter`: ``(C) Parabola``, ``Option C``).
     A prediction in prose (`prose`) is compared as text, in this thread: equal when a gold alias has the same words;
     so is one word against a gold written as text (``\text{ellipse}``: "an ellipse." is equal, and "ellipses" goes on
@@ -703,7 +705,7 @@ def math_equal_unbounded(prediction: str, golds: list[str]) -> bool:
         pred = parse(_as_latex(prediction), extraction_config=configs, parsing_timeout=timeout)
         for g in golds:
             target = parse(_as_latex(g), extraction_config=configs, parsing_timeout=timeout)
-            if target and pred and verify(target, pred, timeout_seconds=timeout):
+            if target and pred and verify(target, pred, timeout_seconds=timeout, allow_set_relation_comp=True):
                 return True
     except Exception:  # noqa: BLE001 - an answer math-verify cannot handle is not equal
         return False

@@ -202,6 +202,9 @@ MATH = [
     ("gsm8k", "1200000", answer("\\$1.2 million"), 1.0), ("gsm8k", "18000", answer("18 thousand"), 1.0),
     ("gsm8k", "18000", answer("18 million"), 0.0), ("gsm8k", "18", answer("18 m/s"), 1.0),
     ("math500", "18\\text{ km/h}", answer("18 m/s"), 0.0),
+    # an inequality is the interval it describes (math-verify's allow_set_relation_comp)
+    ("math500", "(3,\\infty)", answer("x > 3"), 1.0), ("math500", "[-2,0]", answer("-2 \\le x \\le 0"), 1.0),
+    ("math500", "(3,\\infty)", answer("x \\geq 3"), 0.0), ("math500", "(3,\\infty)", answer("x < 3"), 0.0),
     # a repeating decimal is its fraction
     ("math500", "\\frac{1}{3}", answer("0.\\overline{3}"), 1.0),
     ("math500", "\\frac{137}{110}", answer("1.2\\overline{45}"), 1.0),
