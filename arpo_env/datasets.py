@@ -27,6 +27,7 @@ import json
 import logging
 import numbers
 import os
+import re
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -208,6 +209,11 @@ def _parse_json(path: Path, text: str, first_line: int) -> Any:
                              f"{exc.colno})") from exc
 
 
+_HUB_ID = re.compile(r"[\w.-]+/[\w.-]+(?::[\w.-]+)?")
+"""What reads as a Hugging Face dataset's id (``openai/gsm8k``, as TRL's ``dataset_name`` takes one): the error that
+finds no such file names its ``hub:`` form."""
+
+
 def _candidates(name: str, data_dir: Path) -> Iterable[Path]:
     aliases = {"train": "train_10k", "hard_search": "hard_search_1k"}
     stem = aliases.get(name, name)
@@ -229,18 +235,21 @@ def resolve(name: str, data_dir: str | os.PathLike | None = None) -> Path:
     if path.is_file():  # was "needs a data directory … eval/data.txt/test.jsonl"
         raise DataUnreadable(f"{path}: a dataset file is {', '.join(FILE_SUFFIXES[:-1])} or {FILE_SUFFIXES[-1]}, "
                              f"not {path.suffix or 'a file without a suffix'}")
+    hub = f"; a Hugging Face dataset is named hub:{name}" if _HUB_ID.fullmatch(name) else ""
     data_dir = data_dir or os.environ.get("ARPO_DATA_DIR")
     if not data_dir:
         raise DataNotFound(
             f"dataset {name!r} needs a data directory: pass data_dir=… (or set ARPO_DATA_DIR) pointing at a folder "
             f"with {name}/test.jsonl or eval/{name}/test.jsonl, as in the ARPO release's data layout; "
-            "or pass dataset='default' for the small math set shipped with the package"
+            f"or pass dataset='default' for the small math set shipped with the package{hub}"
         )
     tried = list(_candidates(name, Path(data_dir)))
     for candidate in tried:
         if candidate.is_file():
             return candidate
-    raise DataNotFound(f"dataset {name!r} not found under {data_dir}; looked for: " + ", ".join(map(str, tried)))
+    raise DataNotFound(f"dataset {name!r} not found under {data_dir}; looked for: " + ", ".join(map(str, tried))
+                       + hub)
+
 
 
 def task_paths(name: str, data_dir: str | os.PathLike | None = None) -> list[str]:

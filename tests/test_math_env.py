@@ -371,6 +371,12 @@ def test_missing_data_is_a_clear_error(tmp_path, monkeypatch):
         load_tasks("gsm8k")
     with pytest.raises(DataNotFound, match="looked for"):
         load_tasks("gsm8k", tmp_path)
+    assert "hub:" not in str(pytest.raises(DataNotFound, load_tasks, "gsm8k").value)
+    # a Hugging Face id, as TRL's dataset_name takes one, is named in its hub: form (offline, the hub itself fails)
+    with pytest.raises(DataNotFound, match="a Hugging Face dataset is named hub:openai/gsm8k$"):
+        load_tasks("openai/gsm8k")
+    with pytest.raises(DataNotFound, match="looked for: .* a Hugging Face dataset is named hub:openai/gsm8k:main$"):
+        load_tasks("openai/gsm8k:main", tmp_path)
 
 
 def test_an_unreadable_data_file_is_a_clear_error_naming_the_file_and_line(tmp_path):
