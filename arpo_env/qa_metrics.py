@@ -93,9 +93,14 @@ _CHOICE_FORMS = [
 ]
 
 
+_ANOTHER_OPTION = re.compile(r"\s*(?:[,;/&+]|(?i:and|or)\b)\s*\(?([A-Z])\)?(?!\w)")
+"""A second option right after the first (``(D) and (E)``, ``(C), (D)``, ``(C) or D``): an answer that names two
+options names none. Not a letter in an option's text (``B. Both in (A) and (B)``)."""
+
+
 def choice_letter(text: str) -> str | None:
     """The option letter of a multiple-choice answer: "D", "(D)", "D. text", "Answer: D", "The answer is D",
-    "\\boxed{\\text{D}}", "$D$", "Answer: **D**"."""
+    "\\boxed{\\text{D}}", "$D$", "Answer: **D**". None for an answer that names two ("(D) and (E)")."""
     from arpo_env.tags import boxed, unwrap_text
 
     text = str(text).strip()
@@ -104,7 +109,9 @@ def choice_letter(text: str) -> str | None:
     for form in _CHOICE_FORMS:
         m = form.match(text)
         if m:
-            return m.group(1).upper()
+            letter = m.group(1).upper()
+            other = _ANOTHER_OPTION.match(text, m.end())
+            return None if other is not None and other.group(1) != letter else letter
     return None
 
 

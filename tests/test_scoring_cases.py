@@ -198,6 +198,7 @@ MATH = [
     ("math", "\\text{(E)}", answer("Option E"), 1.0),
     ("math500", "\\text{(C)}", answer("(D) Ellipse"), 0.0), ("math500", "\\text{(C)}", answer("A parabola"), 0.0),
     ("math500", "\\text{(C)}", answer("C"), 1.0), ("math500", "\\text{(C)}", answer("Parabola"), 0.0),
+    ("math500", "\\text{(C)}", answer("(C) or (D)"), 0.0),
     # a number in millions, and a speed in metres a second, were no number
     ("gsm8k", "1200000", answer("\\$1.2 million"), 1.0), ("gsm8k", "18000", answer("18 thousand"), 1.0),
     ("gsm8k", "18000", answer("18 million"), 0.0), ("gsm8k", "18", answer("18 m/s"), 1.0),
@@ -278,6 +279,8 @@ HLE = [  # multiple choice: the option letter, in its usual forms
     # a one-letter word that begins prose is not an option, nor is a hedge between two
     ("I", "I think it is B", 0.0), ("B", "I think it is B", 0.0), ("A", "a dog", 0.0),
     ("A", "The answer is a dog", 0.0), ("D", "D and E", 0.0), ("D", "D Non-elitism", 1.0), ("D", "The answer is D Paris", 1.0),
+    ("D", "(D) and (E)", 0.0), ("D", "(D), (E)", 0.0), ("D", "Answer: (D) or E", 0.0), ("D", "(D) and (D)", 1.0),
+    ("B", "B. Both in (A) and (B)", 1.0), ("D", "D. A pair V = (S, D) where S is a sampler", 1.0),
 ]
 
 
