@@ -459,6 +459,10 @@ _STYLE = re.compile(r"\\(?:display|text|script|scriptscript)style(?![A-Za-z])\s*
 _REPEATING = re.compile(r"([+-]?)(\d{0,50})\.(\d{0,50})\\(?:overline|dot)\s*\{(\d{1,50})\}")
 """A repeating decimal (``0.\\overline{3}``, ``1.2\\overline{45}``): math-verify read the ``\\overline`` as a bar over
 digits, not as 1/3. `tidy` writes the fraction."""
+_OPTION_MARK = re.compile(r"(?:\\(?:textbf|text|mathrm|mathbf)\s*\{\s*\(([A-E])\)\s*\}|\(([A-E])\))"
+                          r"(?:\s|\\[ ,;:]|\\q?quad(?![A-Za-z])|~)*(?=-?(?:\d|\\[dt]?frac|\\sqrt))")
+"""The mark of an AMC option before its value, as AoPS's solutions box it (``\\textbf{(B) }12``,
+``\\textbf{(B)}\\ 12``): `tidy` reads the value (math-verify read none)."""
 _EMPTY_SET = re.compile(r"\\varnothing(?![A-Za-z])")
 """The empty set's other sign: math-verify reads ``\\emptyset`` (and ``\\{\\}``) as the empty set, ``\\varnothing`` as a
 symbol."""
@@ -558,12 +562,16 @@ def tidy(answer: str) -> str:
       ``\emptyset`` (it was a symbol, not the empty set);
     * a mixed number in plain text is one (``2 1/2``, `_MIXED_NUMBER`), and digits grouped by spaces are one number
       (``1 200``, `_SPACED_DIGITS`): neither was any number; nor was a number in millions (``1.2 million``:
-      `_SCALED`), which is written in digits; a repeating decimal is its fraction (``0.\overline{3}``: `_REPEATING`).
+      `_SCALED`), which is written in digits; a repeating decimal is its fraction (``0.\overline{3}``: `_REPEATING`);
+      an AMC option's mark before its value goes (``\textbf{(B) }12``: `_OPTION_MARK`).
     """
     text = _STYLE.sub("", _DEGREE.sub(r"^{\\circ}", _unicode_math(str(answer).translate(_FULLWIDTH))))
     text = _EMPTY_SET.sub(r"\\emptyset", text)
     text = _FULL_STOP.sub("", _TIE.sub(" ", _DIGIT_GROUP.sub("", _peel(text))))
     text = _LIMITS_MARK.sub("", _BEFORE_BINOMIAL.sub(r"\\cdot ", text))
+    marked = _OPTION_MARK.match(text)
+    if marked is not None:  # "\textbf{(B) }12": the value, after the option's mark
+        text = text[marked.end():]
     assigned = _ASSIGNED.fullmatch(text)
     if assigned is not None:
         text = assigned.group(1).strip()

@@ -199,6 +199,9 @@ MATH = [
     ("math500", "\\text{(C)}", answer("(D) Ellipse"), 0.0), ("math500", "\\text{(C)}", answer("A parabola"), 0.0),
     ("math500", "\\text{(C)}", answer("C"), 1.0), ("math500", "\\text{(C)}", answer("Parabola"), 0.0),
     ("math500", "\\text{(C)}", answer("(C) or (D)"), 0.0),
+    # an AMC option's mark before its value, as AoPS's solutions box it, where the gold is the value
+    ("math", "12", answer("\\textbf{(B) }12"), 1.0), ("math", "\\frac34", answer("\\textbf{(E)}\\ \\frac{3}{4}"), 1.0),
+    ("math", "12", answer("\\textbf{(B) }13"), 0.0), ("math", "\\text{(C)}", answer("\\textbf{(B) }12"), 0.0),
     # a number in millions, and a speed in metres a second, were no number
     ("gsm8k", "1200000", answer("\\$1.2 million"), 1.0), ("gsm8k", "18000", answer("18 thousand"), 1.0),
     ("gsm8k", "18000", answer("18 million"), 0.0), ("gsm8k", "18", answer("18 m/s"), 1.0),
@@ -391,6 +394,7 @@ def test_the_reference_think_rule_is_available_by_name():
     ("∜x", "\\sqrt[4]{x}"), ("√2.25", "\\sqrt{2.25}"), ("(√3)", "(\\sqrt{3})"), ("x⁻¹", "x^{-1}"), ("10²³", "10^{23}"),
     ("1½", "1\\frac{1}{2}"), ("a·b", "a\\cdot b"), ("(0, ∞)", "(0, \\infty )"), ("2π", "2\\pi"),
     ("√π", "\\sqrt{\\pi}"), ("0.\\overline{3}", "\\frac{1}{3}"), ("-1.2\\overline{45}", "-\\frac{137}{110}"),
+    ("\\textbf{(C)}\\ -\\sqrt{2}", "-\\sqrt{2}"), ("(A)-(B)", "(A)-(B)"), ("(B)", "(B)"),
     ("1.2 million", "1200000"), ("\\$ 4 billion", "\\$4000000000"), ("4.4 million people", "4400000\\text{ people}"),
     ("1,500 thousand", "1500000"), ("2 million and 5", "2 million and 5"), ("18 m/s", "18\\text{ m/s}"),
     ("0.\\dot{6}", "\\frac{2}{3}"), ("\\overline{CD}", "\\overline{CD}"), ("0.\\overline{x}", "0.\\overline{x}"),
