@@ -251,7 +251,6 @@ def resolve(name: str, data_dir: str | os.PathLike | None = None) -> Path:
                        + hub)
 
 
-
 def task_paths(name: str, data_dir: str | os.PathLike | None = None) -> list[str]:
     """The folders that hold dataset `name`'s file and `data_dir`, for the sandbox to hide (its cells may not read
     the answers). A generated or a hub dataset has no file of its own here (the hub's cache is hidden anyway)."""
