@@ -632,10 +632,11 @@ def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None
     """
     if prediction is None or not str(prediction).strip():
         return False
-    golds = [tidy(g) for g in aliases(gold)]
+    written = aliases(gold)
+    golds = [tidy(g) for g in written]
     if not golds:  # a missing gold (None, NaN, empty): nothing is equal to it
         return False
-    options = [_OPTION_GOLD.fullmatch(g) for g in aliases(gold)]
+    options = [_OPTION_GOLD.fullmatch(g) for g in written]
     letter = choice_letter(prediction) if all(options) else None
     if letter is not None:  # "(C) Parabola", "Option C": the letter is the answer
         return any(o.group(1) == letter for o in options)
