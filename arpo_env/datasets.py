@@ -287,9 +287,9 @@ def load_tasks(name: str = "default", data_dir: str | os.PathLike | None = None,
 def _tasks(records: Iterable[dict[str, Any]], source: str, kind: str | None, limit: int | None, where: str
            ) -> list[Task]:
     """The tasks of `records` (a file's, a hub dataset's), the first `limit` of them: with `kind`, a row of another
-    ability is passed over; a record whose question comes with an image, or whose gold answer is blank (``" "``,
-    ``""``, ``[" "]``: no answer could be right), is left out, with one warning each naming them. `DataNotFound` when
-    none is left."""
+    ability is passed over; a record whose question comes with an image or a file, or whose gold answer is blank
+    (``" "``, ``""``, ``[" "]``: no answer could be right), is left out, with one warning each naming them.
+    `DataNotFound` when none is left."""
     tasks, blank, attached = [], [], []
     for i, record in enumerate(records):
         ability = record.get("ability")
