@@ -459,8 +459,9 @@ _STYLE = re.compile(r"\\(?:display|text|script|scriptscript)style(?![A-Za-z])\s*
 _REPEATING = re.compile(r"([+-]?)(\d{0,50})\.(\d{0,50})\\(?:overline|dot)\s*\{(\d{1,50})\}")
 """A repeating decimal (``0.\\overline{3}``, ``1.2\\overline{45}``): math-verify read the ``\\overline`` as a bar over
 digits, not as 1/3. `tidy` writes the fraction."""
-_OPTION_MARK = re.compile(r"(?:\\(?:textbf|text|mathrm|mathbf)\s*\{\s*\(([A-E])\)\s*\}|\(([A-E])\))"
-                          r"(?:\s|\\[ ,;:]|\\q?quad(?![A-Za-z])|~)*(?=-?(?:\d|\\[dt]?frac|\\sqrt))")
+_OPTION = r"(?:\\(?:textbf|text|mathrm|mathbf)\s*\{\s*\(([A-Z])\)\s*\}|\(([A-Z])\))"
+"""A multiple-choice option's mark (``(C)``, ``\\text{(C)}``, ``\\textbf{(C) }``), its letter in group 1 or 2."""
+_OPTION_MARK = re.compile(_OPTION + r"(?:\s|\\[ ,;:]|\\q?quad(?![A-Za-z])|~)*(?=-?(?:\d|\\[dt]?frac|\\sqrt))")
 """The mark of an AMC option before its value, as AoPS's solutions box it (``\\textbf{(B) }12``,
 ``\\textbf{(B)}\\ 12``): `tidy` reads the value (math-verify read none)."""
 _EMPTY_SET = re.compile(r"\\varnothing(?![A-Za-z])")
@@ -607,7 +608,7 @@ def tidy(answer: str) -> str:
     return text
 
 
-_OPTION_GOLD = re.compile(r"\s*(?:\\(?:text|textbf|mathrm)\s*\{\s*)?\(([A-Z])\)\s*\}?\s*")
+_OPTION_GOLD = re.compile(r"\s*" + _OPTION + r"\s*")
 """A gold that is a multiple-choice option's letter, as MATH writes it (``\\text{(C)}``)."""
 
 
@@ -639,7 +640,7 @@ def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None
     options = [_OPTION_GOLD.fullmatch(g) for g in written]
     letter = choice_letter(prediction) if all(options) else None
     if letter is not None:  # "(C) Parabola", "Option C": the letter is the answer
-        return any(o.group(1) == letter for o in options)
+        return any(letter in o.groups() for o in options)
     text = tidy(prediction)
     if any(g == text for g in golds):
         return True
