@@ -406,7 +406,7 @@ _UNIT_NAMES = {
     "lb": "lb lbs pound pounds", "oz": "oz ounce ounces", "ton": "ton tons tonne tonnes",
     "ml": "ml milliliter milliliters millilitre millilitres", "l": "l liter liters litre litres",
     "gallon": "gal gallon gallons", "quart": "qt quart quarts", "pint": "pt pint pints", "cup": "cup cups",
-    "mph": "mph", "km/h": "km/h kph kmh", "m/s": "m/s",
+    "mph": "mph", "km/h": "km/h kph kmh", "m/s": "m/s", "celsius": "celsius", "fahrenheit": "fahrenheit",
 }
 _UNITS = {name: unit for unit, names in _UNIT_NAMES.items() for name in names.split()}
 """Units of measure by their names (lower case): two answers in different ones are not the same answer."""
@@ -426,7 +426,17 @@ _UNIT_AT_END = re.compile(r"(?:\\(?:text|mbox|mathrm|textrm)\s*\{\s*([^{}\\]*?)\
                           r"|(?:(?<=\d)|(?<=[})]))\s*([A-Za-z]+(?:/[A-Za-z]+)?)"  # a name after a number: 5 cm
                           r"|(\^\s*\{?\s*\\circ\s*\}?)|\\(%)|([¢€£¥₹%]))"  # ^{\circ}, \%, signs
                           r"\s*(?:\^\s*\{?\s*[23]\s*\}?)?\s*$")  # a power
-_UNIT_WORDS = re.compile(r"(?:(?:square|sq|cubic|cu)\.?\s+)?([a-z/]+|[¢€£¥₹])\.?(\s+per\s+hour)?")
+_UNIT_WORDS = re.compile(r"(?:(?:square|sq|cubic|cu)\.?\s+)?(?:(deg(?:ree)?s?)\.?\s+)?([a-z/]+|[¢€£¥₹])\.?"
+                         r"(\s+per\s+hour)?")
+_TEMPERATURES = {"c": "celsius", "celsius": "celsius", "f": "fahrenheit", "fahrenheit": "fahrenheit"}
+"""A temperature's scale by its names after ``degrees`` (``18 degrees C``, ``18 degrees Fahrenheit``)."""
+_KINDS_OF = {"celsius": ("degree",), "fahrenheit": ("degree",), "degree": ("celsius", "fahrenheit")}
+"""Units that agree though they differ: a degree (``18^\\circ``) is one of Celsius or of Fahrenheit, and either
+scale's degree is a degree; Celsius and Fahrenheit disagree."""
+_TEMPERATURE = re.compile(_NUMBER + r"\s*\^\s*(?:\{\s*\\circ\s*\}|\\circ)\s*"  # no two spaces' runs in a row: linear
+                          r"(?:\\(?:text|mathrm|mbox|textrm)\s*\{\s*([CF])\s*\}|([CF]))")
+"""A temperature with its degree sign (``18°C``, ``-3 °F``, ``18^\\circ C``, ``18^{\\circ}\\text{F}``; ``℃`` is ``°C``):
+math-verify read no number before a letter. `tidy` writes it as ``18\\text{ degrees Celsius}``."""
 
 
 def unit(answer: str) -> str | None:
@@ -443,8 +453,10 @@ def unit(answer: str) -> str | None:
             return "degree" if end.group(3) else _UNITS[(end.group(4) or end.group(5)).lower()]
         named = _UNIT_WORDS.fullmatch(words.lower())
         if named is not None:
-            name = _UNITS.get(named.group(1))
-            if named.group(2):  # per hour
+            name = _UNITS.get(named.group(2))
+            if named.group(1):  # degrees of a temperature's scale
+                name = _TEMPERATURES.get(named.group(2))
+            if named.group(3):  # per hour
                 name = {"mile": "mph", "km": "km/h"}.get(name or "")
             if name is not None:
                 return name
@@ -474,7 +486,8 @@ _VULGAR = {"½": (1, 2), "⅓": (1, 3), "⅔": (2, 3), "¼": (1, 4), "¾": (3, 4
            "⅘": (4, 5), "⅙": (1, 6), "⅚": (5, 6), "⅐": (1, 7), "⅛": (1, 8), "⅜": (3, 8), "⅝": (5, 8), "⅞": (7, 8),
            "⅑": (1, 9), "⅒": (1, 10)}
 _ROOTS = {"√": "\\sqrt", "∛": "\\sqrt[3]", "∜": "\\sqrt[4]"}
-_SIGNS = {"∞": "\\infty ", "π": "\\pi ", "·": "\\cdot ", "⋅": "\\cdot ", "⁄": "/", "∓": "\\mp ", "≈": "\\approx "}
+_SIGNS = {"∞": "\\infty ", "π": "\\pi ", "·": "\\cdot ", "⋅": "\\cdot ", "⁄": "/", "∓": "\\mp ", "≈": "\\approx ",
+          "℃": "°C", "℉": "°F"}
 _RADICAND = re.compile(r"\d+(?:\.\d+)?|[A-Za-zπ]|\\pi(?![A-Za-z])")
 
 
@@ -560,7 +573,8 @@ def tidy(answer: str) -> str:
     * what wraps the whole answer only to mark it up goes (`_peel`: ``\(10,\!080\)``, ``**18**``, ``{(6,31,-1)}``,
       ``\mathbf{3\sqrt{13}}``, ``\text{6 - 5i}``, ``10,\!080\quad`` were not their answers);
     * a degree sign is ``^{\circ}`` (``90°`` and ``90\degree`` were not ``90^\circ``), and ``\varnothing`` is
-      ``\emptyset`` (it was a symbol, not the empty set);
+      ``\emptyset`` (it was a symbol, not the empty set); a temperature is its number in degrees of its scale
+      (``18°C``, ``-3 °F``, ``18℃``: `_TEMPERATURE`; no number before);
     * a mixed number in plain text is one (``2 1/2``, `_MIXED_NUMBER`), and digits grouped by spaces are one number
       (``1 200``, `_SPACED_DIGITS`): neither was any number; nor was a number in millions (``1.2 million``:
       `_SCALED`), which is written in digits; a repeating decimal is its fraction (``0.\overline{3}``: `_REPEATING`);
@@ -573,6 +587,10 @@ def tidy(answer: str) -> str:
     marked = _OPTION_MARK.match(text)
     if marked is not None:  # "\textbf{(B) }12": the value, after the option's mark
         text = text[marked.end():]
+    temperature = _TEMPERATURE.fullmatch(text)
+    if temperature is not None:  # "18°C": no number to math-verify
+        scale = temperature.group(2) or temperature.group(3)
+        text = _measured(temperature.group(1), "degrees " + {"C": "Celsius", "F": "Fahrenheit"}[scale])
     assigned = _ASSIGNED.fullmatch(text)
     if assigned is not None:
         text = assigned.group(1).strip()
@@ -625,8 +643,8 @@ def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None
     so is one word against a gold written as text (``\text{ellipse}``: "an ellipse." is equal, and "ellipses" goes on
     to math-verify).
     An answer in one unit of measure is not equal to a gold alias in another (`unit`: ``5.4 dollars`` and
-    ``5.4\text{ cents}``; math-verify drops units); a number without a unit, or a word that is no unit, is not
-    taken for one.
+    ``5.4\text{ cents}``; math-verify drops units; a degree Celsius or Fahrenheit is a degree, `_KINDS_OF`); a number
+    without a unit, or a word that is no unit, is not taken for one.
     One beyond math-verify's reach (`intractable`: a power tower, brackets nested deep) is not equal, at once, unless a
     gold alias is beyond it too; nor is one far longer than every gold (`FAR_LONGER`).
     A verdict of math-verify is asked once for the same answer, golds and bound (`VERDICTS_KEPT`).
@@ -646,7 +664,7 @@ def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None
         return True
     measured = unit(text)
     if measured is not None:  # math-verify drops units: "18 cents" was 18 dollars ("5 minutes", 5 hours)
-        golds = [g for g in golds if unit(g) in (None, measured)]
+        golds = [g for g in golds if unit(g) in (None, measured, *_KINDS_OF.get(measured, ()))]
         if not golds:
             return False
     words = prose(text)

@@ -136,6 +136,17 @@ def test_reading_unicode_mathematics_is_linear():
     assert rewards.tidy("√(" * n + ")" * n) == "\\sqrt{" * n + "}" * n
 
 
+@pytest.mark.timeout(60)  # a hang guard, not a speed measurement: it takes a fraction of a second here
+def test_reading_a_temperature_is_linear():
+    """A degree sign before a run of spaces and a letter that is no scale: a pattern with two runs of spaces on either
+    side of an optional brace tried every split of the run (5 s for 20,000 spaces, hours for 200,000)."""
+    n = 200_000
+    for hostile in ("1^{\\circ" + " " * n + "x", "1 ^ { \\circ" + " " * n + "}" + " " * n + "x",
+                    "1^\\circ" + " " * n + "K"):
+        assert rewards.tidy(hostile) == hostile
+    assert rewards.tidy("1^\\circ" + " " * n + "C") == "1\\text{ degrees Celsius}"
+
+
 @pytest.mark.timeout(60)  # a hang guard, not a speed measurement: it takes about 6 s here
 def test_tag_parsing_is_linear_in_calls_and_nesting():
     """A completion of 100,000 answered tool calls (3.6 MB, a TRL completion scored by `arpo_reward`) is parsed in
