@@ -419,6 +419,11 @@ _SCALED = re.compile(r"(\\\$\s*)?" + _NUMBER
                      + r"\s*(thousand|million|billion|trillion)(?:\s+([A-Za-z]+(?:\s+[A-Za-z]+)?))?")
 """A number in thousands, millions, billions or trillions (``1.2 million``, ``\\$4 billion``, ``4.4 million people``):
 math-verify read no number. `tidy` writes its digits."""
+_RATE = re.compile(r"(\\\$\s*)?" + _NUMBER + r"(?:\s*([A-Za-z]{2,}))?(?:\s*/\s*|\s+per\s+)([A-Za-z]+)")
+"""A rate: a number, perhaps in dollars or with a unit, per another unit (``\\$18/day``, ``18 km per hour``, ``18
+miles/hour``, ``18 eggs/day``): math-verify read a quotient of letters. `tidy` writes it as ``18\\text{ km per hour}``
+where it has a unit or a dollar sign, or a unit of time after the stroke (``18/day``; not ``18/x``, a quotient)."""
+_PER_TIME = {"sec", "second", "min", "minute", "hr", "hour", "day", "week", "month", "year"}
 _PRICE = re.compile(r"([+-]?)\s*([€£¥₹]|(?:USD|EUR|GBP|JPY|INR)\s)\s*" + _NUMBER)
 """A price written with its currency first (``€1,200``, ``-£5``, ``USD 1200``; ``\\$5`` math-verify reads itself):
 `tidy` writes it as ``1200\\text{ €}``, a number math-verify reads and a unit `unit` reads."""
@@ -550,6 +555,20 @@ def _measured(number: str, name: str) -> str:
     return f"{number.replace(',', '')}\\text{{ {name}}}"
 
 
+def _per_unit(dollar: str | None, number: str, name: str | None, per: str) -> bool:
+    """Whether a `_RATE` match is a rate, not a quotient (``2 abc/def``) or words that change the value: dollars per
+    a word of three letters or a unit (``\\$18/person``), a unit per anything or anything per a unit (``18 km/day``,
+    ``18 eggs/day``), or a number per a unit of time (``18/day``)."""
+    name, per = (name or "").lower(), per.lower()
+    if {name, per} & _NOT_UNITS:
+        return False
+    if dollar:
+        return len(per) >= 3 or per in _UNITS
+    if name:
+        return name in _UNITS or per in _UNITS
+    return per in _PER_TIME
+
+
 def tidy(answer: str) -> str:
     r"""`answer` without what math-verify misreads and a reader would not: digits grouped by LaTeX spaces
     (``10\,080``, ``10\;080``, ``10~080``: 10080, as ``10{,}080`` and ``10,\!080`` already are; any other ``~`` is a
@@ -566,8 +585,9 @@ def tidy(answer: str) -> str:
       writes it (``18 cookies`` and ``18 dollars`` were not 18: outside ``\text{}`` math-verify knows only the units
       on its list, ``18 meters``); not where a word changes the value or is mathematics (`_NOT_UNITS`); so is a
       number with a unit's name and perhaps a power (``15 cm^2``, ``3 oz``: math-verify read letters), and a price
-      with its currency first (``€1,200``, ``USD 1200``: `_PRICE`); the number's digits may be grouped by commas
-      (``1,200 dollars`` was a tuple);
+      with its currency first (``€1,200``, ``USD 1200``: `_PRICE`), and a rate (``\$18/day``, ``18 km per hour``:
+      `_RATE`, a quotient of letters to math-verify); the number's digits may be grouped by commas (``1,200 dollars``
+      was a tuple);
     * a variable set to a number whose digits are grouped is that number (``x = 1,000``, ``n = 10{,}080``: no number
       to math-verify);
     * what wraps the whole answer only to mark it up goes (`_peel`: ``\(10,\!080\)``, ``**18**``, ``{(6,31,-1)}``,
@@ -608,6 +628,10 @@ def tidy(answer: str) -> str:
     price = _PRICE.fullmatch(text)
     if price is not None:  # "€1,200", "USD 1200": no number to math-verify
         text = _measured(price.group(1) + price.group(3), price.group(2).strip())
+    rate = _RATE.fullmatch(text)
+    if rate is not None and _per_unit(*rate.groups()):  # "\$18/day", "18 km per hour": a quotient to math-verify
+        dollar, number, name, per = rate.groups()
+        text = ("\\$" if dollar else "") + _measured(number, f"{name + ' ' if name else ''}per {per}")
     mixed = _MIXED_NUMBER.fullmatch(text)
     if mixed is not None and int(mixed.group(3)) < int(mixed.group(4)):  # a proper fraction after the whole part
         text = f"{mixed.group(1)}{mixed.group(2)}\\frac{{{mixed.group(3)}}}{{{mixed.group(4)}}}"

@@ -213,6 +213,14 @@ MATH = [
     ("math500", "\\frac{1}{3}", answer("0.\\overline{3}"), 1.0),
     ("math500", "\\frac{137}{110}", answer("1.2\\overline{45}"), 1.0),
     ("math500", "0.\\overline{3}", answer("0.3"), 0.0), ("math500", "\\frac{1}{3}", answer("0.\\overline{6}"), 0.0),
+    # a rate was a quotient of letters; a quotient stays one
+    ("gsm8k", "18", answer("\\$18/day"), 1.0), ("gsm8k", "18", answer("18 km per hour"), 1.0),
+    ("gsm8k", "18", answer("18 miles/hour"), 1.0), ("gsm8k", "18", answer("18 eggs/day"), 1.0),
+    ("gsm8k", "18", answer("\\$18/person"), 1.0), ("gsm8k", "18", answer("18/day"), 1.0),
+    ("math500", "18\\text{ mph}", answer("18 km per hour"), 0.0),
+    ("math500", "18\\text{ mph}", answer("18 miles/hour"), 1.0),
+    ("gsm8k", "18", answer("18/x"), 0.0), ("gsm8k", "2", answer("2 abc/def"), 0.0),
+    ("math500", "\\frac{2abc}{def}", answer("2 abc/def"), 1.0),
     # a temperature with its degree sign was no number; a degree of either scale is a degree, the scales differ
     ("gsm8k", "18", answer("18°C"), 1.0), ("gsm8k", "-3", answer("-3 °F"), 1.0), ("gsm8k", "18", answer("18℃"), 1.0),
     ("gsm8k", "18", answer("18^\\circ C"), 1.0), ("gsm8k", "18", answer("18^{\\circ}\\text{F}"), 1.0),
@@ -419,6 +427,7 @@ def test_math_answers_lose_only_what_math_verify_misreads(written, tidied):
     ("2m+g", None),
     ("12\\text{ and }13", None), ("7200 \\mathrm{MB}", None), ("x" * 10_000 + "5 cm", "cm"),
     ("18\\text{ ¢}", "cent"), ("1200\\text{ €}", "euro"), ("5£", "gbp"), ("300\\text{ yen}", "yen"),
+    ("\\$18\\text{ per day}", "dollar"), ("18\\text{ km per hour}", "km/h"), ("18\\text{ eggs per day}", None),
     ("18\\text{ degrees Celsius}", "celsius"), ("18\\text{ degrees F}", "fahrenheit"), ("5\\text{ degrees m}", None),
 ])
 def test_the_unit_an_answer_ends_in(written, unit):

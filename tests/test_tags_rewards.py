@@ -147,6 +147,16 @@ def test_reading_a_temperature_is_linear():
     assert rewards.tidy("1^\\circ" + " " * n + "C") == "1\\text{ degrees Celsius}"
 
 
+@pytest.mark.timeout(60)  # a hang guard, not a speed measurement: it takes a fraction of a second here
+def test_reading_a_rate_is_linear():
+    """Long runs of spaces, letters and digits around where a rate's stroke or ``per`` would be, each failing at the
+    end."""
+    n = 200_000
+    for hostile in ("18 " + "a" * n + " " * n + "/", "1" * n + "a/", "18 km" + " " * n + "per" + " " * n + "1"):
+        assert rewards.tidy(hostile) == hostile
+    assert rewards.tidy("\\$18" + " " * n + "/" + " " * n + "day") == "\\$18\\text{ per day}"
+
+
 @pytest.mark.timeout(60)  # a hang guard, not a speed measurement: it takes about 6 s here
 def test_tag_parsing_is_linear_in_calls_and_nesting():
     """A completion of 100,000 answered tool calls (3.6 MB, a TRL completion scored by `arpo_reward`) is parsed in
