@@ -423,6 +423,10 @@ _RATE = re.compile(r"(\\\$\s*)?" + _NUMBER + r"(?:\s*([A-Za-z]{2,}))?(?:\s*/\s*|
 """A rate: a number, perhaps in dollars or with a unit, per another unit (``\\$18/day``, ``18 km per hour``, ``18
 miles/hour``, ``18 eggs/day``): math-verify read a quotient of letters. `tidy` writes it as ``18\\text{ km per hour}``
 where it has a unit or a dollar sign, or a unit of time after the stroke (``18/day``; not ``18/x``, a quotient)."""
+_BRACKETED_WORDS = re.compile(_NUMBER + r"\s*\(\s*([A-Za-z]+(?:[\s.]+[A-Za-z]+){0,3})\.?\s*\)")
+"""A number and words in brackets after it (``18 (dollars)``, ``18 (in total)``, ``18 (approx.)``): math-verify read a
+product with letters. `tidy` writes the words as the number's unit, where the first is a unit's name or a word of three
+letters that does not change the value (`_NOT_UNITS`); ``18 (x)`` stays a product."""
 _PER_TIME = {"sec", "second", "min", "minute", "hr", "hour", "day", "week", "month", "year"}
 _PRICE = re.compile(r"([+-]?)\s*([€£¥₹]|(?:USD|EUR|GBP|JPY|INR)\s)\s*" + _NUMBER)
 """A price written with its currency first (``€1,200``, ``-£5``, ``USD 1200``; ``\\$5`` math-verify reads itself):
@@ -586,8 +590,8 @@ def tidy(answer: str) -> str:
       on its list, ``18 meters``); not where a word changes the value or is mathematics (`_NOT_UNITS`); so is a
       number with a unit's name and perhaps a power (``15 cm^2``, ``3 oz``: math-verify read letters), and a price
       with its currency first (``€1,200``, ``USD 1200``: `_PRICE`), and a rate (``\$18/day``, ``18 km per hour``:
-      `_RATE`, a quotient of letters to math-verify); the number's digits may be grouped by commas (``1,200 dollars``
-      was a tuple);
+      `_RATE`, a quotient of letters to math-verify), and words in brackets after a number (``18 (dollars)``:
+      `_BRACKETED_WORDS`, a product); the number's digits may be grouped by commas (``1,200 dollars`` was a tuple);
     * a variable set to a number whose digits are grouped is that number (``x = 1,000``, ``n = 10{,}080``: no number
       to math-verify);
     * what wraps the whole answer only to mark it up goes (`_peel`: ``\(10,\!080\)``, ``**18**``, ``{(6,31,-1)}``,
@@ -628,6 +632,11 @@ def tidy(answer: str) -> str:
     price = _PRICE.fullmatch(text)
     if price is not None:  # "€1,200", "USD 1200": no number to math-verify
         text = _measured(price.group(1) + price.group(3), price.group(2).strip())
+    bracketed = _BRACKETED_WORDS.fullmatch(text)
+    if bracketed is not None:  # "18 (dollars)": a product with letters to math-verify
+        first = bracketed.group(2).split()[0].rstrip(".").lower()
+        if first not in _NOT_UNITS and (len(first) >= 3 or first in _UNITS):
+            text = _measured(bracketed.group(1), bracketed.group(2))
     rate = _RATE.fullmatch(text)
     if rate is not None and _per_unit(*rate.groups()):  # "\$18/day", "18 km per hour": a quotient to math-verify
         dollar, number, name, per = rate.groups()

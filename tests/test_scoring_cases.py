@@ -221,6 +221,10 @@ MATH = [
     ("math500", "18\\text{ mph}", answer("18 miles/hour"), 1.0),
     ("gsm8k", "18", answer("18/x"), 0.0), ("gsm8k", "2", answer("2 abc/def"), 0.0),
     ("math500", "\\frac{2abc}{def}", answer("2 abc/def"), 1.0),
+    # words in brackets after a number were a product with letters; a variable stays one
+    ("gsm8k", "18", answer("18 (dollars)"), 1.0), ("gsm8k", "18", answer("18 (approx.)"), 1.0),
+    ("gsm8k", "1200", answer("1,200 (in total)"), 1.0), ("math500", "18\\text{ dollars}", answer("18 (cents)"), 0.0),
+    ("gsm8k", "18", answer("18 (x)"), 0.0), ("gsm8k", "18", answer("18 (mod 7)"), 0.0),
     # a temperature with its degree sign was no number; a degree of either scale is a degree, the scales differ
     ("gsm8k", "18", answer("18°C"), 1.0), ("gsm8k", "-3", answer("-3 °F"), 1.0), ("gsm8k", "18", answer("18℃"), 1.0),
     ("gsm8k", "18", answer("18^\\circ C"), 1.0), ("gsm8k", "18", answer("18^{\\circ}\\text{F}"), 1.0),

@@ -155,6 +155,8 @@ def test_reading_a_rate_is_linear():
     for hostile in ("18 " + "a" * n + " " * n + "/", "1" * n + "a/", "18 km" + " " * n + "per" + " " * n + "1"):
         assert rewards.tidy(hostile) == hostile
     assert rewards.tidy("\\$18" + " " * n + "/" + " " * n + "day") == "\\$18\\text{ per day}"
+    for hostile in ("18 (" + " " * n + "a" * n + " " * n + ".", "18 (a" + ". " * n + "b", "18 (" + "a " * n + ")"):
+        assert rewards.tidy(hostile) == hostile
 
 
 @pytest.mark.timeout(60)  # a hang guard, not a speed measurement: it takes about 6 s here
