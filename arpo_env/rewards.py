@@ -497,6 +497,8 @@ _VULGAR = {"½": (1, 2), "⅓": (1, 3), "⅔": (2, 3), "¼": (1, 4), "¾": (3, 4
 _ROOTS = {"√": "\\sqrt", "∛": "\\sqrt[3]", "∜": "\\sqrt[4]"}
 _SIGNS = {"∞": "\\infty ", "π": "\\pi ", "·": "\\cdot ", "⋅": "\\cdot ", "⁄": "/", "∓": "\\mp ", "≈": "\\approx ",
           "℃": "°C", "℉": "°F"}
+_DASHES = "\u2010\u2011\u2012\u2013\u2014"
+"""Hyphen, non-breaking hyphen, figure, en and em dash: written for a minus sign (``–5``) where they stand as one."""
 _RADICAND = re.compile(r"\d+(?:\.\d+)?|[A-Za-zπ]|\\pi(?![A-Za-z])")
 
 
@@ -504,7 +506,8 @@ def _unicode_math(text: str) -> str:
     r"""The mathematics a model writes in Unicode as LaTeX writes it, which math-verify reads (it read none of it):
     a root sign over a number, a letter or a bracket (``2√2``, ``√(x+1)``, ``∛2`` are ``2\sqrt{2}``,
     ``\sqrt{x+1}``, ``\sqrt[3]{2}``), superscripts (``x²``, ``10⁻³``: ``x^{2}``, ``10^{-3}``), the vulgar fractions
-    (``2½``: ``2\frac{1}{2}``), ``∞`` and the dot of a product. One pass: the answer is hostile."""
+    (``2½``: ``2\frac{1}{2}``), ``∞``, the dot of a product and a dash as a number's sign (``–5``). One pass: the
+    answer is hostile."""
     if text.isascii():
         return text
     out: list[str] = []
@@ -543,6 +546,9 @@ def _unicode_math(text: str) -> str:
                 c = "}"
         elif c in _VULGAR:
             c = "\\frac{%d}{%d}" % _VULGAR[c]
+        elif c in _DASHES and i + 1 < n and (text[i + 1].isdigit() or text[i + 1] in ".\\∞√") \
+                and not (out and (out[-1][-1:].isalnum() or out[-1][-1:] in ")]}")):
+            c = "-"  # a dash as a number's sign ("–5", "–\frac{1}{2}"; "5–7", a range, stays)
         else:
             c = _SIGNS.get(c, c)
         out.append(c)

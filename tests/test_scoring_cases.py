@@ -225,6 +225,10 @@ MATH = [
     ("gsm8k", "18", answer("18 (dollars)"), 1.0), ("gsm8k", "18", answer("18 (approx.)"), 1.0),
     ("gsm8k", "1200", answer("1,200 (in total)"), 1.0), ("math500", "18\\text{ dollars}", answer("18 (cents)"), 0.0),
     ("gsm8k", "18", answer("18 (x)"), 0.0), ("gsm8k", "18", answer("18 (mod 7)"), 0.0),
+    # a dash written for a number's sign was no sign; a range stays a range
+    ("gsm8k", "-5", answer("–5"), 1.0), ("math500", "(-3,4)", answer("(–3, 4)"), 1.0),
+    ("math500", "-\\frac{1}{2}", answer("–\\frac{1}{2}"), 1.0), ("math500", "(-\\infty,3)", answer("(—∞, 3)"), 1.0),
+    ("gsm8k", "5", answer("–5"), 0.0), ("gsm8k", "-2", answer("5–7"), 0.0),
     # a temperature with its degree sign was no number; a degree of either scale is a degree, the scales differ
     ("gsm8k", "18", answer("18°C"), 1.0), ("gsm8k", "-3", answer("-3 °F"), 1.0), ("gsm8k", "18", answer("18℃"), 1.0),
     ("gsm8k", "18", answer("18^\\circ C"), 1.0), ("gsm8k", "18", answer("18^{\\circ}\\text{F}"), 1.0),

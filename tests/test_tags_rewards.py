@@ -134,6 +134,7 @@ def test_reading_unicode_mathematics_is_linear():
     assert rewards.tidy("²" * n) == "^{" + "2" * n + "}"
     assert rewards.tidy("√" + " " * n + "x") == "\\sqrt{x}"
     assert rewards.tidy("√(" * n + ")" * n) == "\\sqrt{" * n + "}" * n
+    assert rewards.tidy("–5" * n) == "-5" + "–5" * (n - 1)  # a sign at the start; after a digit, a dash
 
 
 @pytest.mark.timeout(60)  # a hang guard, not a speed measurement: it takes a fraction of a second here
