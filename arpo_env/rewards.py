@@ -292,7 +292,9 @@ def intractable(answer: str, longest: int = 20_000) -> str | None:
 
 
 _DIGIT_GROUP = re.compile(r"(?<=\d)(?:\\[,;: ]|~)(?=\d{3}(?!\d))")
-_FULL_STOP = re.compile(r"(?<=[^.\s])\.\s*$")
+_FULL_STOP = re.compile(r"(?<=[^.,;\s\\])\s*[.,;]\s*$")
+"""A sentence's full stop, comma or semicolon at the answer's end (``12.``, ``16,``, ``16 .``): math-verify read ``16,``
+as no number. Not an ellipsis's last dot (``1, 2, ...``), nor TeX's ``\\;``."""
 _MIXED_NUMBER = re.compile(r"([+-]?)(\d+)\s+(\d+)\s*/\s*(\d+)")
 """A mixed number in plain text (``2 1/2``), which math-verify read as no number: `tidy` writes ``2\\frac{1}{2}``."""
 _SPACED_DIGITS = re.compile(r"([+-]?\d{1,3}(?:[ \u00a0\u202f]\d{3})+)((?:\.\d+)?)")
@@ -582,9 +584,10 @@ def _per_unit(dollar: str | None, number: str, name: str | None, per: str) -> bo
 def tidy(answer: str) -> str:
     r"""`answer` without what math-verify misreads and a reader would not: digits grouped by LaTeX spaces
     (``10\,080``, ``10\;080``, ``10~080``: 10080, as ``10{,}080`` and ``10,\!080`` already are; any other ``~`` is a
-    space: `_TIE`), a sentence's full stop at its end (``12.``, ``\frac{1}{2}.``; an ellipsis ``...`` stays), and a
-    whole answer that is a number in E notation, as Python prints floats (``1e6``, ``1.5e-05``: math-verify reads the
-    ``e`` as Euler's number), is written as ``1\times10^{6}``. More that math-verify misreads:
+    space: `_TIE`), a sentence's full stop, comma or semicolon at its end (``12.``, ``\frac{1}{2}.``, ``16,``; an
+    ellipsis ``...`` stays), and a whole answer that is a number in E notation, as Python prints floats (``1e6``,
+    ``1.5e-05``: math-verify reads the ``e`` as Euler's number), is written as ``1\times10^{6}``. More that
+    math-verify misreads:
 
     * a binomial after a number or a bracket gets its product sign (``2\binom{5}{2}`` was not 20);
     * ``\limits`` and ``\nolimits`` go, being layout only (``\sum\limits_{k=1}^{4} k`` was not 10), and so do

@@ -229,6 +229,10 @@ MATH = [
     ("gsm8k", "-5", answer("–5"), 1.0), ("math500", "(-3,4)", answer("(–3, 4)"), 1.0),
     ("math500", "-\\frac{1}{2}", answer("–\\frac{1}{2}"), 1.0), ("math500", "(-\\infty,3)", answer("(—∞, 3)"), 1.0),
     ("gsm8k", "5", answer("–5"), 0.0), ("gsm8k", "-2", answer("5–7"), 0.0),
+    # a comma or a semicolon at the end, as a sentence goes on, or a full stop after a space; an ellipsis stays
+    ("gsm8k", "16", answer("16,"), 1.0), ("gsm8k", "16", answer("16;"), 1.0), ("gsm8k", "16", answer("16 ."), 1.0),
+    ("math500", "(1,2)", answer("(1,2),"), 1.0), ("math500", "16", answer("16\\;"), 1.0),
+    ("math500", "1,2", answer("1, 2, ..."), 0.0),
     # a temperature with its degree sign was no number; a degree of either scale is a degree, the scales differ
     ("gsm8k", "18", answer("18°C"), 1.0), ("gsm8k", "-3", answer("-3 °F"), 1.0), ("gsm8k", "18", answer("18℃"), 1.0),
     ("gsm8k", "18", answer("18^\\circ C"), 1.0), ("gsm8k", "18", answer("18^{\\circ}\\text{F}"), 1.0),

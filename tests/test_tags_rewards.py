@@ -135,6 +135,7 @@ def test_reading_unicode_mathematics_is_linear():
     assert rewards.tidy("√" + " " * n + "x") == "\\sqrt{x}"
     assert rewards.tidy("√(" * n + ")" * n) == "\\sqrt{" * n + "}" * n
     assert rewards.tidy("–5" * n) == "-5" + "–5" * (n - 1)  # a sign at the start; after a digit, a dash
+    assert rewards.tidy("5" + " " * n + "x") == "5" + " " * n + "x"  # no full stop after the spaces
 
 
 @pytest.mark.timeout(60)  # a hang guard, not a speed measurement: it takes a fraction of a second here
@@ -156,7 +157,7 @@ def test_reading_a_rate_is_linear():
     for hostile in ("18 " + "a" * n + " " * n + "/", "1" * n + "a/", "18 km" + " " * n + "per" + " " * n + "1"):
         assert rewards.tidy(hostile) == hostile
     assert rewards.tidy("\\$18" + " " * n + "/" + " " * n + "day") == "\\$18\\text{ per day}"
-    for hostile in ("18 (" + " " * n + "a" * n + " " * n + ".", "18 (a" + ". " * n + "b", "18 (" + "a " * n + ")"):
+    for hostile in ("18 (" + " " * n + "a" * n + " " * n + ".1", "18 (a" + ". " * n + "b", "18 (" + "a " * n + ")"):
         assert rewards.tidy(hostile) == hostile
 
 
