@@ -429,6 +429,9 @@ _BRACKETED_WORDS = re.compile(_NUMBER + r"\s*\(\s*([A-Za-z]+(?:[\s.]+[A-Za-z]+){
 """A number and words in brackets after it (``18 (dollars)``, ``18 (in total)``, ``18 (approx.)``): math-verify read a
 product with letters. `tidy` writes the words as the number's unit, where the first is a unit's name or a word of three
 letters that does not change the value (`_NOT_UNITS`); ``18 (x)`` stays a product."""
+_PERCENT_WORD = re.compile(_NUMBER + r"\s*(?:percent|per\s+cent|pct)\.?", re.I)
+"""A percentage in words (``50 percent``, ``50 per cent``): `tidy` writes ``50\\%``, which math-verify reads as the
+fraction it is, as it reads ``50\\%`` and ``50%`` (``50\\text{ percent}`` was 50, not 1/2)."""
 _PER_TIME = {"sec", "second", "min", "minute", "hr", "hour", "day", "week", "month", "year"}
 _PRICE = re.compile(r"([+-]?)\s*([€£¥₹]|(?:USD|EUR|GBP|JPY|INR)\s)\s*" + _NUMBER)
 """A price written with its currency first (``€1,200``, ``-£5``, ``USD 1200``; ``\\$5`` math-verify reads itself):
@@ -601,6 +604,7 @@ def tidy(answer: str) -> str:
       with its currency first (``€1,200``, ``USD 1200``: `_PRICE`), and a rate (``\$18/day``, ``18 km per hour``:
       `_RATE`, a quotient of letters to math-verify), and words in brackets after a number (``18 (dollars)``:
       `_BRACKETED_WORDS`, a product); the number's digits may be grouped by commas (``1,200 dollars`` was a tuple);
+      a percentage in words is one in signs (``50 percent``: ``50\%``, 1/2 as that is: `_PERCENT_WORD`);
     * a variable set to a number whose digits are grouped is that number (``x = 1,000``, ``n = 10{,}080``: no number
       to math-verify);
     * what wraps the whole answer only to mark it up goes (`_peel`: ``\(10,\!080\)``, ``**18**``, ``{(6,31,-1)}``,
@@ -632,6 +636,9 @@ def tidy(answer: str) -> str:
         dollar, number, scale, words = scaled.groups()
         value = Decimal(number.replace(",", "")).scaleb(_SCALE[scale]).normalize()
         text = ("\\$" if dollar else "") + (f"{value:f}" if words is None else _measured(f"{value:f}", words))
+    percent = _PERCENT_WORD.fullmatch(text)
+    if percent is not None:  # "50 percent": 1/2, as "50\%" is
+        text = percent.group(1).replace(",", "") + "\\%"
     counted = _NUMBER_WORDS.fullmatch(text)
     if counted is not None and not _NOT_UNITS & set(counted.group(2).lower().split()):
         text = _measured(counted.group(1), counted.group(2))
@@ -678,7 +685,8 @@ def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None
     Bounded from any thread: math-verify runs in a killable worker process (`arpo_env.bounded`); an answer that
     makes it overrun `timeout_s` (default ``ARPO_SCORE_TIMEOUT``, 5 s), exhaust its memory or crash is not equal.
     An inequality is the interval it describes (``x > 3`` is ``(3,\infty)``: math-verify's
-    ``allow_set_relation_comp``).
+    ``allow_set_relation_comp``). A percentage is its number as well as its fraction (``12.5\%`` is 12.5 and 0.125:
+    math-verify read only a whole positive one both ways, `_without_percent`).
     Where the gold is a multiple-choice option's letter (``\text{(C)}``), the letter the prediction names is
     compared (`qa_metrics.choice_letter`: ``(C) Parabola``, ``Option C``).
     A prediction in prose (`prose`) is compared as text, in this thread: equal when a gold alias has the same words;
@@ -724,7 +732,28 @@ def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None
     if beyond is not None and not any(intractable(g) for g in golds):  # no gold is like it: not equal, and at once
         _log.debug("math scoring declined %r: %s", text[:80], beyond)
         return False
-    return _verdict(text, tuple(golds), timeout_s)
+    bare_golds = tuple(b for b in map(_without_percent, golds) if b is not None)
+    if _verdict(text, (*golds, *bare_golds), timeout_s):
+        return True
+    bare = _without_percent(text)  # "12.5\%" against 12.5: math-verify read 0.125
+    return bare is not None and _verdict(bare, tuple(golds), timeout_s)
+
+
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)")
+
+
+def _without_percent(answer: str) -> str | None:
+    r"""The number of a percentage (``12.5\%``, ``-10%``: ``12.5``, ``-10``), None for anything else.
+
+    math-verify reads ``12.5\%`` as 0.125, and a bare 12.5 as no percentage, yet ``50\%`` as 50 too: a percentage and
+    its number agree here whatever their digits (``12.5`` against a gold ``12.5\%``: 19 of the 47 percentage golds of
+    MATH and the training set had no number that scored right, the ones not whole or not positive)."""
+    text = answer.rstrip()
+    if not text.endswith("%"):
+        return None
+    text = text[:-1]
+    text = text[:-1].rstrip() if text.endswith("\\") else text.rstrip()
+    return text if _PLAIN_NUMBER.fullmatch(text) else None
 
 
 VERDICTS_KEPT = 1024

@@ -233,6 +233,14 @@ MATH = [
     ("gsm8k", "16", answer("16,"), 1.0), ("gsm8k", "16", answer("16;"), 1.0), ("gsm8k", "16", answer("16 ."), 1.0),
     ("math500", "(1,2)", answer("(1,2),"), 1.0), ("math500", "16", answer("16\\;"), 1.0),
     ("math500", "1,2", answer("1, 2, ..."), 0.0),
+    # a percentage in words is the fraction it is, as 50\% is
+    ("math500", "\\frac{1}{2}", answer("50 percent"), 1.0), ("math500", "0.5", answer("50 per cent"), 1.0),
+    ("gsm8k", "50", answer("50 percent"), 1.0), ("math500", "\\frac{1}{2}", answer("40 percent"), 0.0),
+    # a percentage is its number, whatever its digits (math-verify: only whole positive ones), and its fraction
+    ("math", "12.8\\%", answer("12.8"), 1.0), ("math", "12.8\\%", answer("0.128"), 1.0),
+    ("gsm8k", "12.5", answer("12.5\\%"), 1.0), ("gsm8k", "-10", answer("-10\\%"), 1.0),
+    ("math", "-10\\%", answer("-10"), 1.0), ("math", "12.8\\%", answer("12.9"), 0.0),
+    ("gsm8k", "12.5", answer("13\\%"), 0.0), ("gsm8k", "563.51", answer("563.51 percent"), 1.0),
     # a temperature with its degree sign was no number; a degree of either scale is a degree, the scales differ
     ("gsm8k", "18", answer("18°C"), 1.0), ("gsm8k", "-3", answer("-3 °F"), 1.0), ("gsm8k", "18", answer("18℃"), 1.0),
     ("gsm8k", "18", answer("18^\\circ C"), 1.0), ("gsm8k", "18", answer("18^{\\circ}\\text{F}"), 1.0),
