@@ -507,6 +507,85 @@ _DASHES = "\u2010\u2011\u2012\u2013\u2014"
 _RADICAND = re.compile(r"\d+(?:\.\d+)?|[A-Za-zπ]|\\pi(?![A-Za-z])")
 
 
+_PYTHONIC = re.compile(r"\*\*|(?<![A-Za-z_\\])(?:sqrt|exp|log|pi|oo)(?![A-Za-z_])|\d(?:j|\*I)(?![A-Za-z_0-9])")
+"""What Python and SymPy print and LaTeX does not write: a power ``**``, ``sqrt(2)``, ``exp``, ``log``, ``pi``,
+``oo``, a complex number ``7j`` or ``7*I``."""
+_PY_NAME = re.compile(r"[^\W\d]\w*")
+_PY_NUMBER = re.compile(r"\d+(?:\.\d*)?|\.\d+")
+_PY_OPERAND = re.compile(r"\d+(?:\.\d*)?|\.\d+|[^\W\d]\w*")
+_PY_CALLS = {"sqrt": ("\\sqrt{", "}"), "exp": ("e^{", "}"), "log": ("\\ln(", ")")}
+_PY_CONSTANTS = {"pi": "\\pi ", "oo": "\\infty ", "I": "i"}
+
+
+def _python_math(text: str) -> str:
+    r"""An answer written as Python or SymPy print it, as LaTeX writes it (math-verify read ``10*pi`` as 10·p·i,
+    ``x**2`` and ``1 + sqrt(2)`` as nothing, ``oo`` as o·o, ``2+7j`` with a variable j): a model that computed its
+    answer in the interpreter often copies it as printed. ``**`` is a power (``x^{2}``, ``2^{(1/3)}``), ``sqrt(…)``,
+    ``exp(…)`` and ``log(…)`` are ``\sqrt{…}``, ``e^{…}`` and ``\ln(…)`` (SymPy's and Python's log is natural),
+    ``pi``, ``oo`` and ``I`` are ``\pi``, ``\infty`` and ``i``, and ``7j`` is ``7i``. Only an answer with no
+    backslash (no LaTeX) that has one of these (`_PYTHONIC`); one whose brackets do not balance is left as written.
+    One pass: the answer is hostile."""
+    if "\\" in text or not _PYTHONIC.search(text):
+        return text
+    out: list[str] = []
+    closers: list[str] = []  # for each bracket open, what closes it
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("**", i):
+            j = i - 1
+            while j >= 0 and text[j] == " ":  # each space is passed once: the next "**" stops the walk before it
+                j -= 1
+            if j < 0 or not (text[j].isalnum() or text[j] in "_.)"):  # no base: Markdown's bold ("**18** apples")
+                return text
+            i += 2
+            while i < n and text[i] == " ":
+                i += 1
+            sign = text[i] if i < n and text[i] in "+-" else ""
+            i += len(sign)
+            if i < n and text[i] == "(":
+                out.append("^{" + sign + "(")
+                closers.append(")}")
+                i += 1
+                continue
+            operand = _PY_OPERAND.match(text, i)
+            if operand is None or operand.group() in _PY_CALLS:  # "x**", "2**sqrt(2)": as written
+                return text
+            out.append("^{" + sign + _PY_CONSTANTS.get(operand.group(), operand.group()).strip() + "}")
+            i = operand.end()
+            continue
+        name = _PY_NAME.match(text, i) if not c.isdigit() else None
+        if name is not None:
+            word, i = name.group(), name.end()
+            if word in _PY_CALLS and i < n and text[i] == "(":
+                opener, closer = _PY_CALLS[word]
+                out.append(opener)
+                closers.append(closer)
+                i += 1
+            elif word == "I" and out and out[-1] == "*":  # 7*I: 7i (math-verify read 7*i as a product)
+                out[-1] = "i"
+            else:
+                out.append(_PY_CONSTANTS.get(word, word))
+            continue
+        number = _PY_NUMBER.match(text, i)
+        if number is not None:
+            out.append(number.group())
+            i = number.end()
+            if i < n and text[i] == "j" and (i + 1 == n or not (text[i + 1].isalnum() or text[i + 1] == "_")):
+                out.append("i")  # Python's complex 7j
+                i += 1
+            continue
+        if c == "(":
+            closers.append(")")
+        elif c == ")":
+            if not closers:
+                return text
+            c = closers.pop()
+        out.append(c)
+        i += 1
+    return text if closers else "".join(out)
+
+
 def _unicode_math(text: str) -> str:
     r"""The mathematics a model writes in Unicode as LaTeX writes it, which math-verify reads (it read none of it):
     a root sign over a number, a letter or a bracket (``2√2``, ``√(x+1)``, ``∛2`` are ``2\sqrt{2}``,
@@ -596,7 +675,9 @@ def tidy(answer: str) -> str:
     * ``\limits`` and ``\nolimits`` go, being layout only (``\sum\limits_{k=1}^{4} k`` was not 10), and so do
       ``\displaystyle`` and the other styles (``\displaystyle\text{5 cm}`` was not 5);
     * full-width digits and signs are ASCII (``１２``, as a model writing Chinese may put them, was not 12), and the
-      mathematics of Unicode is LaTeX's (`_unicode_math`: ``2√2``, ``x²``, ``2½``, ``∞`` were none of theirs);
+      mathematics of Unicode is LaTeX's (`_unicode_math`: ``2√2``, ``x²``, ``2½``, ``∞`` were none of theirs), and so
+      is Python's and SymPy's printing, which a model copies from the interpreter (`_python_math`: ``10*pi``,
+      ``x**2``, ``1 + sqrt(2)``, ``2+7j`` were none of theirs);
     * a number followed by up to three words and nothing else is that number with its unit, as ``18\text{ cookies}``
       writes it (``18 cookies`` and ``18 dollars`` were not 18: outside ``\text{}`` math-verify knows only the units
       on its list, ``18 meters``); not where a word changes the value or is mathematics (`_NOT_UNITS`); so is a
@@ -617,7 +698,7 @@ def tidy(answer: str) -> str:
       `_SCALED`), which is written in digits; a repeating decimal is its fraction (``0.\overline{3}``: `_REPEATING`);
       an AMC option's mark before its value goes (``\textbf{(B) }12``: `_OPTION_MARK`).
     """
-    text = _STYLE.sub("", _DEGREE.sub(r"^{\\circ}", _unicode_math(str(answer).translate(_FULLWIDTH))))
+    text = _STYLE.sub("", _DEGREE.sub(r"^{\\circ}", _unicode_math(_python_math(str(answer).translate(_FULLWIDTH)))))
     text = _EMPTY_SET.sub(r"\\emptyset", text)
     text = _FULL_STOP.sub("", _TIE.sub(" ", _DIGIT_GROUP.sub("", _peel(text))))
     text = _LIMITS_MARK.sub("", _BEFORE_BINOMIAL.sub(r"\\cdot ", text))

@@ -90,7 +90,7 @@ MATH = [
     ("math500", "500 \\, \\mathrm{g}", answer("500 kg"), 0.0),
     ("math500", "25\\%", answer("25^\\circ"), 0.0),
     ("math500", "3s^2", answer("3 s^2"), 1.0),  # one letter may be a variable: as before
-    ("math500", "2\\pi", answer("2 pi"), 0.0),  # not a unit
+    ("math500", "2\\pi", answer("2 pi"), 1.0), ("gsm8k", "2", answer("2 pi"), 0.0),  # π, not a unit
     ("gsm8k", "18", answer("１８"), 1.0),  # full-width digits
     ("math500", "\\frac{1}{2}", answer("１／２"), 1.0),
     ("math500", "102", answer("10²"), 0.0),  # not NFKC's 102, but 100 (below)
@@ -241,6 +241,14 @@ MATH = [
     ("gsm8k", "12.5", answer("12.5\\%"), 1.0), ("gsm8k", "-10", answer("-10\\%"), 1.0),
     ("math", "-10\\%", answer("-10"), 1.0), ("math", "12.8\\%", answer("12.9"), 0.0),
     ("gsm8k", "12.5", answer("13\\%"), 0.0), ("gsm8k", "563.51", answer("563.51 percent"), 1.0),
+    # Python's and SymPy's printing, as a model copies it from the interpreter, is LaTeX's (math-verify read 10·p·i)
+    ("math500", "10\\pi", answer("10*pi"), 1.0), ("math500", "-\\frac{\\pi}{3}", answer("-pi/3"), 1.0),
+    ("math500", "1+\\sqrt{2}", answer("1 + sqrt(2)"), 1.0), ("math500", "(r+5)^2", answer("(r + 5)**2"), 1.0),
+    ("math500", "\\sqrt[3]{2}", answer("2**(1/3)"), 1.0), ("math500", "2+7i", answer("2 + 7*I"), 1.0),
+    ("math500", "2+7i", answer("(2+7j)"), 1.0), ("math500", "(-\\infty,3)", answer("(-oo, 3)"), 1.0),
+    ("math500", "e^2", answer("exp(2)"), 1.0), ("math500", "x^{10}", answer("x**10"), 1.0),
+    ("math500", "x^{10}", answer("x**2"), 0.0), ("math500", "11\\pi", answer("10*pi"), 0.0),
+    ("gsm8k", "18", answer("**18** apples"), 0.0),  # Markdown's bold, not a power (as before)
     # a temperature with its degree sign was no number; a degree of either scale is a degree, the scales differ
     ("gsm8k", "18", answer("18°C"), 1.0), ("gsm8k", "-3", answer("-3 °F"), 1.0), ("gsm8k", "18", answer("18℃"), 1.0),
     ("gsm8k", "18", answer("18^\\circ C"), 1.0), ("gsm8k", "18", answer("18^{\\circ}\\text{F}"), 1.0),
@@ -401,7 +409,7 @@ def test_the_reference_think_rule_is_available_by_name():
     ("2e", "2e"), ("e^{2}", "e^{2}"), ("3e2x", "3e2x"), ("x=1e6", "x=1e6"),
     ("2\\binom{5}{2}", "2\\cdot \\binom{5}{2}"), ("(n)\\tbinom{n}{2}", "(n)\\cdot \\tbinom{n}{2}"),
     ("１２，３", "12,3"), ("x²", "x^{2}"),
-    ("18 cookies", "18\\text{ cookies}"), ("-1.5 cups of flour", "-1.5\\text{ cups of flour}"), ("2 pi", "2 pi"),
+    ("18 cookies", "18\\text{ cookies}"), ("-1.5 cups of flour", "-1.5\\text{ cups of flour}"), ("2 pi", "2 \\pi"),
     ("3 sqrt", "3 sqrt"), ("4.4 million", "4400000"), ("18 and more", "18 and more"),
     ("x 18 cookies", "x 18 cookies"), ("18 a", "18 a"),
     ("x\\binom{5}{2}", "x\\binom{5}{2}"), ("\\sum\\limits_{k}", "\\sum_{k}"), ("\\limitsx", "\\limitsx"),

@@ -135,6 +135,18 @@ def test_reading_unicode_mathematics_is_linear():
     assert rewards.tidy("√" + " " * n + "x") == "\\sqrt{x}"
     assert rewards.tidy("√(" * n + ")" * n) == "\\sqrt{" * n + "}" * n
     assert rewards.tidy("–5" * n) == "-5" + "–5" * (n - 1)  # a sign at the start; after a digit, a dash
+
+
+@pytest.mark.timeout(60)  # a hang guard, not a speed measurement: it takes about 2 s here
+def test_reading_python_mathematics_is_linear():
+    """Powers, roots and names as Python prints them, repeated or nested 200,000 deep, and runs of spaces before the
+    ``**`` of a power (each space is passed once): one pass each."""
+    n = 200_000
+    assert rewards.tidy("x**2" * n) == "x^{2}" * n
+    assert rewards.tidy("sqrt(" * n + "2" + ")" * n) == "\\sqrt{" * n + "2" + "}" * n
+    assert rewards.tidy("sqrt(" * n) == "sqrt(" * n  # never closed: as written
+    assert rewards.tidy(("x" + " " * 10 + "**2") * n) == ("x" + " " * 10 + "^{2}") * n
+    assert rewards.tidy("**" + "x**2" * n) == "**" + "x**2" * n  # Markdown's bold first: as written
     assert rewards.tidy("5" + " " * n + "x") == "5" + " " * n + "x"  # no full stop after the spaces
 
 
