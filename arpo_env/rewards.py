@@ -756,6 +756,73 @@ def tidy(answer: str) -> str:
     return text
 
 
+_LEFT_RIGHT = re.compile(r"\\(?:left|right)(?![A-Za-z])")
+_OPENERS_CLOSERS = (("(", ")"), ("[", "]"), ("\\langle", "\\rangle"), ("<", ">"))
+
+
+def _split_top(text: str) -> list[str] | None:
+    """`text` split at its commas outside brackets, each piece stripped; None where its brackets do not balance or a
+    piece is empty. One pass."""
+    pieces, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+            if depth < 0:
+                return None
+        elif c == "," and depth == 0:
+            pieces.append(text[start:i].strip())
+            start = i + 1
+    pieces.append(text[start:].strip())
+    return None if depth or not all(pieces) else pieces
+
+
+def _bracketed(text: str) -> str | None:
+    """What one pair of brackets around all of `text` holds (``(1, 2)``, ``[1, 2]``, ``\\langle 1, 2\\rangle``), or
+    None."""
+    for opener, closer in _OPENERS_CLOSERS:
+        if text.startswith(opener) and text.endswith(closer) and len(text) >= len(opener) + len(closer):
+            inner = text[len(opener):len(text) - len(closer)]
+            if _split_top(inner) is not None:  # balanced inside: the pair is one, not "(1)(2)"
+                return inner
+    return None
+
+
+def _matrix_shape(gold: str) -> str | None:
+    r"""``column``, ``row`` or ``matrix`` for a gold that is one ``pmatrix`` or ``bmatrix``, else None."""
+    g = gold.strip()
+    for kind in ("pmatrix", "bmatrix"):
+        begin, end = f"\\begin{{{kind}}}", f"\\end{{{kind}}}"
+        if g.startswith(begin) and g.endswith(end) and g.count("\\begin") == 1:
+            inner = g[len(begin):-len(end)]
+            return "matrix" if "&" in inner and "\\\\" in inner else "row" if "&" in inner else "column"
+    return None
+
+
+def _as_matrix(text: str, shape: str) -> str | None:
+    r"""A vector or matrix written as a tuple, a list, a nested list or SymPy's ``Matrix(…)`` (``(1, 2)``,
+    ``\langle 1, 2\rangle``, ``[[1, 2], [3, 4]]``), as the ``pmatrix`` of the gold's `shape`; None for anything
+    else."""
+    t = _LEFT_RIGHT.sub("", text).strip()
+    if t.startswith("Matrix(") and t.endswith(")"):
+        t = t[len("Matrix("):-1].strip()
+    inner = _bracketed(t)
+    items = _split_top(inner) if inner is not None else None
+    if not items:
+        return None
+    nested = [_bracketed(item) for item in items]
+    if all(n is not None for n in nested):  # rows: [[1, 2], [3, 4]], or SymPy's column [[1], [2]]
+        rows = [_split_top(n or "") for n in nested]
+        if any(not r for r in rows) or len({len(r or []) for r in rows}) != 1:
+            return None
+    elif shape == "row" or len(items) == 1:
+        rows = [items]
+    else:
+        rows = [[item] for item in items]
+    return "\\begin{pmatrix}" + "\\\\".join("&".join(r or []) for r in rows) + "\\end{pmatrix}"
+
+
 _OPTION_GOLD = re.compile(r"\s*" + _OPTION + r"\s*")
 """A gold that is a multiple-choice option's letter, as MATH writes it (``\\text{(C)}``)."""
 
@@ -767,7 +834,10 @@ def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None
     makes it overrun `timeout_s` (default ``ARPO_SCORE_TIMEOUT``, 5 s), exhaust its memory or crash is not equal.
     An inequality is the interval it describes (``x > 3`` is ``(3,\infty)``: math-verify's
     ``allow_set_relation_comp``). A percentage is its number as well as its fraction (``12.5\%`` is 12.5 and 0.125:
-    math-verify read only a whole positive one both ways, `_without_percent`).
+    math-verify read only a whole positive one both ways, `_without_percent`). Where the gold is a vector or a matrix
+    (``\begin{pmatrix}``: 150 golds of MATH), one written as a tuple, a list or SymPy's ``Matrix(…)`` is that matrix
+    (`_as_matrix`; math-verify read none as one), and where the gold lists values (``2, 3``) a list in square brackets
+    is them (`_unlisted`: SymPy's ``solve`` prints ``[2, 3]``, which math-verify read as an interval).
     Where the gold is a multiple-choice option's letter (``\text{(C)}``), the letter the prediction names is
     compared (`qa_metrics.choice_letter`: ``(C) Parabola``, ``Option C``).
     A prediction in prose (`prose`) is compared as text, in this thread: equal when a gold alias has the same words;
@@ -791,6 +861,11 @@ def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None
     if letter is not None:  # "(C) Parabola", "Option C": the letter is the answer
         return any(letter in o.groups() for o in options)
     text = tidy(prediction)
+    shapes = {_matrix_shape(g) for g in golds}
+    if None not in shapes:  # a vector or matrix: "(1, 2)", "[[1, 2], [3, 4]]" were tuples and lists, not matrices
+        text = _as_matrix(text, shapes.pop() if len(shapes) == 1 else "column") or text
+    elif text[:1] == "[" and all(_listed(g) for g in golds):  # SymPy's solutions [2, 3]: an interval to math-verify
+        text = _unlisted(text)
     if any(g == text for g in golds):
         return True
     measured = unit(text)
@@ -821,6 +896,20 @@ def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None
 
 
 _PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)")
+
+
+def _listed(gold: str) -> bool:
+    """Whether a gold is a list of values without brackets (``2, 3``: the solutions of an equation)."""
+    g = gold.strip()
+    return not g.startswith(("(", "[", "\\")) and len(_split_top(g) or []) > 1
+
+
+def _unlisted(text: str) -> str:
+    """A list in square brackets (``[2, 3]``, as SymPy's ``solve`` prints solutions) as the values it lists, where
+    the gold is a list without brackets; else `text`."""
+    inner = _bracketed(text) if text.endswith("]") else None
+    items = _split_top(inner) if inner is not None else None
+    return ", ".join(items) if items and len(items) > 1 else text
 
 
 def _without_percent(answer: str) -> str | None:

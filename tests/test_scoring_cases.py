@@ -249,6 +249,16 @@ MATH = [
     ("math500", "e^2", answer("exp(2)"), 1.0), ("math500", "x^{10}", answer("x**10"), 1.0),
     ("math500", "x^{10}", answer("x**2"), 0.0), ("math500", "11\\pi", answer("10*pi"), 0.0),
     ("gsm8k", "18", answer("**18** apples"), 0.0),  # Markdown's bold, not a power (as before)
+    # a vector or matrix as a tuple, a list or SymPy's Matrix is the matrix (math-verify: a tuple is no matrix)
+    ("math", "\\begin{pmatrix} -3 \\\\ 11 \\\\ 7 \\end{pmatrix}", answer("(-3, 11, 7)"), 1.0),
+    ("math", "\\begin{pmatrix} 12/13 \\\\ -18/13 \\end{pmatrix}",
+     answer("\\left\\langle \\frac{12}{13}, -\\frac{18}{13} \\right\\rangle"), 1.0),
+    ("math", "\\begin{pmatrix} 3 & 2 \\\\ 0 & -7 \\end{pmatrix}", answer("Matrix([[3, 2], [0, -7]])"), 1.0),
+    ("math", "\\begin{pmatrix} 3 & 2 \\\\ 0 & -7 \\end{pmatrix}", answer("[[3, 2], [0, 7]]"), 0.0),
+    ("math", "\\begin{pmatrix} -3 \\\\ 11 \\\\ 7 \\end{pmatrix}", answer("(11, -3, 7)"), 0.0),
+    # the solutions as SymPy's solve prints them, where the gold lists them; an interval stays one
+    ("math", "2, 3", answer("[2, 3]"), 1.0), ("math", "[2,3]", answer("[2, 3]"), 1.0),
+    ("math", "(2,3)", answer("[2, 3]"), 0.0), ("math", "2, 3", answer("[2, 4]"), 0.0),
     # a temperature with its degree sign was no number; a degree of either scale is a degree, the scales differ
     ("gsm8k", "18", answer("18°C"), 1.0), ("gsm8k", "-3", answer("-3 °F"), 1.0), ("gsm8k", "18", answer("18℃"), 1.0),
     ("gsm8k", "18", answer("18^\\circ C"), 1.0), ("gsm8k", "18", answer("18^{\\circ}\\text{F}"), 1.0),

@@ -147,6 +147,18 @@ def test_reading_python_mathematics_is_linear():
     assert rewards.tidy("sqrt(" * n) == "sqrt(" * n  # never closed: as written
     assert rewards.tidy(("x" + " " * 10 + "**2") * n) == ("x" + " " * 10 + "^{2}") * n
     assert rewards.tidy("**" + "x**2" * n) == "**" + "x**2" * n  # Markdown's bold first: as written
+
+
+@pytest.mark.timeout(60)  # a hang guard, not a speed measurement: it takes a fraction of a second here
+def test_reading_a_vector_or_a_list_is_linear():
+    """A tuple of 200,000 values against a vector, nested brackets, and a list against listed solutions."""
+    n = 200_000
+    column = "\\begin{pmatrix}1\\\\2\\end{pmatrix}"
+    assert rewards._as_matrix("(" + "1, " * n + "2)", "column") == "\\begin{pmatrix}" + "1\\\\" * n + "2\\end{pmatrix}"
+    assert not rewards.math_equal("(" + "[" * n + "]" * n + ")", column)
+    assert not rewards.math_equal("[" * n + "1" + "]" * n, column)
+    assert rewards._unlisted("[" + "2, " * n + "3]") == "2, " * n + "3"
+    assert not rewards.math_equal("(" + "1, " * n + "2)", column)
     assert rewards.tidy("5" + " " * n + "x") == "5" + " " * n + "x"  # no full stop after the spaces
 
 
