@@ -507,9 +507,15 @@ _DASHES = "\u2010\u2011\u2012\u2013\u2014"
 _RADICAND = re.compile(r"\d+(?:\.\d+)?|[A-Za-zπ]|\\pi(?![A-Za-z])")
 
 
-_PYTHONIC = re.compile(r"\*\*|(?<![A-Za-z_\\])(?:sqrt|exp|log|pi|oo)(?![A-Za-z_])|\d(?:j|\*I)(?![A-Za-z_0-9])")
+_PYTHONIC = re.compile(r"\*\*|(?<![A-Za-z_\\])(?:sqrt|exp|log|pi|oo|Fraction|Rational|Decimal|float\d*|int\d*)"
+                       r"(?![A-Za-z_])|\d(?:j|\*I)(?![A-Za-z_0-9])")
 """What Python and SymPy print and LaTeX does not write: a power ``**``, ``sqrt(2)``, ``exp``, ``log``, ``pi``,
-``oo``, a complex number ``7j`` or ``7*I``."""
+``oo``, a complex number ``7j`` or ``7*I``, a number's repr (``Fraction(1, 3)``, ``np.float64(12.5)``)."""
+_PY_REPR = re.compile(r"(?:Fraction|Rational)\(\s*([+-]?\d+)\s*,\s*([+-]?\d+)\s*\)"
+                      r"|(?:(?:np|numpy)\.)?(?:float|int)(?:16|32|64|128)?\(\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*\)"
+                      r"|Decimal\(\s*(['\"])([+-]?(?:\d+(?:\.\d*)?|\.\d+))\4\s*\)")
+"""The repr of a number that the interpreter shows as a cell's value: ``Fraction(1, 3)``, ``np.float64(12.5)``,
+``Decimal('12.5')``."""
 _PY_NAME = re.compile(r"[^\W\d]\w*")
 _PY_NUMBER = re.compile(r"\d+(?:\.\d*)?|\.\d+")
 _PY_OPERAND = re.compile(r"\d+(?:\.\d*)?|\.\d+|[^\W\d]\w*")
@@ -517,16 +523,23 @@ _PY_CALLS = {"sqrt": ("\\sqrt{", "}"), "exp": ("e^{", "}"), "log": ("\\ln(", ")"
 _PY_CONSTANTS = {"pi": "\\pi ", "oo": "\\infty ", "I": "i"}
 
 
+def _number_of_repr(match: re.Match) -> str:
+    numerator, denominator, number, _, decimal = match.groups()
+    return f"({numerator}/{denominator})" if numerator is not None else number or decimal
+
+
 def _python_math(text: str) -> str:
     r"""An answer written as Python or SymPy print it, as LaTeX writes it (math-verify read ``10*pi`` as 10·p·i,
     ``x**2`` and ``1 + sqrt(2)`` as nothing, ``oo`` as o·o, ``2+7j`` with a variable j): a model that computed its
     answer in the interpreter often copies it as printed. ``**`` is a power (``x^{2}``, ``2^{(1/3)}``), ``sqrt(…)``,
     ``exp(…)`` and ``log(…)`` are ``\sqrt{…}``, ``e^{…}`` and ``\ln(…)`` (SymPy's and Python's log is natural),
-    ``pi``, ``oo`` and ``I`` are ``\pi``, ``\infty`` and ``i``, and ``7j`` is ``7i``. Only an answer with no
+    ``pi``, ``oo`` and ``I`` are ``\pi``, ``\infty`` and ``i``, ``7j`` is ``7i``, and a number's repr is the number
+    (``Fraction(1, 3)``, ``np.float64(12.5)``, ``Decimal('12.5')``: `_PY_REPR`). Only an answer with no
     backslash (no LaTeX) that has one of these (`_PYTHONIC`); one whose brackets do not balance is left as written.
     One pass: the answer is hostile."""
     if "\\" in text or not _PYTHONIC.search(text):
         return text
+    text = _PY_REPR.sub(_number_of_repr, text)
     out: list[str] = []
     closers: list[str] = []  # for each bracket open, what closes it
     i, n = 0, len(text)

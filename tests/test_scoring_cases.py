@@ -249,6 +249,8 @@ MATH = [
     ("math500", "e^2", answer("exp(2)"), 1.0), ("math500", "x^{10}", answer("x**10"), 1.0),
     ("math500", "x^{10}", answer("x**2"), 0.0), ("math500", "11\\pi", answer("10*pi"), 0.0),
     ("gsm8k", "18", answer("**18** apples"), 0.0),  # Markdown's bold, not a power (as before)
+    ("math500", "\\frac{1}{3}", answer("Fraction(1, 3)"), 1.0), ("gsm8k", "12.5", answer("np.float64(12.5)"), 1.0),
+    ("gsm8k", "12.5", answer("Decimal('12.5')"), 1.0), ("math500", "\\frac{1}{4}", answer("Fraction(1, 3)"), 0.0),
     # a vector or matrix as a tuple, a list or SymPy's Matrix is the matrix (math-verify: a tuple is no matrix)
     ("math", "\\begin{pmatrix} -3 \\\\ 11 \\\\ 7 \\end{pmatrix}", answer("(-3, 11, 7)"), 1.0),
     ("math", "\\begin{pmatrix} 12/13 \\\\ -18/13 \\end{pmatrix}",
