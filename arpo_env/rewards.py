@@ -432,6 +432,11 @@ letters that does not change the value (`_NOT_UNITS`); ``18 (x)`` stays a produc
 _PERCENT_WORD = re.compile(_NUMBER + r"\s*(?:percent|per\s+cent|pct)\.?", re.I)
 """A percentage in words (``50 percent``, ``50 per cent``): `tidy` writes ``50\\%``, which math-verify reads as the
 fraction it is, as it reads ``50\\%`` and ``50%`` (``50\\text{ percent}`` was 50, not 1/2)."""
+_BASE = re.compile(r"0(?:([bB])([01]+)|([oO])([0-7]+)|([xX])([0-9A-Fa-f]+))"
+                   r"|([+-]?[0-9A-Za-z]+)\s*(?:\(\s*base\s*(\d{1,2})\s*\)|(?:in\s+)?base\s+(\d{1,2}))")
+"""A number in another base as Python prints it (``0b1011``, ``0o17``, ``0x1f``) or as words say it (``1011 (base
+2)``, ``1011 in base 2``): `tidy` writes MATH's ``1011_{2}`` (math-verify read a product with letters)."""
+_PREFIX_BASES = {"b": 2, "o": 8, "x": 16}
 _PER_TIME = {"sec", "second", "min", "minute", "hr", "hour", "day", "week", "month", "year"}
 _PRICE = re.compile(r"([+-]?)\s*([€£¥₹]|(?:USD|EUR|GBP|JPY|INR)\s)\s*" + _NUMBER)
 """A price written with its currency first (``€1,200``, ``-£5``, ``USD 1200``; ``\\$5`` math-verify reads itself):
@@ -709,7 +714,8 @@ def tidy(answer: str) -> str:
     * a mixed number in plain text is one (``2 1/2``, `_MIXED_NUMBER`), and digits grouped by spaces are one number
       (``1 200``, `_SPACED_DIGITS`): neither was any number; nor was a number in millions (``1.2 million``:
       `_SCALED`), which is written in digits; a repeating decimal is its fraction (``0.\overline{3}``: `_REPEATING`);
-      an AMC option's mark before its value goes (``\textbf{(B) }12``: `_OPTION_MARK`).
+      an AMC option's mark before its value goes (``\textbf{(B) }12``: `_OPTION_MARK`); a number in another base is
+      MATH's ``1011_{2}`` (``0b1011``, ``1011 (base 2)``: `_BASE`).
     """
     text = _STYLE.sub("", _DEGREE.sub(r"^{\\circ}", _unicode_math(_python_math(str(answer).translate(_FULLWIDTH)))))
     text = _EMPTY_SET.sub(r"\\emptyset", text)
@@ -763,6 +769,14 @@ def tidy(answer: str) -> str:
         value = int(whole or "0") + Fraction(int(fixed or "0"), 10 ** len(fixed)) \
             + Fraction(int(cycle), (10 ** len(cycle) - 1) * 10 ** len(fixed))
         text = f"{sign}\\frac{{{value.numerator}}}{{{value.denominator}}}"
+    based = _BASE.fullmatch(text)
+    if based is not None:  # "0b1011", "1011 (base 2)": 1011_{2}
+        groups = based.groups()
+        if groups[6] is not None:
+            text = f"{groups[6]}_{{{groups[7] or groups[8]}}}"
+        else:
+            prefix, digits = next((groups[k], groups[k + 1]) for k in (0, 2, 4) if groups[k] is not None)
+            text = f"{digits.upper()}_{{{_PREFIX_BASES[prefix.lower()]}}}"
     number = _E_NOTATION.fullmatch(text)
     if number is not None:
         text = f"{number.group(1)}\\times10^{{{int(number.group(2))}}}"

@@ -261,6 +261,11 @@ MATH = [
     # the solutions as SymPy's solve prints them, where the gold lists them; an interval stays one
     ("math", "2, 3", answer("[2, 3]"), 1.0), ("math", "[2,3]", answer("[2, 3]"), 1.0),
     ("math", "(2,3)", answer("[2, 3]"), 0.0), ("math", "2, 3", answer("[2, 4]"), 0.0),
+    # a number in another base as Python prints it or words say it
+    ("math", "1011_2", answer("0b1011"), 1.0), ("math", "1F_{16}", answer("0x1f"), 1.0),
+    ("math", "17_8", answer("0o17"), 1.0),
+    ("math", "4210_{5}", answer("4210 (base 5)"), 1.0), ("math", "1011_2", answer("1011 in base 2"), 1.0),
+    ("math", "1011_2", answer("0b1010"), 0.0),
     # a temperature with its degree sign was no number; a degree of either scale is a degree, the scales differ
     ("gsm8k", "18", answer("18°C"), 1.0), ("gsm8k", "-3", answer("-3 °F"), 1.0), ("gsm8k", "18", answer("18℃"), 1.0),
     ("gsm8k", "18", answer("18^\\circ C"), 1.0), ("gsm8k", "18", answer("18^{\\circ}\\text{F}"), 1.0),
