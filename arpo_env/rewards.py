@@ -436,6 +436,19 @@ _BASE = re.compile(r"0(?:([bB])([01]+)|([oO])([0-7]+)|([xX])([0-9A-Fa-f]+))"
                    r"|([+-]?[0-9A-Za-z]+)\s*(?:\(\s*base\s*(\d{1,2})\s*\)|(?:in\s+)?base\s+(\d{1,2}))")
 """A number in another base as Python prints it (``0b1011``, ``0o17``, ``0x1f``) or as words say it (``1011 (base
 2)``, ``1011 in base 2``): `tidy` writes MATH's ``1011_{2}`` (math-verify read a product with letters)."""
+_FLOAT = re.compile(r"[+-]?\d{1,30}\.\d{1,30}")
+
+
+def _float_noise(text: str) -> str:
+    """A float as binary arithmetic leaves it, one ulp off a short decimal (``18.000000000000004``,
+    ``0.30000000000000004``, ``17.999999999999996``), as that decimal (math-verify held them unequal to 18, 0.3 and
+    18). Only where 12 significant digits round it to 9 or fewer: ``0.3333333333333333`` stays."""
+    if not _FLOAT.fullmatch(text) or len(text.replace("-", "").replace("+", "").replace(".", "").lstrip("0")) < 15:
+        return text
+    rounded = Decimal(format(Decimal(text), ".12g")).normalize()
+    return f"{rounded:f}" if len(rounded.as_tuple().digits) <= 9 else text
+
+
 _PREFIX_BASES = {"b": 2, "o": 8, "x": 16}
 _PER_TIME = {"sec", "second", "min", "minute", "hr", "hour", "day", "week", "month", "year"}
 _PRICE = re.compile(r"([+-]?)\s*([€£¥₹]|(?:USD|EUR|GBP|JPY|INR)\s)\s*" + _NUMBER)
@@ -715,7 +728,8 @@ def tidy(answer: str) -> str:
       (``1 200``, `_SPACED_DIGITS`): neither was any number; nor was a number in millions (``1.2 million``:
       `_SCALED`), which is written in digits; a repeating decimal is its fraction (``0.\overline{3}``: `_REPEATING`);
       an AMC option's mark before its value goes (``\textbf{(B) }12``: `_OPTION_MARK`); a number in another base is
-      MATH's ``1011_{2}`` (``0b1011``, ``1011 (base 2)``: `_BASE`).
+      MATH's ``1011_{2}`` (``0b1011``, ``1011 (base 2)``: `_BASE`); a float one ulp off a short decimal is that
+      decimal (``18.000000000000004``: `_float_noise`).
     """
     text = _STYLE.sub("", _DEGREE.sub(r"^{\\circ}", _unicode_math(_python_math(str(answer).translate(_FULLWIDTH)))))
     text = _EMPTY_SET.sub(r"\\emptyset", text)
@@ -777,6 +791,7 @@ def tidy(answer: str) -> str:
         else:
             prefix, digits = next((groups[k], groups[k + 1]) for k in (0, 2, 4) if groups[k] is not None)
             text = f"{digits.upper()}_{{{_PREFIX_BASES[prefix.lower()]}}}"
+    text = _float_noise(text)
     number = _E_NOTATION.fullmatch(text)
     if number is not None:
         text = f"{number.group(1)}\\times10^{{{int(number.group(2))}}}"

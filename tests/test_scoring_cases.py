@@ -266,6 +266,10 @@ MATH = [
     ("math", "17_8", answer("0o17"), 1.0),
     ("math", "4210_{5}", answer("4210 (base 5)"), 1.0), ("math", "1011_2", answer("1011 in base 2"), 1.0),
     ("math", "1011_2", answer("0b1010"), 0.0),
+    # a float one ulp off a short decimal, as the interpreter prints binary arithmetic; a long decimal stays itself
+    ("gsm8k", "18", answer("18.000000000000004"), 1.0), ("gsm8k", "18", answer("17.999999999999996"), 1.0),
+    ("math500", "0.3", answer("0.30000000000000004"), 1.0), ("gsm8k", "19", answer("18.000000000000004"), 0.0),
+    ("math500", "\\frac{1}{3}", answer("0.3333333333333333"), 1.0),
     # a temperature with its degree sign was no number; a degree of either scale is a degree, the scales differ
     ("gsm8k", "18", answer("18°C"), 1.0), ("gsm8k", "-3", answer("-3 °F"), 1.0), ("gsm8k", "18", answer("18℃"), 1.0),
     ("gsm8k", "18", answer("18^\\circ C"), 1.0), ("gsm8k", "18", answer("18^{\\circ}\\text{F}"), 1.0),
