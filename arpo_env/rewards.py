@@ -733,7 +733,7 @@ def tidy(answer: str) -> str:
     """
     text = _STYLE.sub("", _DEGREE.sub(r"^{\\circ}", _unicode_math(_python_math(str(answer).translate(_FULLWIDTH)))))
     text = _EMPTY_SET.sub(r"\\emptyset", text)
-    text = _FULL_STOP.sub("", _TIE.sub(" ", _DIGIT_GROUP.sub("", _peel(text))))
+    text = _FULL_STOP.sub("", _TIE.sub(" ", _DIGIT_GROUP.sub("", _peel(_FULL_STOP.sub("", text)))))  # \text{A,C}.
     text = _LIMITS_MARK.sub("", _BEFORE_BINOMIAL.sub(r"\\cdot ", text))
     marked = _OPTION_MARK.match(text)
     if marked is not None:  # "\textbf{(B) }12": the value, after the option's mark

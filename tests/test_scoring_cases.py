@@ -270,6 +270,10 @@ MATH = [
     ("gsm8k", "18", answer("18.000000000000004"), 1.0), ("gsm8k", "18", answer("17.999999999999996"), 1.0),
     ("math500", "0.3", answer("0.30000000000000004"), 1.0), ("gsm8k", "19", answer("18.000000000000004"), 0.0),
     ("math500", "\\frac{1}{3}", answer("0.3333333333333333"), 1.0),
+    # a full stop after a wrapper kept the wrapper on (the stop went after the wrappers were taken off)
+    ("math", "\\text{A,C,F}", answer("\\text{A,C,F}."), 1.0),
+    ("math", "\\text{June 20}", answer("\\text{June 20}."), 1.0),
+    ("math", "\\text{A,C,F}", answer("\\text{A,C}."), 0.0),
     # a temperature with its degree sign was no number; a degree of either scale is a degree, the scales differ
     ("gsm8k", "18", answer("18°C"), 1.0), ("gsm8k", "-3", answer("-3 °F"), 1.0), ("gsm8k", "18", answer("18℃"), 1.0),
     ("gsm8k", "18", answer("18^\\circ C"), 1.0), ("gsm8k", "18", answer("18^{\\circ}\\text{F}"), 1.0),
