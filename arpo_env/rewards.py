@@ -560,6 +560,7 @@ def _python_math(text: str) -> str:
     text = _PY_REPR.sub(_number_of_repr, text)
     out: list[str] = []
     closers: list[str] = []  # for each bracket open, what closes it
+    chained = 0  # powers whose exponent has a power of its own, still open
     i, n = 0, len(text)
     while i < n:
         c = text[i]
@@ -582,8 +583,16 @@ def _python_math(text: str) -> str:
             operand = _PY_OPERAND.match(text, i)
             if operand is None or operand.group() in _PY_CALLS:  # "x**", "2**sqrt(2)": as written
                 return text
-            out.append("^{" + sign + _PY_CONSTANTS.get(operand.group(), operand.group()).strip() + "}")
+            out.append("^{" + sign + _PY_CONSTANTS.get(operand.group(), operand.group()).strip())
             i = operand.end()
+            j = i
+            while j < n and text[j] == " ":
+                j += 1
+            if text.startswith("**", j):  # 2**3**2 is 2^{3^{2}}: Python's powers group from the right
+                chained += 1
+            else:
+                out.append("}" * (chained + 1))
+                chained = 0
             continue
         name = _PY_NAME.match(text, i) if not c.isdigit() else None
         if name is not None:

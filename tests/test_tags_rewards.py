@@ -147,6 +147,8 @@ def test_reading_python_mathematics_is_linear():
     assert rewards.tidy("sqrt(" * n) == "sqrt(" * n  # never closed: as written
     assert rewards.tidy(("x" + " " * 10 + "**2") * n) == ("x" + " " * 10 + "^{2}") * n
     assert rewards.tidy("**" + "x**2" * n) == "**" + "x**2" * n  # Markdown's bold first: as written
+    assert rewards.tidy("2**" * n + "2") == "2^{" * n + "2" + "}" * n  # a tower, from the right
+    assert not rewards.math_equal("9**" * n + "9", "18")  # beyond math-verify's reach: declined at once
 
 
 @pytest.mark.timeout(60)  # a hang guard, not a speed measurement: it takes a fraction of a second here
