@@ -526,7 +526,7 @@ _RADICAND = re.compile(r"\d+(?:\.\d+)?|[A-Za-zπ]|\\pi(?![A-Za-z])")
 
 
 _PYTHONIC = re.compile(r"\*\*|(?<![A-Za-z_\\])(?:sqrt|exp|log|pi|oo|Fraction|Rational|Decimal|float\d*|int\d*)"
-                       r"(?![A-Za-z_])|\d(?:j|\*I)(?![A-Za-z_0-9])")
+                       r"(?![A-Za-z_])|\d(?:j|\s*\*\s*I)(?![A-Za-z_0-9])")
 """What Python and SymPy print and LaTeX does not write: a power ``**``, ``sqrt(2)``, ``exp``, ``log``, ``pi``,
 ``oo``, a complex number ``7j`` or ``7*I``, a number's repr (``Fraction(1, 3)``, ``np.float64(12.5)``)."""
 _PY_REPR = re.compile(r"(?:Fraction|Rational)\(\s*([+-]?\d+)\s*,\s*([+-]?\d+)\s*\)"
@@ -544,6 +544,14 @@ _PY_CONSTANTS = {"pi": "\\pi ", "oo": "\\infty ", "I": "i"}
 def _number_of_repr(match: re.Match) -> str:
     numerator, denominator, number, _, decimal = match.groups()
     return f"({numerator}/{denominator})" if numerator is not None else number or decimal
+
+
+def _last_filled(out: list[str]) -> str:
+    """The last piece of `out` that is not a space (each space is looked at once: the caller drops them)."""
+    k = len(out) - 1
+    while k >= 0 and out[k] == " ":
+        k -= 1
+    return out[k] if k >= 0 else ""
 
 
 def _python_math(text: str) -> str:
@@ -602,8 +610,12 @@ def _python_math(text: str) -> str:
                 out.append(opener)
                 closers.append(closer)
                 i += 1
-            elif word == "I" and out and out[-1] == "*":  # 7*I: 7i (math-verify read 7*i as a product)
-                out[-1] = "i"
+            elif word == "I" and _last_filled(out) == "*":  # 7*I: 7i (math-verify read 7*i as a product)
+                while out.pop() != "*":
+                    pass
+                while out and out[-1] == " ":
+                    out.pop()
+                out.append("i")
             else:
                 out.append(_PY_CONSTANTS.get(word, word))
             continue

@@ -245,7 +245,8 @@ MATH = [
     ("math500", "10\\pi", answer("10*pi"), 1.0), ("math500", "-\\frac{\\pi}{3}", answer("-pi/3"), 1.0),
     ("math500", "1+\\sqrt{2}", answer("1 + sqrt(2)"), 1.0), ("math500", "(r+5)^2", answer("(r + 5)**2"), 1.0),
     ("math500", "\\sqrt[3]{2}", answer("2**(1/3)"), 1.0), ("math500", "2+7i", answer("2 + 7*I"), 1.0),
-    ("math500", "2+7i", answer("(2+7j)"), 1.0), ("math500", "(-\\infty,3)", answer("(-oo, 3)"), 1.0),
+    ("math500", "2+7i", answer("(2+7j)"), 1.0), ("math500", "2+7i", answer("2 + 7 * I"), 1.0),
+    ("math500", "(-\\infty,3)", answer("(-oo, 3)"), 1.0),
     ("math500", "e^2", answer("exp(2)"), 1.0), ("math500", "x^{10}", answer("x**10"), 1.0),
     ("math500", "x^{10}", answer("x**2"), 0.0), ("math500", "11\\pi", answer("10*pi"), 0.0),
     ("gsm8k", "512", answer("2**3**2"), 1.0), ("gsm8k", "64", answer("2**3**2"), 0.0),  # Python's from the right
