@@ -302,7 +302,9 @@ _SPACED_DIGITS = re.compile(r"([+-]?\d{1,3}(?:[ \u00a0\u202f]\d{3})+)((?:\.\d+)?
 _TIE = re.compile(r"(?<!\\)~")
 """TeX's tie, a space that does not break (``16~\\text{cm}``, ``x~=~5``: math-verify read neither), once digit groups
 (``10~080``) are taken; not an accent (``\\~{n}``)."""
-_E_NOTATION = re.compile(r"([+-]?(?:\d+(?:\.\d*)?|\.\d+))[eE]([+-]?\d{1,7})")  # linear: the answer is hostile
+_DECIMAL = r"(?:\d+(?:\.\d*)?|\.\d+)"
+"""A number's digits with perhaps a decimal point (``12``, ``12.5``, ``.5``), no sign."""
+_E_NOTATION = re.compile(r"([+-]?" + _DECIMAL + r")[eE]([+-]?\d{1,7})")  # linear: the answer is hostile
 _FULLWIDTH = {**{cp: cp - 0xFEE0 for cp in range(0xFF01, 0xFF5F)}, 0x3000: 0x20}
 """Full-width forms of ASCII (``１２``, ``＋``, the ideographic space) to ASCII: only these, not all of NFKC, which
 reads ``10²`` as 102."""
@@ -530,13 +532,13 @@ _PYTHONIC = re.compile(r"\*\*|(?<![A-Za-z_\\])(?:sqrt|exp|log|pi|oo|Fraction|Rat
 """What Python and SymPy print and LaTeX does not write: a power ``**``, ``sqrt(2)``, ``exp``, ``log``, ``pi``,
 ``oo``, a complex number ``7j`` or ``7*I``, a number's repr (``Fraction(1, 3)``, ``np.float64(12.5)``)."""
 _PY_REPR = re.compile(r"(?:Fraction|Rational)\(\s*([+-]?\d+)\s*,\s*([+-]?\d+)\s*\)"
-                      r"|(?:(?:np|numpy)\.)?(?:float|int)(?:16|32|64|128)?\(\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*\)"
-                      r"|Decimal\(\s*(['\"])([+-]?(?:\d+(?:\.\d*)?|\.\d+))\4\s*\)")
+                      r"|(?:(?:np|numpy)\.)?(?:float|int)(?:16|32|64|128)?\(\s*([+-]?" + _DECIMAL + r")\s*\)"
+                      r"|Decimal\(\s*(['\"])([+-]?" + _DECIMAL + r")\4\s*\)")
 """The repr of a number that the interpreter shows as a cell's value: ``Fraction(1, 3)``, ``np.float64(12.5)``,
 ``Decimal('12.5')``."""
 _PY_NAME = re.compile(r"[^\W\d]\w*")
-_PY_NUMBER = re.compile(r"\d+(?:\.\d*)?|\.\d+")
-_PY_OPERAND = re.compile(r"\d+(?:\.\d*)?|\.\d+|[^\W\d]\w*")
+_PY_NUMBER = re.compile(_DECIMAL)
+_PY_OPERAND = re.compile(_DECIMAL + r"|[^\W\d]\w*")
 _PY_CALLS = {"sqrt": ("\\sqrt{", "}"), "exp": ("e^{", "}"), "log": ("\\ln(", ")")}
 _PY_CONSTANTS = {"pi": "\\pi ", "oo": "\\infty ", "I": "i"}
 
@@ -841,14 +843,14 @@ def _split_top(text: str) -> list[str] | None:
     return None if depth or not all(pieces) else pieces
 
 
-def _bracketed(text: str) -> str | None:
-    """What one pair of brackets around all of `text` holds (``(1, 2)``, ``[1, 2]``, ``\\langle 1, 2\\rangle``), or
-    None."""
+def _bracketed_items(text: str) -> list[str] | None:
+    """The items that one pair of brackets around all of `text` holds (``(1, 2)``, ``[1, 2]``, ``\\langle 1,
+    2\\rangle``: ``1`` and ``2``), or None (no such pair, or ``(1)(2)``, two pairs)."""
     for opener, closer in _OPENERS_CLOSERS:
         if text.startswith(opener) and text.endswith(closer) and len(text) >= len(opener) + len(closer):
-            inner = text[len(opener):len(text) - len(closer)]
-            if _split_top(inner) is not None:  # balanced inside: the pair is one, not "(1)(2)"
-                return inner
+            items = _split_top(text[len(opener):len(text) - len(closer)])
+            if items is not None:  # balanced inside: the pair is one
+                return items
     return None
 
 
@@ -870,14 +872,13 @@ def _as_matrix(text: str, shape: str) -> str | None:
     t = _LEFT_RIGHT.sub("", text).strip()
     if t.startswith("Matrix(") and t.endswith(")"):
         t = t[len("Matrix("):-1].strip()
-    inner = _bracketed(t)
-    items = _split_top(inner) if inner is not None else None
+    items = _bracketed_items(t)
     if not items:
         return None
-    nested = [_bracketed(item) for item in items]
-    if all(n is not None for n in nested):  # rows: [[1, 2], [3, 4]], or SymPy's column [[1], [2]]
-        rows = [_split_top(n or "") for n in nested]
-        if any(not r for r in rows) or len({len(r or []) for r in rows}) != 1:
+    nested = [_bracketed_items(item) for item in items]
+    if all(nested):  # rows: [[1, 2], [3, 4]], or SymPy's column [[1], [2]]
+        rows = nested
+        if len({len(r or []) for r in rows}) != 1:
             return None
     elif shape == "row" or len(items) == 1:
         rows = [items]
@@ -958,7 +959,7 @@ def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None
     return bare is not None and _verdict(bare, tuple(golds), timeout_s)
 
 
-_PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)")
+_PLAIN_NUMBER = re.compile(r"[+-]?" + _DECIMAL)
 
 
 def _listed(gold: str) -> bool:
@@ -970,8 +971,7 @@ def _listed(gold: str) -> bool:
 def _unlisted(text: str) -> str:
     """A list in square brackets (``[2, 3]``, as SymPy's ``solve`` prints solutions) as the values it lists, where
     the gold is a list without brackets; else `text`."""
-    inner = _bracketed(text) if text.endswith("]") else None
-    items = _split_top(inner) if inner is not None else None
+    items = _bracketed_items(text) if text.endswith("]") else None
     return ", ".join(items) if items and len(items) > 1 else text
 
 
