@@ -434,8 +434,9 @@ letters that does not change the value (`_NOT_UNITS`); ``18 (x)`` stays a produc
 _PERCENT_WORD = re.compile(_NUMBER + r"\s*(?:percent|per\s+cent|pct)\.?", re.I)
 """A percentage in words (``50 percent``, ``50 per cent``): `tidy` writes ``50\\%``, which math-verify reads as the
 fraction it is, as it reads ``50\\%`` and ``50%`` (``50\\text{ percent}`` was 50, not 1/2)."""
-_BASE = re.compile(r"0(?:([bB])([01]+)|([oO])([0-7]+)|([xX])([0-9A-Fa-f]+))"
-                   r"|([+-]?[0-9A-Za-z]+)\s*(?:\(\s*base\s*(\d{1,2})\s*\)|(?:in\s+)?base\s+(\d{1,2}))")
+_BASE = re.compile(r"0(?:[bB](?P<b>[01]+)|[oO](?P<o>[0-7]+)|[xX](?P<x>[0-9A-Fa-f]+))"
+                   r"|(?P<digits>[+-]?[0-9A-Za-z]+)\s*(?:\(\s*base\s*(?P<base>\d{1,2})\s*\)"
+                   r"|(?:in\s+)?base\s+(?P<named>\d{1,2}))")
 """A number in another base as Python prints it (``0b1011``, ``0o17``, ``0x1f``) or as words say it (``1011 (base
 2)``, ``1011 in base 2``): `tidy` writes MATH's ``1011_{2}`` (math-verify read a product with letters)."""
 _FLOAT = re.compile(r"[+-]?\d{1,30}\.\d{1,30}")
@@ -808,12 +809,11 @@ def tidy(answer: str) -> str:
         text = f"{sign}\\frac{{{value.numerator}}}{{{value.denominator}}}"
     based = _BASE.fullmatch(text)
     if based is not None:  # "0b1011", "1011 (base 2)": 1011_{2}
-        groups = based.groups()
-        if groups[6] is not None:
-            text = f"{groups[6]}_{{{groups[7] or groups[8]}}}"
+        if based["digits"] is not None:
+            text = f"{based['digits']}_{{{based['base'] or based['named']}}}"
         else:
-            prefix, digits = next((groups[k], groups[k + 1]) for k in (0, 2, 4) if groups[k] is not None)
-            text = f"{digits.upper()}_{{{_PREFIX_BASES[prefix.lower()]}}}"
+            prefix = next(p for p in _PREFIX_BASES if based[p] is not None)
+            text = f"{based[prefix].upper()}_{{{_PREFIX_BASES[prefix]}}}"
     text = _float_noise(text)
     number = _E_NOTATION.fullmatch(text)
     if number is not None:
