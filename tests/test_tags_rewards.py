@@ -154,7 +154,8 @@ def test_reading_python_mathematics_is_linear():
 
 @pytest.mark.timeout(60)  # a hang guard, not a speed measurement: it takes a fraction of a second here
 def test_reading_a_vector_or_a_list_is_linear():
-    """A tuple of 200,000 values against a vector, nested brackets, and a list against listed solutions."""
+    """A tuple of 200,000 values against a vector, nested brackets, a list against listed solutions, and a run of
+    spaces where a full stop could end the answer."""
     n = 200_000
     column = "\\begin{pmatrix}1\\\\2\\end{pmatrix}"
     assert rewards._as_matrix("(" + "1, " * n + "2)", "column") == "\\begin{pmatrix}" + "1\\\\" * n + "2\\end{pmatrix}"
@@ -178,8 +179,8 @@ def test_reading_a_temperature_is_linear():
 
 @pytest.mark.timeout(60)  # a hang guard, not a speed measurement: it takes a fraction of a second here
 def test_reading_a_rate_is_linear():
-    """Long runs of spaces, letters and digits around where a rate's stroke or ``per`` would be, each failing at the
-    end."""
+    """Long runs of spaces, letters and digits around where a rate's stroke or ``per`` would be, or a number's words
+    in brackets, each failing at the end."""
     n = 200_000
     for hostile in ("18 " + "a" * n + " " * n + "/", "1" * n + "a/", "18 km" + " " * n + "per" + " " * n + "1"):
         assert rewards.tidy(hostile) == hostile
