@@ -557,6 +557,14 @@ def _last_filled(out: list[str]) -> str:
     return out[k] if k >= 0 else ""
 
 
+def _power_follows(text: str, i: int) -> bool:
+    """Whether a ``**`` comes next in `text` from `i`, after spaces (each space is passed once: what follows it is the
+    caller's next token)."""
+    while i < len(text) and text[i] == " ":
+        i += 1
+    return text.startswith("**", i)
+
+
 def _python_math(text: str) -> str:
     r"""An answer written as Python or SymPy print it, as LaTeX writes it (math-verify read ``10*pi`` as 10·p·i,
     ``x**2`` and ``1 + sqrt(2)`` as nothing, ``oo`` as o·o, ``2+7j`` with a variable j): a model that computed its
@@ -570,8 +578,8 @@ def _python_math(text: str) -> str:
         return text
     text = _PY_REPR.sub(_number_of_repr, text)
     out: list[str] = []
-    closers: list[str] = []  # for each bracket open, what closes it
-    chained = 0  # powers whose exponent has a power of its own, still open
+    closers: list[str | int] = []  # for each bracket open, what closes it; a power's bracket: the powers open before
+    chained = 0  # exponents still open: 2**3**2 is 2^{3^{2}}, Python's powers group from the right
     i, n = 0, len(text)
     while i < n:
         c = text[i]
@@ -588,7 +596,8 @@ def _python_math(text: str) -> str:
             i += len(sign)
             if i < n and text[i] == "(":
                 out.append("^{" + sign + "(")
-                closers.append(")}")
+                closers.append(chained)
+                chained = 0
                 i += 1
                 continue
             operand = _PY_OPERAND.match(text, i)
@@ -596,13 +605,9 @@ def _python_math(text: str) -> str:
                 return text
             out.append("^{" + sign + _PY_CONSTANTS.get(operand.group(), operand.group()).strip())
             i = operand.end()
-            j = i
-            while j < n and text[j] == " ":
-                j += 1
-            if text.startswith("**", j):  # 2**3**2 is 2^{3^{2}}: Python's powers group from the right
-                chained += 1
-            else:
-                out.append("}" * (chained + 1))
+            chained += 1
+            if not _power_follows(text, i):
+                out.append("}" * chained)
                 chained = 0
             continue
         name = _PY_NAME.match(text, i) if not c.isdigit() else None
@@ -635,7 +640,16 @@ def _python_math(text: str) -> str:
         elif c == ")":
             if not closers:
                 return text
-            c = closers.pop()
+            closer = closers.pop()
+            if isinstance(closer, int):  # a power's bracketed exponent ends: 2**(1/3), 2**(3)**2
+                out.append(")")
+                i += 1
+                chained = closer + 1
+                if not _power_follows(text, i):
+                    out.append("}" * chained)
+                    chained = 0
+                continue
+            c = closer
         out.append(c)
         i += 1
     return text if closers else "".join(out)

@@ -250,6 +250,7 @@ MATH = [
     ("math500", "e^2", answer("exp(2)"), 1.0), ("math500", "x^{10}", answer("x**10"), 1.0),
     ("math500", "x^{10}", answer("x**2"), 0.0), ("math500", "11\\pi", answer("10*pi"), 0.0),
     ("gsm8k", "512", answer("2**3**2"), 1.0), ("gsm8k", "64", answer("2**3**2"), 0.0),  # Python's from the right
+    ("gsm8k", "512", answer("2**3**(1+1)"), 1.0), ("gsm8k", "512", answer("2**(3)**2"), 1.0),  # bracketed exponents
     ("gsm8k", "18", answer("**18** apples"), 0.0),  # Markdown's bold, not a power (as before)
     ("math500", "\\frac{1}{3}", answer("Fraction(1, 3)"), 1.0), ("gsm8k", "12.5", answer("np.float64(12.5)"), 1.0),
     ("gsm8k", "12.5", answer("Decimal('12.5')"), 1.0), ("math500", "\\frac{1}{4}", answer("Fraction(1, 3)"), 0.0),

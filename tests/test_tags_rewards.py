@@ -148,6 +148,8 @@ def test_reading_python_mathematics_is_linear():
     assert rewards.tidy(("x" + " " * 10 + "**2") * n) == ("x" + " " * 10 + "^{2}") * n
     assert rewards.tidy("**" + "x**2" * n) == "**" + "x**2" * n  # Markdown's bold first: as written
     assert rewards.tidy("2**" * n + "2") == "2^{" * n + "2" + "}" * n  # a tower, from the right
+    assert rewards.tidy("2**(2)" * n) == "2^{(2)}" * n  # bracketed exponents
+    assert rewards.tidy("2**(2)**" * n + "2") == "2^{(2)^{" * n + "2" + "}}" * n
     assert rewards.tidy("7" + " " * n + "*" + " " * n + "I") == "7i"  # SymPy's imaginary unit
     assert not rewards.math_equal("9**" * n + "9", "18")  # beyond math-verify's reach: declined at once
 
