@@ -59,6 +59,14 @@ XHTML = ('<?xml version="1.0" encoding="utf-8"?>\n<!DOCTYPE html PUBLIC "-//W3C/
          '<title>Vasa</title></head><body><p>The Vasa sank in the harbour of Stockholm in 1628.</p></body></html>')
 
 
+def _gzip_of_zeros(size: int) -> bytes:
+    """`size` zero bytes gzipped, a MiB at a time (never all in memory)."""
+    import zlib
+
+    deflate, block = zlib.compressobj(9, zlib.DEFLATED, 31), bytes(1 << 20)
+    return b"".join([*(deflate.compress(block) for _ in range(size >> 20)), deflate.flush()])
+
+
 class Handler(BaseHTTPRequestHandler):
     hits: Counter = Counter()
 
@@ -111,6 +119,26 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, API_JSON.encode(), ctype="application/json")
         elif self.path == "/untyped.py":
             self._send(200, SOURCE.encode(), ctype=None)
+        elif self.path in ("/gzip", "/x-gzip", "/gzip-gzip"):  # the article, compressed as servers do
+            import gzip
+
+            codings = {"/gzip": ["gzip"], "/x-gzip": ["x-gzip"], "/gzip-gzip": ["gzip", "gzip"]}[self.path]
+            body = ARTICLE.encode()
+            for _ in codings:
+                body = gzip.compress(body)
+            self._send(200, body, headers=[("Content-Encoding", ", ".join(codings))])
+        elif self.path in ("/deflate", "/raw-deflate"):  # HTTP's deflate with zlib's header, and without it
+            import zlib
+
+            deflate = zlib.compressobj(6, zlib.DEFLATED, zlib.MAX_WBITS if self.path == "/deflate" else -15)
+            self._send(200, deflate.compress(ARTICLE.encode()) + deflate.flush(), headers=[("Content-Encoding",
+                                                                                            "deflate")])
+        elif self.path == "/bomb":  # 256 MiB of zeros gzipped twice: 500 bytes on the wire
+            import gzip
+
+            self._send(200, gzip.compress(_gzip_of_zeros(256 << 20)), headers=[("Content-Encoding", "gzip, gzip")])
+        elif self.path == "/brotli":  # a coding the request did not ask for
+            self._send(200, b"\x1b\x03\x00\xf8\xa5", headers=[("Content-Encoding", "br")])
         elif self.path == "/moved":
             self._send(301, b"", headers=[("Location", "/article")])
         else:
@@ -456,3 +484,29 @@ def test_long_pages_are_truncated_visibly(server):
     tool = BrowseTool(max_chars=200, private_hosts=True)
     out = tool.call(f"{server}/article")
     assert "[page truncated:" in out.text and len(out.text) < 300
+
+
+@pytest.mark.parametrize("path", ["/gzip", "/x-gzip", "/gzip-gzip", "/deflate", "/raw-deflate"])
+def test_a_compressed_page_is_read(server, path):
+    out = BrowseTool(private_hosts=True).call(f"{server}{path}")
+    assert not out.failed and "maiden voyage on 10 August 1628" in out.text, out.text
+
+
+def test_a_decompression_bomb_is_stopped_at_the_size_cap_without_inflating_it(server):
+    """A page of 500 bytes gzipped twice is 256 MiB of zeros: httpx inflated each network chunk whole, each coding
+    multiplying again (2.1 GB in the env's process for a 1 GiB bomb of 1.8 KB). Now the page is read a bounded piece
+    at a time, so the size cap stops it with only a few pieces in memory (traced by tracemalloc: zlib's output is
+    Python's bytes)."""
+    import tracemalloc
+
+    tool = BrowseTool(private_hosts=True, max_bytes=5_000_000)
+    tracemalloc.start()
+    try:
+        out = tool.call(f"{server}/bomb")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert out.failed and "larger than 5 MB" in out.text, out.text
+    assert peak < 32 << 20, f"{peak / 2**20:.0f} MiB held at the peak"
+    out = BrowseTool(private_hosts=True).call(f"{server}/brotli")
+    assert out.failed and "content encoding 'br' is not supported" in out.text, out.text

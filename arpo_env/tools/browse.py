@@ -1,12 +1,13 @@
 """The ``<browse>`` tool: fetch a page, extract its main text, optionally condense it with a model.
 
-Fetching uses httpx with a per-page deadline, a size cap, a redirect limit (loops are detected) and a content-type
-check (text of any kind: `is_text_type`); the main text of HTML and XML is extracted with trafilatura (navigation, ads
-and scripts dropped), other text (plain text, Markdown, JSON) is read as it is, and either is truncated with a visible
-note. Extraction is bounded: trafilatura runs in a killable worker process (`arpo_env.bounded`), since its time grows
-faster than the page (a 1.3 MB page of short paragraphs takes it 18 s); past ``extract_timeout_s`` the page's plain text
-(lxml, linear time) stands in, and the model is told so. A page that overran is remembered (by its content, in this
-process), so another visit reads its plain text at once instead of waiting out the bound again. An offline page store
+Fetching uses httpx with a per-page deadline, a size cap (on the page as inflated, a bounded piece at a time: a
+decompression bomb stops at it, `_decoded`), a redirect limit (loops are detected) and a content-type check (text of any
+kind: `is_text_type`); the main text of HTML and XML is extracted with trafilatura (navigation, ads and scripts
+dropped), other text (plain text, Markdown, JSON) is read as it is, and either is truncated with a visible note.
+Extraction is bounded: trafilatura runs in a killable worker process (`arpo_env.bounded`), since its time grows faster
+than the page (a 1.3 MB page of short paragraphs takes it 18 s); past ``extract_timeout_s`` the page's plain text (lxml,
+linear time) stands in, and the model is told so. A page that overran is remembered (by its content, in this process),
+so another visit reads its plain text at once instead of waiting out the bound again. An offline page store
 (``{url: html file}``) serves pages without network; live fetching can be switched off. Results are cached in the shared
 SQLite tool cache, a plain-text stand-in excepted: the cache outlives the run, and an overrun can be the machine's load
 of the moment. Pages read with ``private_hosts`` are cached under keys of their own. Every failure is an observation
@@ -33,9 +34,10 @@ import re
 import socket
 import threading
 import time
+import zlib
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 from urllib.parse import urljoin, urlsplit
 
 from arpo_env.tools.cache import ToolCache, resolve_cache
@@ -296,7 +298,8 @@ class BrowseTool(StatelessTool):
 
         deadline = time.monotonic() + self.timeout_s
         seen: set[str] = set()
-        headers = {"User-Agent": USER_AGENT, "Accept": "text/html,text/plain;q=0.9,*/*;q=0.1"}
+        headers = {"User-Agent": USER_AGENT, "Accept": "text/html,text/plain;q=0.9,*/*;q=0.1",
+                   "Accept-Encoding": ", ".join(_INFLATE_WBITS)}  # what `_decoded` undoes, whatever httpx could
         with httpx.Client(timeout=httpx.Timeout(self.timeout_s), follow_redirects=False, headers=headers,
                           transport=_transport(deadline, public=not self.private_hosts)) as client:
             for _ in range(self.max_redirects + 1):
@@ -344,7 +347,7 @@ class BrowseTool(StatelessTool):
         if int(response.headers.get("content-length") or 0) > self.max_bytes:
             raise BrowseError(f"the page is larger than {self.max_bytes / 1e6:g} MB")
         body = bytearray()
-        for chunk in response.iter_bytes():
+        for chunk in _decoded(response):
             body += chunk
             if len(body) > self.max_bytes:
                 raise BrowseError(f"the page is larger than {self.max_bytes / 1e6:g} MB")
@@ -353,6 +356,52 @@ class BrowseTool(StatelessTool):
         if not ctype and b"\x00" in body[:4096]:
             raise BrowseError("not a text page (binary content)")
         return decode_page(bytes(body), response.charset_encoding), ctype
+
+
+_INFLATE_WBITS = {"gzip": zlib.MAX_WBITS | 16, "deflate": zlib.MAX_WBITS}
+"""The content codings `_decoded` undoes, with the window bits of zlib's decompressor for each (``x-gzip`` is
+``gzip``; a ``deflate`` body without zlib's header, as some servers send it, is read as raw deflate)."""
+_PIECE = 1 << 16
+"""The most bytes a page's decoding makes at once (`_decoded`)."""
+
+
+def _decoded(response: Any) -> Iterator[bytes]:
+    """The body of an httpx response as it was before its ``Content-Encoding``, in pieces of at most `_PIECE` bytes.
+
+    httpx undoes a coding a network chunk at a time, and whole: 64 KB of gzip can be 64 MB of page, and each coding
+    multiplies again, so a page of 1.8 KB gzipped twice (``Content-Encoding: gzip, gzip``) was inflated to 1 GB in the
+    env's process, 2.1 GB at its peak and 10 s, before the size cap could say no, and a few KB more would have taken
+    the trainer's memory. Here each coding makes at most `_PIECE` bytes at a time from the one before, so the cap
+    (and the deadline) stop the page after a few pieces. A coding other than gzip and deflate (`_INFLATE_WBITS`) is a
+    `BrowseError`: the request asks for none other."""
+    codings = [c.strip().lower() for c in response.headers.get("content-encoding", "").split(",")]
+    stream: Iterator[bytes] = response.iter_raw(_PIECE)
+    for coding in reversed([c for c in codings if c and c != "identity"]):
+        coding = "gzip" if coding == "x-gzip" else coding
+        if coding not in _INFLATE_WBITS:
+            raise BrowseError(f"the page's content encoding {coding[:40]!r} is not supported")
+        stream = _inflated(stream, coding)
+    return stream
+
+
+def _inflated(chunks: Iterator[bytes], coding: str) -> Iterator[bytes]:
+    """`chunks` of a body in `coding` (gzip or deflate), inflated a piece of at most `_PIECE` bytes at a time."""
+    inflater, first = zlib.decompressobj(_INFLATE_WBITS[coding]), True
+    for data in chunks:
+        while data and not inflater.eof:
+            try:
+                piece = inflater.decompress(data, _PIECE)
+            except zlib.error as exc:
+                if first and coding == "deflate":  # deflate without zlib's header: raw deflate, as browsers read it
+                    inflater, first = zlib.decompressobj(-zlib.MAX_WBITS), False
+                    continue
+                raise BrowseError(f"the page's {coding} body is corrupt ({exc})") from exc
+            first, data = False, inflater.unconsumed_tail
+            if piece:
+                yield piece
+    tail = inflater.flush()  # nothing is held back once all input went in: at most a few bytes
+    if tail:
+        yield tail
 
 
 _META_CHARSET = re.compile(rb"""<meta[^>]{0,200}?charset\s*=\s*["']?\s*([a-zA-Z0-9_.:-]{1,40})""", re.I)
