@@ -407,11 +407,18 @@ def _inflated(chunks: Iterator[bytes], coding: str) -> Iterator[bytes]:
 _META_CHARSET = re.compile(rb"""<meta[^>]{0,200}?charset\s*=\s*["']?\s*([a-zA-Z0-9_.:-]{1,40})""", re.I)
 
 
+_NOT_PAGE_CODECS = {"punycode", "idna", "undefined", "unicode-escape", "raw-unicode-escape"}
+"""Python's text codecs that a ``charset`` label may name but no page is written in (`decode_page`)."""
+
+
 def decode_page(body: bytes, charset: str | None = None) -> str:
     """A page's bytes as text: in the charset its Content-Type header gives, else the one a ``<meta charset>`` (or
     ``http-equiv`` Content-Type) in its first 4 KB declares, else UTF-8 when it is valid UTF-8, else Windows-1252
     (what browsers assume); a byte-order mark comes first of all. A Chinese page in GBK that said so only in its HTML
-    was read as UTF-8: all U+FFFD."""
+    was read as UTF-8: all U+FFFD. A label that names one of Python's codecs that is no page's charset
+    (`_NOT_PAGE_CODECS`, and those that are not text encodings, ``hex``, ``zlib``) is passed over, as browsers pass
+    over a label they do not know: ``charset=punycode`` held the env for minutes (Python's punycode decoder takes
+    time with the square of its input: 0.4 s for 40 KB), and ``hex`` or ``idna`` failed the page."""
     boms = ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
     for bom, codec in boms:
         if body.startswith(bom):
@@ -420,8 +427,11 @@ def decode_page(body: bytes, charset: str | None = None) -> str:
         if not name:
             continue
         try:
-            codec = codecs.lookup(name).name
+            info = codecs.lookup(name)
         except LookupError:  # a name Python does not know: the next clue
+            continue
+        codec = info.name
+        if not getattr(info, "_is_text_encoding", True) or codec in _NOT_PAGE_CODECS:  # no page's charset either
             continue
         if codec in ("gb2312", "gbk"):
             codec = "gb18030"  # a superset: pages labelled gb2312 hold GBK characters, as browsers know
