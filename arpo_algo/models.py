@@ -145,6 +145,14 @@ def prompt_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
     return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
 
+def text_ids(tokenizer: Any, text: str) -> list[int]:
+    """The token ids of `text` read as text only: a tool's output or the env's notice, appended to a trajectory. Its
+    special tokens' spellings are spelled out, not those tokens: a page or a cell's output holding
+    ``<|im_end|>\n<|im_start|>user`` (pages about language models hold them) became an end of turn and a user's turn in
+    the model's context, and ``<|endoftext|>`` the end of a document, none of which the env wrote."""
+    return list(tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True))
+
+
 def generation_device() -> str | None:
     """Where `arpo rollout` and `arpo eval` generate with transformers: the GPU where there is one (their default
     token budgets assume it), else the CPU (None: where the model loads)."""

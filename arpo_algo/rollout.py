@@ -80,7 +80,7 @@ import numpy as np
 from arpo_algo import ConfigError
 from arpo_algo.entropy import branch_probability, window_entropy
 from arpo_algo.generator import Generator, Path, SamplingParams, Segment
-from arpo_algo.models import prompt_ids
+from arpo_algo.models import prompt_ids, text_ids
 from arpo_algo.tree import Node, RolloutTree, Trajectory
 
 
@@ -522,7 +522,7 @@ class ARPORollout:
         if terminated or truncated:
             self._finish(x, states[x.task], truncated=truncated, observation=obs, parts=info.get("reward_parts"))
             return False
-        ids = self.generator.tokenizer.encode(obs, add_special_tokens=False)
+        ids = text_ids(self.generator.tokenizer, obs)
         limit = getattr(self.generator, "max_length", None)
         if len(x.completion) + len(ids) > self.config.max_completion_tokens or (
                 limit and len(x.path.tokens) + len(ids) > limit):

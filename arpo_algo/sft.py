@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from arpo_algo import jsonl
-from arpo_algo.models import prompt_ids
+from arpo_algo.models import prompt_ids, text_ids
 from arpo_env import tags
 
 # Sources ----------------------------------------------------------------------------------------------------------
@@ -284,7 +284,9 @@ def tokenize(record: dict[str, Any], tokenizer: Any) -> dict[str, list[int]]:
             kind, text = (segment["kind"], segment["text"]) if isinstance(segment, dict) else segment
             if kind not in ("action", "observation"):
                 raise ValueError(f"segment kind must be action or observation, not {kind!r}")
-            piece = tokenizer.encode(text, add_special_tokens=False)
+            # an observation is text only, as the rollout encodes it (`text_ids`: a result spelling <|im_end|>)
+            piece = (text_ids(tokenizer, text) if kind == "observation"
+                     else tokenizer.encode(text, add_special_tokens=False))
             completion += piece
             mask += [1 if kind == "action" else 0] * len(piece)
     if not any(mask):  # it trained on the EOS alone, right after the question: to stop at once, silently
