@@ -399,6 +399,8 @@ def _inflated(chunks: Iterator[bytes], coding: str) -> Iterator[bytes]:
             first, data = False, inflater.unconsumed_tail
             if piece:
                 yield piece
+        if inflater.eof:  # what follows the coded body is not read (httpx ignored it too)
+            break
     tail = inflater.flush()  # nothing is held back once all input went in: at most a few bytes
     if tail:
         yield tail
