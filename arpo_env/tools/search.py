@@ -24,6 +24,7 @@ import re
 import threading
 import time
 import warnings
+from collections import OrderedDict
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -286,6 +287,43 @@ def parse_recorded(value: Any) -> list[SearchHit]:
     return [SearchHit("", p) for p in parts]
 
 
+_RECORDINGS: "OrderedDict[tuple[Any, ...], tuple[str, dict[str, Any], dict[str, Any]]]" = OrderedDict()
+_RECORDINGS_KEPT = 4
+_RECORDINGS_LOCK = threading.Lock()
+
+
+def _recording(path: Path) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """A recording's digest, its records and its records by words (`RecordedSearch`), read once per file and version
+    in this process and shared by every env that replays it (they only read them). Each env read its own: every
+    ``gym.make`` and every root of a rollout (64 a step for 8 tasks of 8 global samples) parsed the file again and kept
+    a copy, 0.7 s and 210 MB for a recording of 100 MB. A file is the same version while its inode, size, modification
+    and change times are (an edit is read at the next env)."""
+    try:
+        stat = path.stat()
+    except OSError as exc:
+        raise FileNotFoundError(f"search recording {path} cannot be read ({exc})") from None
+    key = (str(path.resolve()), stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+    with _RECORDINGS_LOCK:  # one reads it; the others wait for that one
+        if key in _RECORDINGS:
+            _RECORDINGS.move_to_end(key)
+            return _RECORDINGS[key]
+        data = path.read_bytes()
+        try:
+            records = json.loads(data.decode("utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ValueError(f"search recording {path} is not JSON in UTF-8 ({exc})") from None
+        if not isinstance(records, dict):
+            raise ValueError(f"search recording {path} is a JSON {type(records).__name__}, not an object of "
+                             "query → results (as the release's search_cache.json)")
+        by_words: dict[str, Any] = {}
+        for query, value in records.items():  # an exact key first; else the first key with the same words
+            by_words.setdefault(" ".join(query.split()), value)
+        found = _RECORDINGS[key] = (hashlib.sha256(data).hexdigest()[:16], records, by_words)
+        while len(_RECORDINGS) > _RECORDINGS_KEPT:
+            _RECORDINGS.popitem(last=False)
+        return found
+
+
 class RecordedSearch:
     """Exact replay of recorded queries; unrecorded ones go to `fallback` (or fail when there is none).
 
@@ -299,18 +337,7 @@ class RecordedSearch:
 
     def __init__(self, path: str | os.PathLike, fallback: SearchBackend | None = None) -> None:
         self.path = Path(path)
-        data = self.path.read_bytes()
-        self.digest = hashlib.sha256(data).hexdigest()[:16]
-        try:
-            self.records: dict[str, Any] = json.loads(data.decode("utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ValueError(f"search recording {path} is not JSON in UTF-8 ({exc})") from None
-        if not isinstance(self.records, dict):
-            raise ValueError(f"search recording {path} is a JSON {type(self.records).__name__}, not an object of "
-                             "query → results (as the release's search_cache.json)")
-        self._by_words: dict[str, Any] = {}
-        for key, value in self.records.items():  # an exact key first; else the first key with the same words
-            self._by_words.setdefault(" ".join(key.split()), value)
+        self.digest, self.records, self._by_words = _recording(self.path)
         self.fallback = fallback
 
     def cache_id(self) -> str:
