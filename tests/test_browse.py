@@ -127,6 +127,12 @@ class Handler(BaseHTTPRequestHandler):
             for _ in codings:
                 body = gzip.compress(body)
             self._send(200, body, headers=[("Content-Encoding", ", ".join(codings))])
+        elif self.path == "/gzip-members":  # two gzip members one after another, as appending to a .gz makes
+            import gzip
+
+            half = ARTICLE.index("<p>She was salvaged")
+            body = gzip.compress(ARTICLE[:half].encode()) + gzip.compress(ARTICLE[half:].encode())
+            self._send(200, body, headers=[("Content-Encoding", "gzip")])
         elif self.path in ("/deflate", "/raw-deflate"):  # HTTP's deflate with zlib's header, and without it
             import zlib
 
@@ -501,10 +507,32 @@ def test_long_pages_are_truncated_visibly(server):
     assert "[page truncated:" in out.text and len(out.text) < 300
 
 
-@pytest.mark.parametrize("path", ["/gzip", "/x-gzip", "/gzip-gzip", "/deflate", "/raw-deflate"])
+@pytest.mark.parametrize("path", ["/gzip", "/x-gzip", "/gzip-gzip", "/gzip-members", "/deflate", "/raw-deflate"])
 def test_a_compressed_page_is_read(server, path):
+    """Every coding a server may use, and a gzip body of two members (httpx read the first alone)."""
     out = BrowseTool(private_hosts=True).call(f"{server}{path}")
     assert not out.failed and "maiden voyage on 10 August 1628" in out.text, out.text
+    assert "She was salvaged in 1961" in out.text
+
+
+def test_a_coded_body_is_read_whatever_the_sizes_of_its_chunks():
+    """A stream is told by its first two bytes (raw deflate or zlib's, the next gzip member or padding), and a chunk
+    may hold one byte: deciding at the first chunk took a raw deflate stream that came a byte at a time for zlib's,
+    and failed it."""
+    import gzip
+    import zlib
+
+    page = b"".join(b"<p>Paragraph %d</p>" % i for i in range(3000))
+    raw = zlib.compressobj(6, zlib.DEFLATED, -15)
+    bodies = {"gzip": [gzip.compress(page), gzip.compress(page[:5000]) + gzip.compress(page[5000:]) + bytes(100)],
+              "deflate": [raw.compress(page) + raw.flush(), zlib.compress(page), zlib.compress(page) + b"padding"]}
+    for coding, forms in bodies.items():
+        for body in forms:
+            for size in (1, 2, 3, 4096):
+                chunks = iter([body[i:i + size] for i in range(0, len(body), size)])
+                assert b"".join(browse._inflated(chunks, coding)) == page, (coding, size)
+    with pytest.raises(browse.BrowseError, match="gzip body is corrupt"):
+        list(browse._inflated(iter([b"<html>not gzip</html>"]), "gzip"))
 
 
 def test_a_decompression_bomb_is_stopped_at_the_size_cap_without_inflating_it(server):

@@ -299,7 +299,7 @@ class BrowseTool(StatelessTool):
         deadline = time.monotonic() + self.timeout_s
         seen: set[str] = set()
         headers = {"User-Agent": USER_AGENT, "Accept": "text/html,text/plain;q=0.9,*/*;q=0.1",
-                   "Accept-Encoding": ", ".join(_INFLATE_WBITS)}  # what `_decoded` undoes, whatever httpx could
+                   "Accept-Encoding": ", ".join(_CODINGS)}  # what `_decoded` undoes, whatever httpx could
         with httpx.Client(timeout=httpx.Timeout(self.timeout_s), follow_redirects=False, headers=headers,
                           transport=_transport(deadline, public=not self.private_hosts)) as client:
             for _ in range(self.max_redirects + 1):
@@ -358,9 +358,8 @@ class BrowseTool(StatelessTool):
         return decode_page(bytes(body), response.charset_encoding), ctype
 
 
-_INFLATE_WBITS = {"gzip": zlib.MAX_WBITS | 16, "deflate": zlib.MAX_WBITS}
-"""The content codings `_decoded` undoes, with the window bits of zlib's decompressor for each (``x-gzip`` is
-``gzip``; a ``deflate`` body without zlib's header, as some servers send it, is read as raw deflate)."""
+_CODINGS = ("gzip", "deflate")
+"""The content codings `_decoded` undoes (``x-gzip`` is ``gzip``)."""
 _PIECE = 1 << 16
 """The most bytes a page's decoding makes at once (`_decoded`)."""
 
@@ -372,36 +371,55 @@ def _decoded(response: Any) -> Iterator[bytes]:
     multiplies again, so a page of 1.8 KB gzipped twice (``Content-Encoding: gzip, gzip``) was inflated to 1 GB in the
     env's process, 2.1 GB at its peak and 10 s, before the size cap could say no, and a few KB more would have taken
     the trainer's memory. Here each coding makes at most `_PIECE` bytes at a time from the one before, so the cap
-    (and the deadline) stop the page after a few pieces. A coding other than gzip and deflate (`_INFLATE_WBITS`) is a
+    (and the deadline) stop the page after a few pieces. A coding other than gzip and deflate (`_CODINGS`) is a
     `BrowseError`: the request asks for none other."""
     codings = [c.strip().lower() for c in response.headers.get("content-encoding", "").split(",")]
     stream: Iterator[bytes] = response.iter_raw(_PIECE)
     for coding in reversed([c for c in codings if c and c != "identity"]):
         coding = "gzip" if coding == "x-gzip" else coding
-        if coding not in _INFLATE_WBITS:
+        if coding not in _CODINGS:
             raise BrowseError(f"the page's content encoding {coding[:40]!r} is not supported")
         stream = _inflated(stream, coding)
     return stream
 
 
 def _inflated(chunks: Iterator[bytes], coding: str) -> Iterator[bytes]:
-    """`chunks` of a body in `coding` (gzip or deflate), inflated a piece of at most `_PIECE` bytes at a time."""
-    inflater, first = zlib.decompressobj(_INFLATE_WBITS[coding]), True
-    for data in chunks:
-        while data and not inflater.eof:
+    """`chunks` of a body in `coding` (gzip or deflate), inflated a piece of at most `_PIECE` bytes at a time.
+
+    A deflate body is zlib's stream or, where its first two bytes are no zlib header, raw deflate, as browsers read
+    it. A gzip body may be several members one after another (RFC 1952; what appending to a ``.gz`` file makes), read
+    in turn (httpx read the first alone); what follows the last and does not begin as a member does (padding) is not
+    read. Each stream is told by its first two bytes, whatever the sizes of the chunks they come in."""
+    inflater: Any = None
+    pending = b""
+    for chunk in chunks:
+        data, pending = pending + chunk, b""
+        while data:
+            if inflater is None or inflater.eof:  # a stream begins here
+                if inflater is not None and coding == "deflate":  # one stream: what follows it is not read
+                    return
+                if len(data) < 2:
+                    pending = data
+                    break
+                if coding == "gzip" and data[:2] != b"\x1f\x8b":
+                    if inflater is None:
+                        raise BrowseError("the page's gzip body is corrupt (it does not begin as gzip does)")
+                    return
+                zlib_header = (data[0] & 0x0F) == 8 and int.from_bytes(data[:2], "big") % 31 == 0
+                inflater = zlib.decompressobj(zlib.MAX_WBITS | 16 if coding == "gzip"
+                                              else zlib.MAX_WBITS if zlib_header else -zlib.MAX_WBITS)
             try:
                 piece = inflater.decompress(data, _PIECE)
             except zlib.error as exc:
-                if first and coding == "deflate":  # deflate without zlib's header: raw deflate, as browsers read it
-                    inflater, first = zlib.decompressobj(-zlib.MAX_WBITS), False
-                    continue
                 raise BrowseError(f"the page's {coding} body is corrupt ({exc})") from exc
-            first, data = False, inflater.unconsumed_tail
+            data = inflater.unused_data if inflater.eof else inflater.unconsumed_tail
             if piece:
                 yield piece
-        if inflater.eof:  # what follows the coded body is not read (httpx ignored it too)
-            break
-    tail = inflater.flush()  # nothing is held back once all input went in: at most a few bytes
+        if inflater is not None and inflater.eof and coding == "deflate":
+            return
+    if inflater is None and pending:
+        raise BrowseError(f"the page's {coding} body is corrupt (one byte)")
+    tail = inflater.flush() if inflater is not None else b""  # all input went in: at most a few bytes are left
     if tail:
         yield tail
 
