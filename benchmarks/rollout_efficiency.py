@@ -40,7 +40,12 @@ go below (ARPO's branches are made after tool calls, so its trees hold more of t
 independent samples). vLLM's engine start-up is not counted, and "peak MB" is the benchmark process's own (vLLM's engine
 core runs in a process of its own). On a GPU (``--device cuda``, the default where CUDA is there; transformers
 backend) one forward runs before the clock starts, so that CUDA's start-up is not counted either, and "GPU peak MB" is
-the most the GPU held.
+the most the GPU held. Likewise the environments' per-process start-up (the sandbox's template process, which
+imports numpy and sympy, and the scoring workers: about a second, two on a cold disk) runs before the clock, in one
+scripted episode of another seed ("env start-up s", not in the wall; ``--cold-env`` leaves it to the rollout's first
+tool calls, as before 2026-11-28): a training run pays it once, not every step, and on a GPU, where the first tool
+calls come about a second in, whether they found it done decided the env share of a pair (H200: 0.003–0.16 for the
+same trees).
 The model is SmolLM2-135M-Instruct after a short imitation warm-up on scripted episodes of the task family
 (`benchmarks/_warmup.py`), so that it calls tools at all; the tasks are held-out problems of that family
 (``--family``, `arpo_env.procedural`). On ``arithmetic`` one Python call solves a task, so a trajectory makes about
@@ -59,9 +64,10 @@ import sys
 import time
 
 import gymnasium as gym
-from _warmup import family_spec, warmed_model, warmed_path
+from _warmup import family_spec, family_tasks, warmed_model, warmed_path
 
 import arpo_env  # noqa: F401
+from arpo_env.procedural import scripted_episode
 from arpo_algo.rollout import ARPORollout, GRPORollout, RolloutConfig
 
 
@@ -115,9 +121,23 @@ def warm_cuda(generator) -> None:
     torch.cuda.synchronize()
 
 
-def run(cls, generator, tasks, config, family: str = "arithmetic"):
+def warm_envs(family: str) -> float:
+    """One scripted episode of `family` (a task of another seed) in an env like the rollout's, so that what the envs
+    start once per process (the sandbox's template, the scoring workers) is up before the clock; returns its
+    seconds."""
+    start = time.perf_counter()
+    env = gym.make("ARPO-Math-v0", dataset=dataset(family)).unwrapped
+    try:
+        scripted_episode(env, family_tasks(family, 1, 4321)[0])
+    finally:
+        env.close()
+    return time.perf_counter() - start
+
+
+def run(cls, generator, tasks, config, family: str = "arithmetic", cold_env: bool = False):
     engine = cls(generator, lambda: gym.make("ARPO-Math-v0", dataset=dataset(family)).unwrapped, config)
     warm_cuda(generator)
+    env_startup = 0.0 if cold_env else warm_envs(family)
     start = time.perf_counter()
     trees = engine.run(tasks)
     wall = time.perf_counter() - start
@@ -133,6 +153,7 @@ def run(cls, generator, tasks, config, family: str = "arithmetic"):
         "wall s": wall,
         "env s": engine.env_seconds,
         "env share": engine.env_seconds / wall,
+        "env start-up s": env_startup,
         "tool s": engine.step_seconds,
         "decode steps": generator.stats.decode_steps,
         "branches": sum(tree.branches for tree in trees),
@@ -194,6 +215,9 @@ def main() -> None:
     parser.add_argument("--speculative-min-keep", type=float, default=0.5,
                         help="with --speculative: how likely the decision must be to keep them for them to start "
                              "(0.5, the default: more likely than not; 0: at every decision)")
+    parser.add_argument("--cold-env", action="store_true",
+                        help="leave the envs' per-process start-up (the sandbox's template, the scoring workers) to "
+                             "the rollout's first tool calls, inside the wall (by default it runs before the clock)")
     parser.add_argument("--repeats", type=int, default=1,
                         help="run each algorithm this many times, alternating, and report the median wall time "
                              "(the trees are the same each time on the transformers backend; the wall times vary)")
@@ -214,7 +238,8 @@ def main() -> None:
                                    args.default_kernel,
                                    {"family": args.family, "steps": args.warmup_steps, "lr": args.warmup_lr},
                                    args.device)
-        result = run(ARPORollout if args.only == "arpo" else GRPORollout, generator, tasks, config, args.family)
+        result = run(ARPORollout if args.only == "arpo" else GRPORollout, generator, tasks, config, args.family,
+                     args.cold_env)
         result["peak MB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         if args.backend == "hf" and args.device.startswith("cuda"):
             import torch
@@ -251,11 +276,11 @@ def main() -> None:
           f"spare samples={config.min_spare_samples}-{config.spare_samples}, "
           f"speculative branches={'on' if config.speculative_branches else 'off'}"
           + (f" (min keep {config.speculative_min_keep:g})" if config.speculative_branches else "")
-          + f", seed={args.seed}\n")
+          + (", envs started in the wall" if args.cold_env else "") + f", seed={args.seed}\n")
     print("| metric | ARPO | GRPO | ARPO / GRPO |")
     print("|---|---:|---:|---:|")
     for key in ("generated", "encoded", "prompt tokens", "tool result tokens", "notices", "notice tokens",
-                "tool calls", "wall s", "decode steps", "env s", "env share", "tool s",
+                "tool calls", "wall s", "decode steps", "env s", "env share", "tool s", "env start-up s",
                 "peak MB", "GPU peak MB", "branches", "top-ups", "spares started", "spares taken",
                 "spare tokens discarded", "spare tool calls discarded", "speculative started", "speculative kept",
                 "speculative tokens discarded", "trajectories", "longest trajectory", "mean trajectory", "mean reward"):
