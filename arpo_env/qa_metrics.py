@@ -98,6 +98,25 @@ _ANOTHER_OPTION = re.compile(r"\s*(?:[,;/&+]|(?i:and|or)\b)\s*\(?([A-Z])\)?(?!\w
 options names none. Not a letter in an option's text (``B. Both in (A) and (B)``)."""
 
 
+_LATER_OPTION = re.compile(r"(?:[,;/&+]|\b(?i:and|or)\b)\s*\(([A-Z])\)")
+"""An option's mark after a connective further on (``(C) Parabola or (D) Ellipse``): a hedge, unless an option's
+mark stands between the first one and it (the option's own text lists options: ``(D) Both (A) and (B)``)."""
+
+_MARK = re.compile(r"\(([A-Z])\)")
+_LETTERS_ONLY = re.compile(r"(?:[\s,;/&+]*\(?[A-H]\)?\.?)+\s*")
+"""Nothing but option letters after the first (``C D``, ``A B C D``, ``(A) (B)``): a hedge between them."""
+
+
+def _hedged(text: str, letter: str) -> bool:
+    """Whether `text`, what follows an answer's option letter, names another option as well."""
+    if _LETTERS_ONLY.fullmatch(text) and set(re.findall(r"[A-H]", text)) - {letter}:
+        return True
+    for later in _LATER_OPTION.finditer(text):
+        if later.group(1) != letter and not _MARK.search(text, 0, later.start()):
+            return True
+    return False
+
+
 def choice_letter(text: str) -> str | None:
     """The option letter of a multiple-choice answer: "D", "(D)", "D. text", "Answer: D", "The answer is D",
     "\\boxed{\\text{D}}", "$D$", "Answer: **D**". None for an answer that names two ("(D) and (E)")."""
@@ -111,7 +130,9 @@ def choice_letter(text: str) -> str | None:
         if m:
             letter = m.group(1).upper()
             other = _ANOTHER_OPTION.match(text, m.end())
-            return None if other is not None and other.group(1) != letter else letter
+            if other is not None and other.group(1) != letter or _hedged(text[m.end():], letter):
+                return None
+            return letter
     return None
 
 

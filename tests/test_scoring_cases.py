@@ -199,6 +199,9 @@ MATH = [
     ("math500", "\\text{(C)}", answer("(D) Ellipse"), 0.0), ("math500", "\\text{(C)}", answer("A parabola"), 0.0),
     ("math500", "\\text{(C)}", answer("C"), 1.0), ("math500", "\\text{(C)}", answer("Parabola"), 0.0),
     ("math500", "\\text{(C)}", answer("(C) or (D)"), 0.0),
+    ("math500", "\\text{(C)}", answer("(C) Parabola or (D) Ellipse"), 0.0),
+    ("math500", "\\text{(C)}", answer("C D"), 0.0), ("math500", "\\text{(A)}", answer("A B C D"), 0.0),
+    ("math500", "\\text{(C)}", answer("(C) Parabola, not (D) Ellipse"), 1.0),
     # an AMC option's mark before its value, as AoPS's solutions box it, where the gold is the value
     ("math", "12", answer("\\textbf{(B) }12"), 1.0), ("math", "\\frac34", answer("\\textbf{(E)}\\ \\frac{3}{4}"), 1.0),
     ("math", "12", answer("\\textbf{(B) }13"), 0.0), ("math", "\\text{(C)}", answer("\\textbf{(B) }12"), 0.0),
@@ -354,6 +357,8 @@ HLE = [  # multiple choice: the option letter, in its usual forms
     ("I", "I think it is B", 0.0), ("B", "I think it is B", 0.0), ("A", "a dog", 0.0),
     ("A", "The answer is a dog", 0.0), ("D", "D and E", 0.0), ("D", "D Non-elitism", 1.0), ("D", "The answer is D Paris", 1.0),
     ("D", "(D) and (E)", 0.0), ("D", "(D), (E)", 0.0), ("D", "Answer: (D) or E", 0.0), ("D", "(D) and (D)", 1.0),
+    ("D", "D E", 0.0), ("A", "A B C D", 0.0), ("A", "(A) (B)", 0.0), ("D", "(D) 12 or (E) 15", 0.0),
+    ("D", "D. 12; (E) 15", 0.0), ("D", "D. Both (A) and (B)", 1.0), ("D", "(D) (A) and (C) only", 1.0),
     ("B", "B. Both in (A) and (B)", 1.0), ("D", "D. A pair V = (S, D) where S is a sampler", 1.0),
 ]
 
