@@ -93,12 +93,15 @@ _CHOICE_FORMS = [
 ]
 
 
-_ANOTHER_OPTION = re.compile(r"\s*(?:[,;/&+]|(?i:and|or)\b)\s*\(?([A-Z])\)?(?!\w)")
+_CONNECTIVE = r"(?:[,;/&+]|\b(?i:and|or)\b)"
+"""What joins two options named together: a comma, a slash, 'and', 'or'…"""
+
+_ANOTHER_OPTION = re.compile(r"\s*" + _CONNECTIVE + r"\s*\(?([A-Z])\)?(?!\w)")
 """A second option right after the first (``(D) and (E)``, ``(C), (D)``, ``(C) or D``): an answer that names two
 options names none. Not a letter in an option's text (``B. Both in (A) and (B)``)."""
 
 
-_LATER_OPTION = re.compile(r"(?:[,;/&+]|\b(?i:and|or)\b)\s*\(([A-Z])\)")
+_LATER_OPTION = re.compile(_CONNECTIVE + r"\s*\(([A-Z])\)")
 """An option's mark after a connective further on (``(C) Parabola or (D) Ellipse``): a hedge, unless an option's
 mark stands between the first one and it (the option's own text lists options: ``(D) Both (A) and (B)``)."""
 
