@@ -169,8 +169,11 @@ def rollout_main(args: argparse.Namespace) -> int:
             branches += tree.branches
             bar.set_postfix(reward=f"{sum(rewards) / len(rewards):+.2f}")
 
-        for first in range(args.start, args.start + n_tasks, args.batch_tasks):
-            engine.run(list(range(first, min(first + args.batch_tasks, args.start + n_tasks))), on_tree=finished)
+        try:
+            for first in range(args.start, args.start + n_tasks, args.batch_tasks):
+                engine.run(list(range(first, min(first + args.batch_tasks, args.start + n_tasks))), on_tree=finished)
+        finally:
+            generator.close()  # a vLLM engine of its own ends now, not at the interpreter's exit
     n = max(1, len(rewards))
     stats, spares = generator.stats, engine.spares
     tasks = f"{n_tasks} task{'' if n_tasks == 1 else 's'}"

@@ -183,6 +183,9 @@ class RolloutRunner:
         self.generator = generator
         self.lock = threading.Lock()
 
+    def close(self) -> None:
+        self.generator.close()
+
     def run(self, bench: Benchmark, make_env: Callable[[], Any], indices: list[int], runs: list[int],
             s: Settings, record: Record) -> None:
         from arpo_algo.rollout import GRPORollout, RolloutConfig
@@ -722,6 +725,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except ServerRefused as exc:
         raise SystemExit(f"arpo eval: the model's server: {exc}") from None
+    finally:
+        getattr(runner, "close", lambda: None)()  # a vLLM engine of its own ends now, not at the interpreter's exit
     summary = summarise(results, args.runs)
     if args.compare == "paper" and not compare:
         print(f"arpo eval: the paper reports no numbers for {args.model}; its base models are "

@@ -133,6 +133,10 @@ class PathGenerator:
     def new_path(self, prompt_ids: list[int]) -> Path:
         return Path(list(prompt_ids), 0, None, len(prompt_ids))
 
+    def close(self) -> None:
+        """Give back what the backend holds beyond its model (nothing here; the transformers backend its packed
+        weights, a vLLM engine of its own its process). Calling it again does nothing."""
+
     def extend(self, path: Path, token_ids: list[int]) -> None:
         path.tokens.extend(token_ids)
 

@@ -150,8 +150,12 @@ class VLLMGenerator(_CacheServedPaths):
     decides_mid_segment = True
     speculates = True
 
-    def __init__(self, llm: Any, tokenizer: Any | None = None, top_logprobs: int = 20) -> None:
+    def __init__(self, llm: Any, tokenizer: Any | None = None, top_logprobs: int = 20, owns_engine: bool = False
+                 ) -> None:
         self.llm = llm
+        self.owns_engine = owns_engine
+        """Whether `close` shuts the engine down (one `from_pretrained` started), or only aborts this generator's
+        requests (an engine that is another's, such as TRL's colocated ``trainer.llm``)."""
         self.tokenizer = tokenizer if tokenizer is not None else llm.get_tokenizer()
         self.top_logprobs = top_logprobs
         self.stats = GeneratorStats()
@@ -182,7 +186,18 @@ class VLLMGenerator(_CacheServedPaths):
             cpu_engine_defaults(kwargs)
         llm = LLM(model=model, enable_prefix_caching=True, gpu_memory_utilization=gpu_memory_utilization,
                   dtype=dtype, max_model_len=max_model_len, **kwargs)
-        return cls(llm)
+        return cls(llm, owns_engine=True)
+
+    def close(self) -> None:
+        """Abort the requests still under way, and shut the engine down if it is this generator's own (its engine
+        process ended now, not by a finaliser at the interpreter's exit, when the streams its log messages go to may
+        be closed already). Calling it again does nothing; a generator is not used after it."""
+        in_flight, self._requests_in_flight = list(self._requests_in_flight), {}
+        if in_flight:
+            self.llm.llm_engine.abort_request(in_flight)
+        if self.owns_engine:
+            self.owns_engine = False
+            self.llm.llm_engine.engine_core.shutdown()
 
     def submit(self, path: Path, params: SamplingParams, key: Any, decide: Decide | None = None,
                speculative: Sequence[tuple[Any, Path, SamplingParams]] = ()) -> None:
@@ -329,6 +344,13 @@ class VLLMServerGenerator(_CacheServedPaths):
         self._pool: ThreadPoolExecutor | None = None
         self._requests_in_flight: dict[Any, tuple[Any, Path, SamplingParams]] = {}
         self._cancelled: list[tuple[Future, Path]] = []
+
+    def close(self) -> None:
+        """Let the requests under way go (their answers are not waited for) and the threads that send them end."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+        self._requests_in_flight, self._cancelled = {}, []
 
     def submit(self, path: Path, params: SamplingParams, key: Any, decide: Decide | None = None) -> None:
         """Send the path's continuation as its own HTTP request (the server batches concurrent requests). Each has

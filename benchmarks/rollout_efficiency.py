@@ -221,7 +221,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1,
                         help="run each algorithm this many times, alternating, and report the median wall time "
                              "(the trees are the same each time on the transformers backend; the wall times vary)")
-    parser.add_argument("--only", choices=["arpo", "grpo"], help=argparse.SUPPRESS)  # the child process
+    parser.add_argument("--only", choices=["arpo", "grpo"],
+                        help="run one arm alone, once, in this process, and print its figures as one RESULT JSON "
+                        "line (what the side-by-side run starts for each arm and run)")
     args = parser.parse_args()
     config = RolloutConfig(num_generations=args.num_generations, num_global=args.num_global,
                            max_new_tokens=args.max_new_tokens, max_completion_tokens=512, seed=args.seed,
@@ -240,6 +242,7 @@ def main() -> None:
                                    args.device)
         result = run(ARPORollout if args.only == "arpo" else GRPORollout, generator, tasks, config, args.family,
                      args.cold_env)
+        generator.close()
         result["peak MB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         if args.backend == "hf" and args.device.startswith("cuda"):
             import torch

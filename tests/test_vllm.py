@@ -53,7 +53,7 @@ def generator(model_dir):
 
     gen = VLLMGenerator.from_pretrained(str(model_dir), **engine_kwargs())
     yield gen
-    del gen.llm
+    gen.close()
 
 
 @pytest.fixture(scope="module")
@@ -348,6 +348,38 @@ def test_a_cancelled_request_is_aborted_in_the_engine(generator, tokenizer):
     assert [key for key, _ in back] == ["kept"]
     assert not generator._requests_in_flight and not generator.llm.llm_engine.has_unfinished_requests()
     assert generator.stats.generated_tokens - before == len(back[0][1].token_ids) + dropped
+
+
+def test_close_ends_an_engine_of_its_own_and_leaves_one_it_wraps_serving(generator, model_dir, tokenizer):
+    """`close` aborts what is under way; on an engine of its own (`from_pretrained`) it ends the engine's processes
+    then, not by a finaliser at the interpreter's exit, which logged its shutdown into streams already closed
+    (pytest's: "I/O operation on closed file"); on a wrapped engine (TRL's) it leaves the engine to its owner."""
+    import psutil
+
+    from arpo_algo.generator import SamplingParams
+    from arpo_algo.vllm_generator import VLLMGenerator
+
+    ids, params = prompt(tokenizer), SamplingParams(max_new_tokens=400, temperature=1.0, seed=5, stop=())
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    own = VLLMGenerator.from_pretrained(str(model_dir), **engine_kwargs())
+    engine = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    assert engine and own.owns_engine
+    own.submit(own.new_path(ids), params, "under way")
+    own.poll()
+    own.close()
+    own.close()  # again: nothing
+    gone, alive = psutil.wait_procs(engine, timeout=30)
+    assert not alive, [p.name() for p in alive]
+    assert not own._requests_in_flight
+
+    wrapped = VLLMGenerator(generator.llm)
+    assert not wrapped.owns_engine
+    wrapped.submit(wrapped.new_path(ids), params, "under way")
+    wrapped.poll()
+    wrapped.close()
+    assert not generator.llm.llm_engine.has_unfinished_requests()
+    [segment] = generator.generate([generator.new_path(ids)], replace(params, max_new_tokens=3))
+    assert len(segment.token_ids) == 3
 
 
 def drain(generator, polls: list[dict] | None = None, limit: int = 400) -> list[dict]:
