@@ -235,6 +235,10 @@ class OpenAIRunner:
         self.client = ChatClient(base_url, model, api_key, timeout_s=600.0, retries=retries)
         self.workers, self.transcript = workers, transcript
 
+    def close(self) -> None:
+        """Closes the connection pool (a later request opens another)."""
+        self.client.close()
+
     def complete(self, messages: list[dict[str, str]], s: Settings, stop: list[str], seed: int,
                  max_tokens: int | None = None) -> tuple[str, dict[str, Any]]:
         """The model's next turn, with its closing tag (a server drops the stop string it stopped at), and the
@@ -726,7 +730,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ServerRefused as exc:
         raise SystemExit(f"arpo eval: the model's server: {exc}") from None
     finally:
-        getattr(runner, "close", lambda: None)()  # a vLLM engine of its own ends now, not at the interpreter's exit
+        runner.close()  # a vLLM engine of its own ends now, not at the interpreter's exit; a server's connections too
     summary = summarise(results, args.runs)
     if args.compare == "paper" and not compare:
         print(f"arpo eval: the paper reports no numbers for {args.model}; its base models are "

@@ -146,8 +146,11 @@ class ChatClient:
         raise AssertionError("unreachable")
 
     def close(self) -> None:
-        if self._http is not None:
-            self._http.close()
+        """Closes the connection pool; a later request opens another."""
+        with self._lock:
+            http, self._http = self._http, None
+        if http is not None:
+            http.close()
 
 
 def _server_message(reply: Any) -> str:

@@ -328,6 +328,24 @@ def test_a_base_url_that_is_a_web_site_stops_the_run_with_its_words(web_page_ser
                                                               "/v1/chat/completions")
 
 
+def test_closing_an_openai_runner_closes_its_connections_and_a_later_request_opens_new_ones(web_page_server):
+    from arpo_algo import evaluation
+    from arpo_env.openai_chat import ChatError
+
+    server, handler = web_page_server
+    handler.status = 422  # an answer each time, no retry: the request reaches the server
+    runner = evaluation.OpenAIRunner(f"http://127.0.0.1:{server.server_port}", "m", retries=0)
+    messages = [{"role": "user", "content": "What is 1 + 1?"}]
+    for _ in range(2):
+        with pytest.raises(ChatError, match="answered 422"):
+            runner.complete(messages, Settings(), ["</python>"], seed=0)
+        http = runner.client._http
+        assert http is not None and not http.is_closed
+        runner.close()
+        assert http.is_closed and runner.client._http is None
+    runner.close()  # twice is harmless
+
+
 def test_the_output_folder_is_hidden_from_the_sandbox(tmp_path):
     # samples.jsonl holds every question's gold answer: a later benchmark, or a run started again, could read it.
     from conftest import assert_hidden_from_the_sandbox
