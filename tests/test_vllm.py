@@ -633,6 +633,18 @@ def test_a_served_engine_generates_each_path_as_its_own_request(server, tokenize
     assert len(tree.trajectories) == 4 and sum(t.tool_calls for t in tree.trajectories) > 0
     assert any(n.kind == "branch" for n in tree.nodes)
 
+    # close(): the request under way is let go (not waited for), its thread ends, and a later request opens a new pool
+    gen.submit(gen.new_path(ids), params, "let go")
+    pool = gen._pool
+    gen.close()
+    assert gen._pool is None and gen.poll() == []
+    for thread in list(pool._threads):
+        thread.join(120)
+        assert not thread.is_alive()
+    (again,) = gen.generate([gen.new_path(ids)], params)
+    assert again.token_ids
+    gen.close()
+
 
 def test_trainer_in_server_mode_trains_and_syncs_the_server(server, model_dir, tokenizer, tmp_path):
     """Training against the server, two steps. The weights reach it over TRL's NCCL weight-transfer engine with
