@@ -299,6 +299,9 @@ _MIXED_NUMBER = re.compile(r"([+-]?)(\d+)\s+(\d+)\s*/\s*(\d+)")
 """A mixed number in plain text (``2 1/2``), which math-verify read as no number: `tidy` writes ``2\\frac{1}{2}``."""
 _SPACED_DIGITS = re.compile(r"([+-]?\d{1,3}(?:[ \u00a0\u202f]\d{3})+)((?:\.\d+)?)")
 """Digits grouped by spaces (``1 200``, with a no-break or a narrow no-break space too, as French and SI write them)."""
+_JUXTAPOSED = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:\s+(?:\d+(?:\.\d*)?|\.\d+))+")
+"""Numbers side by side and nothing else (``3 5``, ``5 1 3 6``), once mixed numbers and spaced digit groups are taken:
+math-verify added whole ones (``3 4 5`` was 12) and multiplied decimals (``3.5 2`` was 7); `tidy` lists them."""
 _TIE = re.compile(r"(?<!\\)~")
 """TeX's tie, a space that does not break (``16~\\text{cm}``, ``x~=~5``: math-verify read neither), once digit groups
 (``10~080``) are taken; not an accent (``\\~{n}``)."""
@@ -763,7 +766,8 @@ def tidy(answer: str) -> str:
       ``\emptyset`` (it was a symbol, not the empty set); a temperature is its number in degrees of its scale
       (``18°C``, ``-3 °F``, ``18℃``: `_TEMPERATURE`; no number before);
     * a mixed number in plain text is one (``2 1/2``, `_MIXED_NUMBER`), and digits grouped by spaces are one number
-      (``1 200``, `_SPACED_DIGITS`): neither was any number; nor was a number in millions (``1.2 million``:
+      (``1 200``, `_SPACED_DIGITS`): neither was any number; other numbers side by side are a list (``3 4 5``:
+      `_JUXTAPOSED`; math-verify read their sum, 12); nor was a number in millions (``1.2 million``:
       `_SCALED`), which is written in digits; a repeating decimal is its fraction (``0.\overline{3}``: `_REPEATING`);
       an AMC option's mark before its value goes (``\textbf{(B) }12``: `_OPTION_MARK`); a number in another base is
       MATH's ``1011_{2}`` (``0b1011``, ``1011 (base 2)``: `_BASE`); a float one ulp off a short decimal is that
@@ -815,6 +819,8 @@ def tidy(answer: str) -> str:
     spaced = _SPACED_DIGITS.fullmatch(text)
     if spaced is not None:
         text = re.sub(r"\s", "", spaced.group(1)) + spaced.group(2)
+    elif _JUXTAPOSED.fullmatch(text):  # "3 4 5": three numbers, not their sum
+        text = ", ".join(text.split())
     repeating = _REPEATING.fullmatch(text)
     if repeating is not None:
         sign, whole, fixed, cycle = repeating.groups()

@@ -179,6 +179,9 @@ MATH = [
     # a mixed number in plain text, and digits grouped by spaces, were no number at all
     ("gsm8k", "2.5", answer("2 1/2"), 1.0), ("math500", "\\frac{5}{2}", answer("2 1/2"), 1.0),
     ("gsm8k", "1", answer("2 1/2"), 0.0), ("gsm8k", "1200", answer("1 200"), 1.0), ("gsm8k", "200", answer("1 200"), 0.0),
+    # other numbers side by side were their sum (whole ones) or product (decimals): they are a list
+    ("gsm8k", "12", answer("3 4 5"), 0.0), ("math500", "8", answer("3 5"), 0.0), ("gsm8k", "7", answer("3.5 2"), 0.0),
+    ("math500", "3, 5", answer("3 5"), 1.0), ("math500", "3, 5", answer("3 6"), 0.0),
     # TeX's tie is a space: neither answer was read
     ("math500", "16", answer("16~\\text{cm}^{2}"), 1.0), ("math500", "5", answer("x~=~5"), 1.0),
     ("math500", "16", answer("17~\\text{cm}^{2}"), 0.0),
@@ -465,7 +468,8 @@ def test_the_reference_think_rule_is_available_by_name():
     ("€x", "€x"), ("USD1200", "USD1200"), ("-€5", "-5\\text{ €}"), ("\\varnothing", "\\emptyset"),
     ("\\varnothingx", "\\varnothingx"),
     ("2 1/2", "2\\frac{1}{2}"), ("-3 1/4", "-3\\frac{1}{4}"), ("3 5/4", "3 5/4"), ("1 200", "1200"),
-    ("1\u00a0200\u202f000.5", "1200000.5"), ("1 20", "1 20"), ("1234 567", "1234 567"),
+    ("1\u00a0200\u202f000.5", "1200000.5"), ("1 20", "1, 20"), ("1234 567", "1234, 567"),
+    ("3.5 2 .5", "3.5, 2, .5"), ("-3 5", "-3, 5"), ("3 -5", "3 -5"), ("3 5x", "3 5x"),
     ("2√2", "2\\sqrt{2}"), ("√ (x+(1))", "\\sqrt{x+(1)}"), ("√(2", "\\sqrt(2"), ("√{2}", "\\sqrt{2}"),
     ("∜x", "\\sqrt[4]{x}"), ("√2.25", "\\sqrt{2.25}"), ("(√3)", "(\\sqrt{3})"), ("x⁻¹", "x^{-1}"), ("10²³", "10^{23}"),
     ("1½", "1\\frac{1}{2}"), ("a·b", "a\\cdot b"), ("(0, ∞)", "(0, \\infty )"), ("2π", "2\\pi"),
