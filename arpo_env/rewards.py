@@ -766,9 +766,9 @@ def tidy(answer: str) -> str:
       ``\emptyset`` (it was a symbol, not the empty set); a temperature is its number in degrees of its scale
       (``18°C``, ``-3 °F``, ``18℃``: `_TEMPERATURE`; no number before);
     * a mixed number in plain text is one (``2 1/2``, `_MIXED_NUMBER`), and digits grouped by spaces are one number
-      (``1 200``, `_SPACED_DIGITS`): neither was any number; other numbers side by side are a list (``3 4 5``:
-      `_JUXTAPOSED`; math-verify read their sum, 12); nor was a number in millions (``1.2 million``:
-      `_SCALED`), which is written in digits; a repeating decimal is its fraction (``0.\overline{3}``: `_REPEATING`);
+      (``1 200``, `_SPACED_DIGITS`): neither was any number; nor was a number in millions (``1.2 million``:
+      `_SCALED`), which is written in digits; other numbers side by side are a list (``3 4 5``: `_JUXTAPOSED`;
+      math-verify read their sum, 12); a repeating decimal is its fraction (``0.\overline{3}``: `_REPEATING`);
       an AMC option's mark before its value goes (``\textbf{(B) }12``: `_OPTION_MARK`); a number in another base is
       MATH's ``1011_{2}`` (``0b1011``, ``1011 (base 2)``: `_BASE`); a float one ulp off a short decimal is that
       decimal (``18.000000000000004``: `_float_noise`).
