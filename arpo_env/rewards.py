@@ -299,14 +299,14 @@ _MIXED_NUMBER = re.compile(r"([+-]?)(\d+)\s+(\d+)\s*/\s*(\d+)")
 """A mixed number in plain text (``2 1/2``), which math-verify read as no number: `tidy` writes ``2\\frac{1}{2}``."""
 _SPACED_DIGITS = re.compile(r"([+-]?\d{1,3}(?:[ \u00a0\u202f]\d{3})+)((?:\.\d+)?)")
 """Digits grouped by spaces (``1 200``, with a no-break or a narrow no-break space too, as French and SI write them)."""
-_JUXTAPOSED = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:\s+(?:\d+(?:\.\d*)?|\.\d+))+")
-"""Numbers side by side and nothing else (``3 5``, ``5 1 3 6``), once mixed numbers and spaced digit groups are taken:
-math-verify added whole ones (``3 4 5`` was 12) and multiplied decimals (``3.5 2`` was 7); `tidy` lists them."""
 _TIE = re.compile(r"(?<!\\)~")
 """TeX's tie, a space that does not break (``16~\\text{cm}``, ``x~=~5``: math-verify read neither), once digit groups
 (``10~080``) are taken; not an accent (``\\~{n}``)."""
 _DECIMAL = r"(?:\d+(?:\.\d*)?|\.\d+)"
 """A number's digits with perhaps a decimal point (``12``, ``12.5``, ``.5``), no sign."""
+_JUXTAPOSED = re.compile(r"[+-]?" + _DECIMAL + r"(?:\s+" + _DECIMAL + r")+")
+"""Numbers side by side and nothing else (``3 5``, ``5 1 3 6``), once mixed numbers and spaced digit groups are taken:
+math-verify added whole ones (``3 4 5`` was 12) and multiplied decimals (``3.5 2`` was 7); `tidy` lists them."""
 _E_NOTATION = re.compile(r"([+-]?" + _DECIMAL + r")[eE]([+-]?\d{1,7})")  # linear: the answer is hostile
 _FULLWIDTH = {**{cp: cp - 0xFEE0 for cp in range(0xFF01, 0xFF5F)}, 0x3000: 0x20}
 """Full-width forms of ASCII (``１２``, ``＋``, the ideographic space) to ASCII: only these, not all of NFKC, which
