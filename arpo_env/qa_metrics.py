@@ -96,9 +96,11 @@ _CHOICE_FORMS = [
 _CONNECTIVE = r"(?:[,;/&+]|\b(?i:and|or)\b)"
 """What joins two options named together: a comma, a slash, 'and', 'or'…"""
 
-_ANOTHER_OPTION = re.compile(r"\s*" + _CONNECTIVE + r"\s*\(?([A-Z])\)?(?!\w)")
-"""A second option right after the first (``(D) and (E)``, ``(C), (D)``, ``(C) or D``): an answer that names two
-options names none. Not a letter in an option's text (``B. Both in (A) and (B)``)."""
+_MAYBE = r"(?i:maybe|possibly|perhaps|also)"
+_ANOTHER_OPTION = re.compile(r"\s*[(\-–—]?\s*(?:" + _CONNECTIVE + r"\s*(?:(?:" + _MAYBE + r"|(?i:option|choice))\s+)?|"
+                             + _MAYBE + r"\s+)\(?([A-Z])\)?(?!\w)")
+"""A second option right after the first (``(D) and (E)``, ``(C), (D)``, ``(C) or D``, ``D (or E)``, ``D. Or maybe
+E``): an answer that names two options names none. Not a letter in an option's text (``B. Both in (A) and (B)``)."""
 
 
 _LATER_OPTION = re.compile(_CONNECTIVE + r"\s*\(([A-Z])\)")
@@ -106,8 +108,9 @@ _LATER_OPTION = re.compile(_CONNECTIVE + r"\s*\(([A-Z])\)")
 mark stands between the first one and it (the option's own text lists options: ``(D) Both (A) and (B)``)."""
 
 _MARK = re.compile(r"\(([A-Z])\)")
-_LETTERS_ONLY = re.compile(r"(?:[\s,;/&+]*\(?[A-H]\)?\.?)+\s*")
-"""Nothing but option letters after the first (``C D``, ``A B C D``, ``(A) (B)``): a hedge between them."""
+_LETTERS_ONLY = re.compile(r"(?:[\s,;/&+\-–—]*\(?[A-H]\)?\.?)+[\s.!?]*")
+"""Nothing but option letters after the first (``C D``, ``A B C D``, ``(A) (B)``, ``D E!``, ``D - E``): a hedge
+between them."""
 
 
 def _hedged(text: str, letter: str) -> bool:

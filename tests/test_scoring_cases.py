@@ -363,6 +363,11 @@ HLE = [  # multiple choice: the option letter, in its usual forms
     ("D", "D E", 0.0), ("A", "A B C D", 0.0), ("A", "(A) (B)", 0.0), ("D", "(D) 12 or (E) 15", 0.0),
     ("D", "D. 12; (E) 15", 0.0), ("D", "D. Both (A) and (B)", 1.0), ("D", "(D) (A) and (C) only", 1.0),
     ("B", "B. Both in (A) and (B)", 1.0), ("D", "D. A pair V = (S, D) where S is a sampler", 1.0),
+    # hedges that read as their first letter: letters then a stop, a connective in brackets, a hedging word
+    ("D", "D E!", 0.0), ("D", "D E?", 0.0), ("D", "D. E!", 0.0), ("D", "D - E", 0.0), ("D", "D (or E)", 0.0),
+    ("D", "D (and E)", 0.0), ("D", "D (maybe E)", 0.0), ("D", "D — or E", 0.0), ("D", "D. Or maybe E.", 0.0),
+    ("D", "D and possibly E", 0.0), ("D", "D (also E)", 0.0),
+    ("D", "D (not E)", 1.0), ("D", "D. Option A is wrong because", 1.0), ("D", "D - Non-elitism", 1.0),
 ]
 
 
