@@ -202,7 +202,10 @@ def qa_exact_match(prediction: str | None, gold: Any) -> float:
     return best_em(*_unwrapped(prediction, gold))
 
 
-_NEGATIVE = re.compile(r"\b(incorrect|not\s+correct|wrong|partially|partly|partial)\b")
+_NEGATIVE = re.compile(r"\b(?:incorrect|wrong|partially|partly|partial)\b"
+                       r"|(?:\bnot|\bcannot|\bnever|n['’]t)\s+(?:\w+\s+){0,2}correct\b")
+"""A verdict against: "Incorrect", "wrong", "Partially correct", and a negated "correct" ("not correct", "isn't
+correct", "not entirely correct", "cannot be considered correct"; "isn't correct" read as "correct")."""
 _POSITIVE = re.compile(r"\bcorrect\b")
 
 

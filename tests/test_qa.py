@@ -277,6 +277,10 @@ def test_the_prediction_reaches_the_judge_as_one_quoted_string_it_cannot_break_o
     ("The predicted answer is correct.", 1.0, True), ("correct.", 1.0, True), ("Incorrect", 0.0, True),
     ("Partially correct", 0.0, True), ("**Incorrect** — it names the wrong city", 0.0, True),
     ("The answer is not correct", 0.0, True), ("I am not sure.", 1.0, False),  # neither: F1 stands in
+    # a negated "correct" is against, whatever stands between ("isn't correct" read as correct)
+    ("The predicted answer isn't correct.", 0.0, True), ("It isn’t correct", 0.0, True),
+    ("It is not entirely correct.", 0.0, True), ("This cannot be considered correct.", 0.0, True),
+    ("It is never correct to say so", 0.0, True), ("Not quite correct", 0.0, True),
     # a thinking model: its verdict follows its thoughts (here 200 words of them), whatever they say
     ("<think>Is the prediction wrong? " + "Let me compare the two. " * 40 + "They name the same tower.</think>\n\n"
      "Correct", 1.0, True),
