@@ -123,14 +123,27 @@ def _unknown_in(parser: TrlParser, argv: Sequence[str] | None) -> tuple[list[str
     return keys, [s[2:].split("=")[0] for s in rest if s.startswith("--")]
 
 
+OTHER_NAMES = {"alpha": "branch_alpha", "Z": "branch_factor", "branches": "branch_factor",
+               "num_branches": "branch_factor", "M": "num_generations", "N": "num_global",
+               "global_samples": "num_global", "k": "entropy_k", "dataset": "dataset_name", "tasks": "train_limit",
+               "algo": "algorithm", "env": "env_id", "max_new_tokens": "max_new_tokens_per_turn",
+               "max_completion_tokens": "max_completion_length"}
+"""What the paper (α, Z, M, N, k) and ``arpo rollout``'s flags call a setting, by the name ``arpo train`` knows it
+by: the nearest spelling of ``alpha`` is ``lora_alpha``, of ``dataset`` ``data_seed``. (ARPO's β is
+``branch_beta``; ``beta`` is TRL's KL weight, a flag, so never an unknown name.)"""
+
+
 def _unknown_names(parser: TrlParser, names: Sequence[str], recipe: bool = False) -> str:
-    """"the recipe has keys no flag knows: learning_rat (did you mean learning_rate?)", or "unknown flags: …"."""
+    """"the recipe has keys no flag knows: learning_rat (did you mean learning_rate?)", or "unknown flags: …"; a
+    name the paper or ``arpo rollout`` uses is given the flag's (`OTHER_NAMES`)."""
     from dataclasses import fields
 
     from arpo_env.tools.protocol import did_you_mean
 
     known = [f.name for cls in parser.dataclass_types for f in fields(cls)]
-    return f"{'the recipe has keys no flag knows' if recipe else 'unknown flags'}: {did_you_mean(names, known)}"
+    named = [f"{name} ({parser.prog} calls it {OTHER_NAMES[name]})" if OTHER_NAMES.get(name) in known else
+             did_you_mean([name], known) for name in names]
+    return f"{'the recipe has keys no flag knows' if recipe else 'unknown flags'}: {', '.join(named)}"
 
 
 def _all_flags(parser: TrlParser) -> str:

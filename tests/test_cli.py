@@ -73,6 +73,9 @@ def run_cli(*args, timeout=300):
     (["rollout", "--env-kwargs", '{"sandbox": "e2b", "sandbox_options": {"api_key": ""}}'], "needs an API key"),
     (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--num_generations", "3"], "divisible by"),  # TRL's
     (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--max_stepz", "3"], "unknown flags: max_stepz"),
+    # the paper's and arpo rollout's names: the nearest spellings were lora_alpha and data_seed
+    (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--alpha", "0.4"],
+     "unknown flags: alpha (arpo train calls it branch_alpha)"),
     (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--env_kwargs", "{max_tool_calls: 3}"],
      "env_kwargs is not JSON (Expecting property name"),  # was json's message alone, not naming the flag
     (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--env_kwargs", "[3]"],
@@ -178,6 +181,8 @@ def test_a_recipe_with_a_mistake_is_one_clear_line(command, tmp_path):
                         ("- a\n- b\n", "must contain a YAML mapping"),
                         ("learning_rat: 1.0e-5\nnonsense_key: 1\n", "keys no flag knows: learning_rat (did you mean "
                                                                    "learning_rate?), nonsense_key")] + [
+            ("alpha: 0.4\nZ: 3\n", "keys no flag knows: alpha (arpo train calls it branch_alpha), Z (arpo train "
+             "calls it branch_factor)")] * (command == "train") + [
             # TRL's own check refuses the default the typo left (16); it alone was the message
             ("num_generation: 4\nper_device_train_batch_size: 4\n", "keys no flag knows: num_generation (did you "
              "mean num_generations?) (the flags: arpo train --help-all); with it left out: generation_batch_size (8) "
