@@ -70,6 +70,21 @@ def test_chinese_is_found_by_its_words_not_only_by_whole_sentences(tmp_path):
     assert index_terms("长江 is 亚洲最长") == " 长江  is  亚洲 洲最 最长 "
 
 
+def test_full_width_letters_ligatures_and_combining_accents_are_the_letters_they_stand_for(tmp_path):
+    """Chinese text writes digits and Latin letters full width (``２０２３年``, ``ｉＰｈｏｎｅ``): such a query found
+    nothing; nor did ``Hernández`` find a page that writes its accent as a combining mark. Both sides are NFKC."""
+    corpus = tmp_path / "corpus.jsonl"
+    docs = [{"id": "0", "title": "Mount Fuji", "text": "Mount Fuji is the highest mountain in Japan."},
+            {"id": "1", "title": "长江", "text": "长江是亚洲最长的河流，2023年流经中国。"},
+            {"id": "2", "title": "Juan", "text": "Juan Herna\u0301ndez won the ﬁrst prize."},
+            {"id": "3", "title": "Other", "text": "Nothing of note here at all."}]
+    corpus.write_text("\n".join(json.dumps(d, ensure_ascii=False) for d in docs))
+    search = LocalSearch(corpus)
+    assert search.search("Ｍｏｕｎｔ Ｆｕｊｉ", 1)[0].title == "Mount Fuji"
+    assert search.search("２０２３", 1)[0].title == "长江"
+    assert search.search("Hernández", 1)[0].title == "Juan" and search.search("first prize", 1)[0].title == "Juan"
+
+
 def test_an_index_of_another_format_is_built_again(tmp_path):
     """An index stamped before CJK pairs (its stamp has no format) is built again, not read as this format."""
     corpus = tmp_path / "corpus.jsonl"

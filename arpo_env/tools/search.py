@@ -23,6 +23,7 @@ import os
 import re
 import threading
 import time
+import unicodedata
 import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -60,14 +61,18 @@ class SearchBackend(Protocol):
 # local: BM25 over a corpus file
 # --------------------------------------------------------------------------------------------------------------------
 _CJK_RUN = re.compile(f"[{CJK}]{{2,}}")
-INDEX_FORMAT = "cjk-bigrams"
+INDEX_FORMAT = "cjk-bigrams-nfkc"
 """What the on-disk index was built with, in its stamp: an index of another format is built again."""
 
 
 def index_terms(text: str) -> str:
     """`text` as BM25 reads it: each run of Chinese, Japanese or Korean characters written as its overlapping pairs
     (``瓦萨号`` is ``瓦萨 萨号``), since those languages put no spaces between words. bm25s's tokenizer took a whole
-    run (a sentence) for one word, so that no query but that sentence could find it."""
+    run (a sentence) for one word, so that no query but that sentence could find it. Unicode's compatibility forms
+    (NFKC) first, as QA's F1 reads answers: full-width letters and digits, as Chinese text writes them, are the ASCII
+    ones (a query for ``２０２３年`` or ``Ｍｏｕｎｔ Ｆｕｊｉ`` found nothing), ligatures their letters (``ﬁrst``), and an
+    accent written as a combining mark is one letter with it (``Hernández`` was the words ``herna`` and ``ndez``)."""
+    text = unicodedata.normalize("NFKC", text)
     return _CJK_RUN.sub(lambda run: " " + " ".join(run[0][i:i + 2] for i in range(len(run[0]) - 1)) + " ", text)
 
 
