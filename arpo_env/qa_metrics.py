@@ -125,12 +125,13 @@ def _hedged(text: str, letter: str) -> bool:
 
 def choice_letter(text: str) -> str | None:
     """The option letter of a multiple-choice answer: "D", "(D)", "D. text", "Answer: D", "The answer is D",
-    "\\boxed{\\text{D}}", "$D$", "Answer: **D**". None for an answer that names two ("(D) and (E)")."""
+    "\\boxed{\\text{D}}", "$D$", "Answer: **D**", "（Ｄ）". None for an answer that names two ("(D) and (E)")."""
     from arpo_env.tags import boxed, unwrap_text
 
     text = str(text).strip()
     inner = boxed(text)
-    text = unwrap_text(inner if inner is not None else text).replace("*", "").strip()  # Markdown's emphasis
+    text = unicodedata.normalize("NFKC", unwrap_text(inner if inner is not None else text))  # full width: "（Ｄ）"
+    text = text.replace("*", "").strip()  # Markdown's emphasis
     for form in _CHOICE_FORMS:
         m = form.match(text)
         if m:

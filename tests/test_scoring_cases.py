@@ -368,6 +368,8 @@ HLE = [  # multiple choice: the option letter, in its usual forms
     ("D", "D (and E)", 0.0), ("D", "D (maybe E)", 0.0), ("D", "D — or E", 0.0), ("D", "D. Or maybe E.", 0.0),
     ("D", "D and possibly E", 0.0), ("D", "D (also E)", 0.0),
     ("D", "D (not E)", 1.0), ("D", "D. Option A is wrong because", 1.0), ("D", "D - Non-elitism", 1.0),
+    # full width, as Chinese text writes letters and brackets
+    ("D", "Ｄ", 1.0), ("D", "（D）", 1.0), ("D", "\\boxed{Ｄ}", 1.0), ("D", "＊＊Ｄ＊＊", 1.0), ("D", "Ｃ", 0.0),
 ]
 
 
