@@ -287,7 +287,10 @@ def test_a_dead_page_worker_is_replaced(server):
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1:{port}", "localhost:{port}", "[::1]:{port}", "0.0.0.0:{port}",
-                                  "2130706433:{port}", "[::ffff:127.0.0.1]:{port}", "169.254.169.254", "10.0.0.1"])
+                                  "2130706433:{port}", "[::ffff:127.0.0.1]:{port}", "169.254.169.254", "10.0.0.1",
+                                  # IPv6 forms that carry 127.0.0.1 or the metadata service: compatible, NAT64, 6to4
+                                  "[::127.0.0.1]:{port}", "[64:ff9b::7f00:1]:{port}", "[64:ff9b::a9fe:a9fe]",
+                                  "[2002:7f00:1::]:{port}"])
 def test_local_and_private_addresses_are_refused_by_default(server, host):
     # The URL is the model's: 127.0.0.1:8000 may be a vLLM server, 169.254.169.254 a cloud's metadata service.
     port = server.rsplit(":", 1)[1]

@@ -464,10 +464,18 @@ def decode_page(body: bytes, charset: str | None = None) -> str:
         return body.decode("cp1252", errors="replace")
 
 
+_EMBEDS_IPV4 = (ipaddress.ip_network("::/96"), ipaddress.ip_network("64:ff9b::/96"))
+"""IPv6 addresses whose last 32 bits are an IPv4 address: IPv4-compatible (``::127.0.0.1``) and NAT64's prefix."""
+
+
 def _is_public(address: object) -> bool:
-    """Whether an address from getaddrinfo is a global unicast one (an IPv4-mapped IPv6 address read as its IPv4)."""
+    """Whether an address from getaddrinfo is a global unicast one. An IPv6 address that carries an IPv4 one is read
+    as that: IPv4-mapped (``::ffff:127.0.0.1``), IPv4-compatible (``::127.0.0.1``), NAT64 (``64:ff9b::7f00:1``) and
+    6to4 (``2002:7f00:1::``), which Python calls global whatever IPv4 address they carry."""
     ip = ipaddress.ip_address(str(address).split("%")[0])
-    ip = getattr(ip, "ipv4_mapped", None) or ip
+    if isinstance(ip, ipaddress.IPv6Address):
+        ip = ip.ipv4_mapped or ip.sixtofour or next(
+            (ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF) for net in _EMBEDS_IPV4 if ip in net), ip)
     return ip.is_global and not ip.is_multicast
 
 
