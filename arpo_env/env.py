@@ -6,6 +6,7 @@ import collections
 import copy
 import math
 import numbers
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -258,9 +259,13 @@ class ToolEnv(gym.Env[str, str]):
         return observation, reward, terminated, truncated, info
 
     def render(self) -> str | None:
+        """The transcript as text ("ansi": returned; "human": printed). A control character in it, which the model
+        or a tool wrote (an escape sequence that clears the screen or sets the terminal's title, a carriage return
+        that writes over a line, a bidirectional override), is shown as its escape (``\\x1b``), not sent to the
+        terminal; newlines and tabs stay."""
         state = self._require_state()
         text = f"[system]\n{self.system_prompt}\n[user]\n{prompts.user_turn(state.task.question)}\n[assistant]\n"
-        text += state.completion
+        text = _CONTROL.sub(lambda m: m[0].encode("unicode_escape").decode("ascii"), text + state.completion)
         if self.render_mode == "human":
             print(text)
             return None
@@ -400,6 +405,10 @@ def _as_text(action: Any) -> str:
         return str(action)
     raise TypeError(f"an action is the text the model generated (str or UTF-8 bytes), not {type(action).__name__}")
 
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+"""Characters `render` shows as their escapes: C0 and C1 controls but newline and tab, and the bidirectional
+marks, overrides and isolates."""
 
 _RESET_OPTIONS = frozenset({"index", "question", "answer", "id", "source", "kind", "meta"})
 

@@ -657,3 +657,22 @@ def test_keyword_arguments_as_a_user_would_write_them():
     with pytest.raises(ValueError, match=re.escape("sandbox_options: unknown timeout (did you mean timeout_s?), nope; "
                                                    "the options are timeout_s, cpu_s,")):
         gym.make("ARPO-Math-v0", sandbox_options={"timeout": 5, "nope": 1})  # was a TypeError naming every kwarg
+
+
+def test_render_shows_control_characters_as_escapes_not_to_the_terminal(capsys):
+    """What the model and its tools write reaches the terminal in "human" mode: an escape sequence cleared the screen,
+    a carriage return wrote over a line, a bidirectional override reversed what followed."""
+    env = gym.make("ARPO-Math-v0", render_mode="human", sandbox_options={"timeout_s": 5})
+    env.reset(options=Q)
+    env.step("<python>print('\\x1b[2J\\x1b]0;pwned\\x07' + 'a\\rb')</python>")
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\r" not in out and "\x07" not in out
+    assert "\\x1b[2J\\x1b]0;pwned\\x07a\\rb" in out  # the result, as escapes
+    env.step("Let me think.\u202e <answer>\\boxed{408}</answer>")
+    out = capsys.readouterr().out
+    assert "\u202e" not in out and "think.\\u202e <answer>" in out and "\n[assistant]\n" in out
+    env.close()
+    ansi = gym.make("ARPO-Math-v0", render_mode="ansi")
+    ansi.reset(options={"question": "Say \x1b[31mred", "answer": "1"})
+    assert "Say \\x1b[31mred" in ansi.render() and "\x1b" not in ansi.render()
+    ansi.close()
