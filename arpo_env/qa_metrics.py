@@ -66,7 +66,10 @@ def missing(value: Any) -> bool:
 
 
 def aliases(gold: Any) -> list[str]:
-    """The gold's aliases as text, the missing ones left out (`missing`): a row without a gold has none."""
+    """The gold's aliases as text, the missing ones left out (`missing`): a row without a gold has none. A NumPy
+    array (a dataset in NumPy or pandas form) is its items: its ``str`` (``['12' '13']``) was one alias."""
+    if hasattr(gold, "tolist") and not isinstance(gold, str):
+        gold = gold.tolist()
     items = gold if isinstance(gold, (list, tuple)) else [gold]
     return [str(g) for g in items if not missing(g)]
 

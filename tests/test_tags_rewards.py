@@ -299,6 +299,13 @@ def test_trl_reward_function_signatures_and_columns():
     assert rewards.math_reward(["p"], parts, answer=[matrix]) == [1.0]
     assert rewards.math_reward(["p", "p"], [None, [{"role": "assistant", "content": None}]], answer=["1", "1"]) == [
         -1.0, -1.0]  # no text: broken format, not a TypeError
+    # aliases as a NumPy array (a dataset in NumPy form): its str "['408' '409']" was one alias, scoring 0 and F1 2/3
+    import numpy as np
+
+    for golds in (np.array(["409", "408"]), np.array([408]), np.int64(408)):
+        assert rewards.math_reward(["p"], [GOOD], answer=[golds]) == [1.0], golds
+        assert rewards.qa_reward(["p"], [GOOD], answer=[golds]) == [1.0], golds
+    assert rewards.math_reward(["p"], [GOOD], answer=[np.array([np.nan])]) == [0.0]  # no gold
 
 
 def test_reward_works_off_the_main_thread():
