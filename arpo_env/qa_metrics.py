@@ -161,18 +161,45 @@ def choice_options(question: str) -> dict[str, str]:
     return {m.group(1): question[m.end():end].strip() for m, end in zip(found, ends)}
 
 
+_ANSWER_IS = re.compile(r"^\W*(?:the\s+)?(?:final\s+|correct\s+)?(?:answer|option|choice)\s*(?:is\b|:|：|=)?", re.I)
+
+
 def named_option(prediction: str, question: str | None) -> str | None:
     """The letter of the one option of `question` whose text `prediction` is, up to case, punctuation and articles
-    (``Weak Non-Sadism`` for ``D. Weak Non-Sadism``); None when it is no option's text, or several options'."""
+    (``Weak Non-Sadism`` for ``D. Weak Non-Sadism``), or whose letter and text it is (``F. A, B, C``, ``The answer
+    is (F) A, B, C``: an option's text that lists options read as a hedge between them); None when it is no
+    option's text, or several options'."""
     from arpo_env.tags import boxed, unwrap_text
 
     if not question:
         return None
     inner = boxed(str(prediction))
-    said = normalize_answer(unwrap_text(inner if inner is not None else prediction))
+    written = unwrap_text(inner if inner is not None else prediction)
+    said, bare = normalize_answer(written), normalize_answer(_ANSWER_IS.sub("", written))
     letters = [letter for letter, text in choice_options(question).items()
-               if said and normalize_answer(unwrap_text(text)) == said]
+               if said and (normalize_answer(unwrap_text(text)) == said
+                            or normalize_answer(f"{letter} {unwrap_text(text)}") in (said, bare))]
     return letters[0] if len(letters) == 1 else None
+
+
+def names_another_option(prediction: str, letter: str, question: str | None) -> bool:
+    """Whether `prediction`, read as option `letter`, goes on to name another option of `question` by its letter
+    and the start of its text after a connective (``D. 12 or E. 15``, ``D) 12, or maybe E) 15``): a hedge that
+    `choice_letter` cannot tell from an option's own text (``S and D. The number…``) without the options."""
+    from arpo_env.tags import unwrap_text
+
+    if not question:
+        return False
+    said = unicodedata.normalize("NFKC", str(prediction))
+    for other, text in choice_options(question).items():
+        start = " ".join(normalize_answer(unwrap_text(text)).split()[:3])
+        if other == letter or not start:
+            continue
+        mark = re.compile(_CONNECTIVE + r"\s*(?:" + _MAYBE + r"\s+)?\(?" + other + r"(?:\)|[.:])?\s+")
+        if any(f"{normalize_answer(said[m.end():m.end() + 4 * len(start) + 40])} ".startswith(start + " ")
+               for m in mark.finditer(said)):  # its words, whole: "E. 150" is not E's "15"
+            return True
+    return False
 
 
 def qa_score(prediction: str | None, gold: Any, meta: Mapping[str, Any] | None = None) -> float:
@@ -185,7 +212,11 @@ def qa_score(prediction: str | None, gold: Any, meta: Mapping[str, Any] | None =
     if prediction is None:
         return 0.0
     if (meta or {}).get("answer_type") == "multipleChoice":  # the letter, or an option's text in full
-        letter = named_option(prediction, (meta or {}).get("question")) or choice_letter(prediction)
+        question = (meta or {}).get("question")
+        letter = named_option(prediction, question)
+        if letter is None:
+            letter = choice_letter(prediction)
+            letter = None if letter is not None and names_another_option(prediction, letter, question) else letter
         golds = aliases(gold)
         return float(letter is not None and bool(golds) and letter == choice_letter(golds[0]))
     return best_f1(*_unwrapped(prediction, gold))

@@ -406,6 +406,25 @@ def test_hle_an_options_text_names_it(gold, written, expected):
     assert score == expected, (gold, written)
 
 
+LISTING_QUESTION = ("Which numbers are prime?\n\nAnswer Choices:\nA. 4\nB. 6\nC. 9\nD. 12 only\nE. 15\nF. A, B, C\n"
+                    "G. None of the above")
+
+
+@pytest.mark.parametrize("gold, written, expected", [
+    # an option's letter and its own text, which lists options: read as a hedge between A, B and C
+    ("F", "F. A, B, C", 1.0), ("F", "(F) A, B, C", 1.0), ("F", "The answer is F: A, B, C", 1.0),
+    ("A", "F. A, B, C", 0.0),
+    # two options, each by its letter and its text: a hedge `choice_letter` alone cannot tell from an option's text
+    ("D", "D. 12 only or E. 15", 0.0), ("E", "D. 12 only or E. 15", 0.0), ("D", "D) 12 only, or maybe E) 15", 0.0),
+    ("D", "D. 12 only, not E. 15", 1.0), ("D", "D. 12 only", 1.0), ("E", "E. 15", 1.0),
+    ("D", "D. 12 only, and E. 150 is not an option", 1.0)])
+def test_hle_options_named_with_their_text(gold, written, expected):
+    """"F. A, B, C" (F's letter and text) scored 0, as "A B C" would; "D. 12 only or E. 15" scored 1 for D."""
+    task = {"question": LISTING_QUESTION, "answer": gold, "meta": {"answer_type": "multipleChoice"}}
+    _, score, _ = score_sample(BENCHMARKS["hle"], answer(written), task, judge=None)
+    assert score == expected, (gold, written)
+
+
 # The training reward: the paper's format gate, the bonus only for tools that ran ----------------------------------
 TOOLS = "<search>q</search>" + R.format("Page 1: …") + "<python>print(1)</python>" + R.format("1")
 REWARD = [  # (completion, gold, expected math_reward)
