@@ -89,10 +89,11 @@ def best_em(prediction: str | None, gold: Any) -> float:
 # After the letter: punctuation, the end, or a space before the option's text, which does not go on in lower case
 # ("D Non-elitism"): "I think it is B", "a dog" and "D and E" name no single option.
 _AFTER_LETTER = r"(?:[.:)\]]|$|\s(?!\s*(?-i:[a-z])))"
+_ANSWER_IS_WORDS = r"(?:the\s+)?(?:final\s+|correct\s+)?(?:answer|option|choice)\s*(?:is|:|：|=)?\s*"
+""""The answer is", "Final answer:", "Option": what may stand before an option's letter (case aside)."""
 _CHOICE_FORMS = [
     re.compile(r"^\(?([A-Za-z])\)?" + _AFTER_LETTER),  # "D", "(D)", "D.", "D) text", "D Text"
-    re.compile(r"^(?:the\s+)?(?:final\s+|correct\s+)?(?:answer|option|choice)\s*(?:is|:|：|=)?\s*"
-               r"(?:option\s+|choice\s+)?\(?([A-Za-z])\)?" + _AFTER_LETTER, re.I),
+    re.compile(r"^" + _ANSWER_IS_WORDS + r"(?:option\s+|choice\s+)?\(?([A-Za-z])\)?" + _AFTER_LETTER, re.I),
 ]
 
 
@@ -161,7 +162,7 @@ def choice_options(question: str) -> dict[str, str]:
     return {m.group(1): question[m.end():end].strip() for m, end in zip(found, ends)}
 
 
-_ANSWER_IS = re.compile(r"^\W*(?:the\s+)?(?:final\s+|correct\s+)?(?:answer|option|choice)\s*(?:is\b|:|：|=)?", re.I)
+_ANSWER_IS = re.compile(r"^\W*" + _ANSWER_IS_WORDS, re.I)
 
 
 def named_option(prediction: str, question: str | None) -> str | None:
