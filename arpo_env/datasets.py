@@ -8,9 +8,10 @@
   rows are filtered by ``ability`` (math or qa); the question is ``extra_info.question``, the gold answer
   ``reward_model.ground_truth`` (the release's own prompts are not used);
 * any ``.jsonl``, ``.json``, ``.parquet``, ``.csv`` or ``.tsv`` path given as the name (a table's first row names
-  its columns): a question (``question``, ``problem``, … or a ``prompt`` of chat messages, whose last user turn it
-  is) and a gold answer (``answer``, ``ground_truth``, …, ``reward_model.ground_truth``, or MATH's worked
-  ``solution``, whose last ``\\boxed{}`` it is);
+  its columns; a ``.json`` file is a list of records, JSON lines, or an object holding its records): a question
+  (``question``, ``problem``, … or a ``prompt`` of chat messages, whose last user turn it is) and a gold answer
+  (``answer``, ``ground_truth``, …, ``reward_model.ground_truth``, or MATH's worked ``solution``, whose last
+  ``\\boxed{}`` it is);
 * ``default``, ``default_qa``, ``default_deepsearch``: small sets shipped inside the package (no data directory,
   no network): 100 math problems (ARPO training rows and GSM8K), 100 multi-hop questions from the ARPO training set
   that the shipped search corpus covers, 100 questions of the release's hard-search set;
@@ -35,7 +36,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable
 
-from arpo_env.qa_metrics import aliases
+from arpo_env.qa_metrics import aliases, missing
+from arpo_env.tags import unicode_text
 
 MATH_BENCHMARKS = ("aime24", "aime25", "math500", "gsm8k", "math")
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".tsv")
@@ -97,7 +99,20 @@ _UNESCAPED = str.maketrans({"\x08": "\\b", "\x0c": "\\f", "\x07": "\\a", "\x0b":
 def _clean(text: str) -> str:
     # The ARPO release has a backspace where "\b" of "\boxed" was escaped once too few times, and a form feed for the
     # "\f" of "\frac" ("in the form \x0crac{m}{n}": 21 questions of train_10k). Neither is ever a question's own.
-    return text.translate(_UNESCAPED)
+    # A lone surrogate ("\ud83d" of an emoji cut in half, as scraped text holds) is U+FFFD: no tokenizer encodes it.
+    return unicode_text(text.translate(_UNESCAPED))
+
+
+def _gold_text(value: Any) -> str:
+    """A gold answer given as a number, as text: a whole number stored as a float (an integer column with a null in
+    it, read through pandas, holds 1990.0) is its integer ("1990": QA's F1 of "1990" against "1990.0" was 0); NaN
+    (such a column's null) is blank."""
+    if isinstance(value, float):
+        if missing(value):
+            return ""
+        if value.is_integer() and abs(value) < 2 ** 53:
+            return str(int(value))
+    return str(value)
 
 
 def task_from_record(record: dict[str, Any], source: str, index: int, kind: str | None = None,
@@ -116,6 +131,8 @@ def task_from_record(record: dict[str, Any], source: str, index: int, kind: str 
                              f"Question, query or prompt, or a prompt of chat messages){_fields(record)}")
     rm = record.get("reward_model") if isinstance(record.get("reward_model"), dict) else {}
     given = [g for g in [*(record.get(k) for k in GOLD_FIELDS), rm.get("ground_truth")] if g is not None]
+    if not given and (any(k in record for k in GOLD_FIELDS) or "ground_truth" in rm):
+        given = [""]  # a gold field that is null (a parquet column's missing value): blank, left out, not fatal
     answer = next((g for g in given if aliases(g)), None)  # the first that is not blank
     if answer is None and isinstance(record.get("solution"), str):  # MATH's layout: a worked solution, \boxed{} last
         from arpo_env.tags import boxed
@@ -142,9 +159,13 @@ def task_from_record(record: dict[str, Any], source: str, index: int, kind: str 
     if isinstance(answer, str) and "####" in answer:
         answer = _gsm8k_answer(answer)
     elif isinstance(answer, (int, float)):
-        answer = str(answer)
+        answer = _gold_text(answer)
+    elif isinstance(answer, dict):
+        raise DataUnreadable(f"{where}: record {index + 1}'s gold answer is an object of fields "
+                             f"({', '.join(map(str, list(answer)[:6]))}), not text, a number or a list of aliases")
     elif not isinstance(answer, str):
-        answer = [str(a) for a in answer]  # a real list in the data: the dataset's own aliases
+        answer = [_gold_text(a) for a in answer]  # a real list in the data: the dataset's own aliases
+    answer = unicode_text(answer) if isinstance(answer, str) else [unicode_text(a) for a in answer]
     rid = next((record[k] for k in ("id", "unique_id", "task_id", "_id", "idx") if record.get(k) is not None),
                index)  # "_id": HotpotQA's and 2Wiki's own files
     meta = {k: v for k, v in record.items() if k in ("level", "subject", "answer_type", "Level", "data_source")}
@@ -174,8 +195,8 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
             raise DataUnreadable(f"{path} is not UTF-8 text (byte {exc.start}): {exc.reason}") from exc
         if path.suffix in (".csv", ".tsv"):
             records = _read_table(path, text)
-        elif path.suffix == ".json" and text.lstrip().startswith("["):
-            records = _parse_json(path, text, 1)
+        elif path.suffix == ".json" and text.lstrip().startswith(("[", "{")) and _one_document(text):
+            records = _json_records(_parse_json(path, text, 1))
         else:
             # Lines end at "\n" (and "\r\n"): JSON text may hold U+2028, U+0085 … unescaped, which splitlines cuts at.
             records = [_parse_json(path, line, n) for n, line in enumerate(text.split("\n"), 1) if line.strip()]
@@ -203,12 +224,48 @@ def _read_table(path: Path, text: str) -> list[dict[str, Any]]:
     return [{k: v for k, v in row.items() if v not in (None, "") or k in GOLD_FIELDS} for row in rows]
 
 
+def _one_document(text: str) -> bool:
+    """Whether a ``.json`` file's text is one JSON document (a list of records, or an object holding them), not
+    JSON lines under that suffix (as `datasets`' ``to_json`` writes them): a list is; an object is unless a
+    second one follows it."""
+    if text.lstrip().startswith("["):
+        return True
+    try:
+        json.loads(text, parse_int=_int)
+    except json.JSONDecodeError as exc:
+        return exc.msg != "Extra data"
+    except (ValueError, RecursionError):
+        pass
+    return True
+
+
+def _json_records(document: Any) -> list[Any]:
+    """The records of a ``.json`` file's document: a list's items; an object's, when it holds them as its one list
+    of objects (``{"version": …, "data": [{…}, …]}``); else the object itself, one record (a file of one JSON line)."""
+    if isinstance(document, dict):
+        lists = [v for v in document.values() if isinstance(v, list) and v and all(isinstance(r, dict) for r in v)]
+        if len(lists) == 1 and not any(k in document for k in ("question", "problem", "Question", "query", "prompt")):
+            return lists[0]
+        return [document]
+    return document if isinstance(document, list) else [document]
+
+
+def _int(digits: str) -> int | str:
+    # past Python's limit on an int's digits (4,300): the digits, as text (a gold answer's are read as text anyway)
+    try:
+        return int(digits)
+    except ValueError:
+        return digits
+
+
 def _parse_json(path: Path, text: str, first_line: int) -> Any:
     try:
-        return json.loads(text)
+        return json.loads(text, parse_int=_int)
     except json.JSONDecodeError as exc:
         raise DataUnreadable(f"{path} line {first_line + exc.lineno - 1} is not JSON ({exc.msg}, column "
                              f"{exc.colno})") from exc
+    except RecursionError as exc:
+        raise DataUnreadable(f"{path} line {first_line}: JSON nested too deeply to read") from exc
 
 
 _HUB_ID = re.compile(r"[\w.-]+/[\w.-]+(?::[\w.-]+)?")

@@ -136,7 +136,8 @@ class ToolEnv(gym.Env[str, str]):
             if "answer" not in options or options.get("question") is None:
                 raise ValueError('a custom task needs both "question" (text) and "answer"; give {"index": i} for a '
                                  'task of the dataset')
-            task = Task(str(options["question"]), options["answer"], str(options.get("id") or "custom"),
+            question = tags.unicode_text(str(options["question"]))  # a lone surrogate: U+FFFD, as a tokenizer needs
+            task = Task(question, options["answer"], str(options.get("id") or "custom"),
                         str(options.get("source") or "custom"), str(options.get("kind") or self.tasks[0].kind),
                         dict(options.get("meta") or {}))
         elif "index" in options:

@@ -433,6 +433,79 @@ def test_an_unreadable_data_file_is_a_clear_error_naming_the_file_and_line(tmp_p
     assert "arpo eval: aime24: " in result.stderr and "test.jsonl line 1 is not JSON" in result.stderr
 
 
+def test_a_json_file_is_read_as_the_document_it_is(tmp_path):
+    """A ``.json`` file holding one object was read as JSON lines: a pretty-printed ``{"version": …, "data": [...]}``
+    was refused as "line 1 is not JSON" (it is JSON). An object holding its records as its one list of objects gives
+    them; a file of one record is that record; JSON lines under ``.json`` (as `datasets`' ``to_json`` writes them)
+    stay JSON lines, and a broken line is still named."""
+    rows = [{"question": "1+1?", "answer": "2"}, {"question": "2+2?", "answer": "4"}]
+    cases = {"wrapped.json": json.dumps({"version": "1.0", "data": rows}, indent=2),
+             "one.json": json.dumps(rows[0], indent=2),
+             "lines.json": "".join(json.dumps(r) + "\n" for r in rows),
+             "chat.json": json.dumps({"prompt": [{"role": "user", "content": "1+1?"}], "answer": "2"}, indent=1)}
+    for name, text in cases.items():
+        (tmp_path / name).write_text(text)
+        tasks = load_tasks(str(tmp_path / name))
+        assert [(t.question, t.answer) for t in tasks] == [(r["question"], r["answer"]) for r in rows][:len(tasks)]
+        assert len(tasks) == (1 if name in ("one.json", "chat.json") else 2), name
+    (tmp_path / "broken.json").write_text('{\n "question": "q",\n "answer":\n}')
+    with pytest.raises(DataUnreadable, match="broken.json line 4 is not JSON"):
+        load_tasks(str(tmp_path / "broken.json"))
+    (tmp_path / "cut.json").write_text(cases["lines.json"] + "{oops\n")
+    with pytest.raises(DataUnreadable, match="cut.json line 3 is not JSON"):
+        load_tasks(str(tmp_path / "cut.json"))
+
+
+def test_hostile_json_values_are_read_or_refused_by_name(tmp_path):
+    """A gold of 5,000 digits raised Python's ValueError on an int's digits, a record nested 100,000 deep a
+    RecursionError, neither naming the file; a gold that is an object of fields became its keys as aliases."""
+    path = tmp_path / "hostile.jsonl"
+    path.write_text('{"question": "2**16610?", "answer": ' + "9" * 5000 + "}\n")
+    assert load_tasks(str(path))[0].answer == "9" * 5000
+    path.write_text('{"question": "q", "answer": "1"}\n{"question": "q", "answer": ' + "[" * 100_000 + "]" * 100_000
+                    + "}\n")
+    with pytest.raises(DataUnreadable, match="hostile.jsonl line 2: JSON nested too deeply to read"):
+        load_tasks(str(path))
+    path.write_text('{"question": "q", "answer": {"value": "5", "unit": "m"}}\n')
+    with pytest.raises(DataUnreadable, match=r"record 1's gold answer is an object of fields \(value, unit\)"):
+        load_tasks(str(path))
+
+
+def test_null_and_float_golds_and_lone_surrogates(tmp_path, caplog):
+    """A parquet table's null gold refused the whole table (its blank cells in a CSV are left out); a float column's
+    NaN was the gold "nan", and its whole numbers (an integer column with a null, through pandas) "1990.0", which
+    QA's F1 scores 0 against "1990". A lone surrogate in a question (an emoji cut in half) reached the prompt, which
+    no tokenizer encodes."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from arpo_env.qa_metrics import best_f1
+
+    path = tmp_path / "years.parquet"
+    pq.write_table(pa.table({"question": ["q1", "q2", "q3", "q4"], "answer": ["1990", None, "3", "4"],
+                             "ground_truth": [None, None, 2.5, None]}), path)
+    with caplog.at_level(logging.WARNING, logger="arpo_env.datasets"):
+        assert [(t.question, t.answer) for t in load_tasks(str(path))] == [("q1", "1990"), ("q3", "3"), ("q4", "4")]
+    assert "1 record with a blank gold answer left out (record 2)" in caplog.text
+    pq.write_table(pa.table({"question": ["q1", "q2", "q3"], "answer": [1990.0, float("nan"), 2.5]}), path)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="arpo_env.datasets"):
+        tasks = load_tasks(str(path), kind="qa")
+    assert [(t.question, t.answer) for t in tasks] == [("q1", "1990"), ("q3", "2.5")]
+    assert best_f1("1990", tasks[0].answer) == 1.0
+    assert "1 record with a blank gold answer left out (record 2)" in caplog.text
+    path = tmp_path / "torn.jsonl"
+    path.write_text('{"question": "What does \\ud83d mean?", "answer": "x\\ud800"}\n')
+    task = load_tasks(str(path))[0]
+    assert (task.question, task.answer) == ("What does \ufffd mean?", "x\ufffd")
+    env = gym.make("ARPO-Math-v0", dataset=str(path))
+    for options in ({"index": 0}, {"question": "torn \ud83d", "answer": "1"}):
+        obs, info = env.reset(options=options)
+        obs.encode("utf-8")
+        json.dumps(info["messages"], ensure_ascii=False).encode("utf-8")
+    env.close()
+
+
 def test_math_and_conversational_layouts_load(tmp_path):
     """MATH's own layout (``problem``, a worked ``solution`` ending in ``\\boxed{}``) and TRL's conversational rows
     (``prompt`` as chat messages, ``reward_model``) were refused for want of a question or an answer field."""
