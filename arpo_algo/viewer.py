@@ -33,6 +33,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from arpo_algo import jsonl
 from arpo_algo.tree import entropy_windows
+from arpo_env.tags import unicode_text
 
 SCHEMA = 1
 """Version of the page's data layout (the compact trees below); the script checks it."""
@@ -316,11 +317,16 @@ def training_plot(curves: dict[str, list[tuple[int, float]]]) -> bytes | None:
     return _png(fig)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 # The page -----------------------------------------------------------------------------------------------------------
 def _json_block(element_id: str, value: Any) -> str:
     # "</script>" or "<!--" in model text would end or derail the script element: no "<" reaches the HTML parser
-    # ("\u003c" is the same JSON string).
+    # ("\u003c" is the same JSON string). A lone surrogate (which `jsonl` writes as its escape) stays an escape: no
+    # UTF-8 encodes it, and the page was never written.
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
+    text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
     return f'<script type="application/json" id="{element_id}">{text}</script>'
 
 
@@ -416,7 +422,8 @@ def build(path: str | Path, out: str | Path, limit: int | None = DEFAULT_LIMIT) 
             p.write_bytes(train)
             written.append(p)
     head = totals(trees)
-    out.write_text(render(trees, source, metrics, plots, head), encoding="utf-8")
+    # (a path or a line not read that holds a lone surrogate, as a file name not in UTF-8 does: U+FFFD)
+    out.write_text(unicode_text(render(trees, source, metrics, plots, head)), encoding="utf-8")
     return {"report": out, "plots": written, "totals": head, "skipped": source.bad_lines,
             "trees read": read, "logged steps": len(metrics)}
 

@@ -194,6 +194,21 @@ def test_text_from_the_model_cannot_break_the_page(trees_file, tmp_path):
     assert json.loads(block, parse_constant=reject)["trajs"][0]["parts"]["score"] is None
 
 
+def test_lone_surrogates_and_a_file_name_not_in_utf8(trees_file, tmp_path):
+    """`jsonl` writes a lone surrogate in a model's or a tool's text as its JSON escape, and a file name that is not
+    UTF-8 reads as one: no UTF-8 encodes it, so `arpo view` failed with a traceback and left an empty page."""
+    tree = json.loads(trees_file.read_text().splitlines()[0])
+    tree["trajectories"][0]["segments"][0]["text"] += "half an emoji: \ud83d"
+    folder = Path(os.fsdecode(bytes(tmp_path) + b"/runs-\xff"))  # 'runs-\udcff'
+    folder.mkdir()
+    path = folder / "trees.jsonl"
+    path.write_text(json.dumps(tree) + "\n")  # (ASCII JSON: the escape)
+    page = viewer.build(path, tmp_path / "torn.html")["report"].read_text(encoding="utf-8")
+    block = page.split('id="tree-0">', 1)[1].split("</script>", 1)[0]
+    assert json.loads(block)["trajs"][0]["segs"][0]["text"].endswith("half an emoji: \ud83d")  # kept, as an escape
+    assert "runs-\ufffd" in page
+
+
 def test_entropy_curves_and_run_metrics(trees_file, tmp_path):
     source = viewer.find_source(trees_file)
     raw = viewer.read_trees(source)
