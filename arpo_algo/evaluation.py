@@ -497,7 +497,11 @@ def paper_rows(path: Path, model: str) -> list[tuple[str, dict[str, float]]]:
     """Rows of the paper's Table 1 whose base model matches `model` (by name, case-insensitively)."""
     rows = []
     with open(path, encoding="utf-8-sig") as f:
-        for row in csv.DictReader(f, delimiter="\t"):
+        reader = csv.DictReader(f, delimiter="\t")
+        for column in ("model", "method"):  # checked on the header: a file of one line (no rows) was no table, silently
+            if column not in (reader.fieldnames or ()):
+                raise KeyError(column)
+        for row in reader:
             if row["model"].lower() in model.lower() or model.lower() in row["model"].lower():
                 rows.append((f"paper: {row['method']}", {k: float(v) for k, v in row.items()
                                                           if k not in ("model", "method") and v}))

@@ -133,8 +133,10 @@ def test_a_paper_table_eval_cannot_read_is_one_line_before_the_model_loads(tmp_p
     missing_column.write_text("model\tgsm8k\nQwen2.5-7B-Instruct\t92.0\n")
     not_a_number = tmp_path / "dash.tsv"
     not_a_number.write_text("model\tmethod\tgsm8k\nQwen2.5-7B-Instruct\tARPO\t-\n")
+    header_only = tmp_path / "trees.jsonl"  # not a table, and no row to find it out by: read as one
+    header_only.write_text(json.dumps({"task": {"question": "1+1?"}, "nodes": []}) + "\n")
     for table, words in [(tmp_path / "nowhere.tsv", "No such file"), (missing_column, "no 'method' column"),
-                         (not_a_number, "is not a number")]:
+                         (not_a_number, "is not a number"), (header_only, "no 'model' column")]:
         result = run_cli("eval", "--model", "/nowhere/Qwen2.5-7B-Instruct", "--benchmarks", "gsm8k", "--compare",
                          "paper", "--paper-table", str(table), "--out", str(tmp_path / "out"))
         assert result.returncode == 2 and f"arpo eval: --paper-table {table}: " in result.stderr, result.stderr
