@@ -76,6 +76,17 @@ def env_reward(completions: list[Any], env_reward: list[float], **kwargs: Any) -
     return [float(r) for r in env_reward]
 
 
+def _check_first_row(name: str, dataset: Any) -> None:
+    """A dataset whose rows `row_task` cannot read (no question, no gold answer) is refused before the model loads,
+    not at the first generation step."""
+    if dataset is None or not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__") or not len(dataset):
+        return
+    try:
+        row_task(dict(dataset[0]))
+    except ValueError as exc:
+        raise ValueError(f"ARPOTrainer: {name}'s first row: {exc}") from None
+
+
 class ARPOTrainer(GRPOTrainer):
     """Train a causal LM with ARPO (or its GRPO, DAPO and REINFORCE++ baselines) on an arpo_env environment.
 
@@ -83,8 +94,10 @@ class ARPOTrainer(GRPOTrainer):
         model: a model id or path, or a `PreTrainedModel`, as for `GRPOTrainer`.
         reward_funcs: extra TRL reward functions; the env's reward (`env_reward`) is always the first.
         args: `ARPOConfig`.
-        train_dataset: rows with ``question`` and ``answer`` (and optionally ``kind``, ``meta``) or a
-            conversational ``prompt``; by default the tasks of the environment (`task_dataset`).
+        train_dataset: rows with a question and a gold answer, read as dataset files are (`row_task`:
+            ``question``, ``problem`` or a conversational ``prompt``; ``answer``, ``ground_truth``,
+            ``reward_model.ground_truth``, a ``solution``'s ``\\boxed{}``, …; optionally ``kind``, ``meta``), its
+            first row checked before the model loads; by default the tasks of the environment (`task_dataset`).
         make_env: returns a fresh unwrapped `arpo_env.ToolEnv`; by default ``gym.make(args.env_id, **env_kwargs)``.
         Other arguments as for `GRPOTrainer` (``tools``, ``rollout_func`` and ``environment_factory`` are ARPO's
         own and cannot be passed).
@@ -117,6 +130,10 @@ class ARPOTrainer(GRPOTrainer):
             args = ARPOConfig(f"{str(name).rstrip('/').split('/')[-1]}-ARPO")
         if train_dataset is None:
             train_dataset = task_dataset(args.env_id, **self.env_kwargs(args))
+        named = eval_dataset.items() if isinstance(eval_dataset, dict) else [("", eval_dataset)]
+        for name, dataset in [("train_dataset", train_dataset), *((f"eval_dataset{name and f'[{name!r}]'}", d)
+                                                                  for name, d in named)]:
+            _check_first_row(name, dataset)
         quiet_trl_deprecations()
         extra = reward_funcs if isinstance(reward_funcs, list) else ([reward_funcs] if reward_funcs else [])
         with warnings.catch_warnings(), _vllm_engine_options(args):

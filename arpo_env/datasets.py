@@ -120,29 +120,12 @@ def task_from_record(record: dict[str, Any], source: str, index: int, kind: str 
     """Normalise one record of any supported layout into a `Task` (`index` counts from 0; a record without a question
     or a gold answer is `DataUnreadable`, said of `where`, the file, or else of `source`)."""
     where = where or source
-    extra = record.get("extra_info") if isinstance(record.get("extra_info"), dict) else {}
-    question = next((record[k] for k in ("question", "problem", "Question", "query", "prompt")
-                     if isinstance(record.get(k), str)), None) or extra.get("question")
-    if question is None and isinstance(record.get("prompt"), list):  # a conversational row: its last user turn
-        turns = [m.get("content") for m in record["prompt"] if isinstance(m, dict) and m.get("role") == "user"]
-        question = turns[-1] if turns and isinstance(turns[-1], str) else None
+    question = record_question(record)
     if question is None:
-        raise DataUnreadable(f"{where}: record {index + 1} has no question (a text field question, problem, "
-                             f"Question, query or prompt, or a prompt of chat messages){_fields(record)}")
-    rm = record.get("reward_model") if isinstance(record.get("reward_model"), dict) else {}
-    given = [g for g in [*(record.get(k) for k in GOLD_FIELDS), rm.get("ground_truth")] if g is not None]
-    if not given and (any(k in record for k in GOLD_FIELDS) or "ground_truth" in rm):
-        given = [""]  # a gold field that is null (a parquet column's missing value): blank, left out, not fatal
-    answer = next((g for g in given if aliases(g)), None)  # the first that is not blank
-    if answer is None and isinstance(record.get("solution"), str):  # MATH's layout: a worked solution, \boxed{} last
-        from arpo_env.tags import boxed
-
-        answer = boxed(record["solution"])
-    if answer is None and given:  # only blank ones: a task `load_tasks` leaves out, saying so
-        answer = given[0]
+        raise DataUnreadable(f"{where}: record {index + 1} has no question ({_QUESTION_FIELDS}){_fields(record)}")
+    answer = record_gold(record)
     if answer is None:
-        raise DataUnreadable(f"{where}: record {index + 1} has no gold answer ({', '.join(GOLD_FIELDS)}, "
-                             f"reward_model.ground_truth, or a solution with a \\boxed{{}}){_fields(record)}")
+        raise DataUnreadable(f"{where}: record {index + 1} has no gold answer ({_GOLD_WORDS}){_fields(record)}")
     others = record.get("answer_aliases")
     if isinstance(answer, str) and aliases(answer) and isinstance(others, (list, tuple)) and aliases(others):
         answer = list(dict.fromkeys([answer, *(str(a) for a in others if str(a).strip())]))  # MuSiQue's aliases
@@ -170,6 +153,40 @@ def task_from_record(record: dict[str, Any], source: str, index: int, kind: str 
                index)  # "_id": HotpotQA's and 2Wiki's own files
     meta = {k: v for k, v in record.items() if k in ("level", "subject", "answer_type", "Level", "data_source")}
     return Task(_clean(question).strip(), answer, str(rid), source, str(kind), meta)
+
+
+_QUESTION_FIELDS = "a text field question, problem, Question, query or prompt, or a prompt of chat messages"
+_GOLD_WORDS = f"{', '.join(GOLD_FIELDS)}, reward_model.ground_truth, or a solution with a \\boxed{{}}"
+
+
+def record_question(record: dict[str, Any]) -> str | None:
+    """A record's question: its first text field of ``question``, ``problem``, ``Question``, ``query``, ``prompt``,
+    ``extra_info.question``, or a conversational ``prompt``'s last user turn; None when it has none."""
+    extra = record.get("extra_info") if isinstance(record.get("extra_info"), dict) else {}
+    question = next((record[k] for k in ("question", "problem", "Question", "query", "prompt")
+                     if isinstance(record.get(k), str)), None) or extra.get("question")
+    if question is None and isinstance(record.get("prompt"), list):  # a conversational row: its last user turn
+        turns = [m.get("content") for m in record["prompt"] if isinstance(m, dict) and m.get("role") == "user"]
+        question = turns[-1] if turns and isinstance(turns[-1], str) else None
+    return question if isinstance(question, str) else None
+
+
+def record_gold(record: dict[str, Any]) -> Any:
+    """A record's gold answer as given: its first field of `GOLD_FIELDS` that is not blank, then
+    ``reward_model.ground_truth``, then a worked ``solution``'s last ``\\boxed{}``; a blank one (``""`` for a null)
+    when those fields are all blank; None when it has none of them."""
+    rm = record.get("reward_model") if isinstance(record.get("reward_model"), dict) else {}
+    given = [g for g in [*(record.get(k) for k in GOLD_FIELDS), rm.get("ground_truth")] if g is not None]
+    if not given and (any(k in record for k in GOLD_FIELDS) or "ground_truth" in rm):
+        given = [""]  # a gold field that is null (a parquet column's missing value): blank, left out, not fatal
+    answer = next((g for g in given if aliases(g)), None)  # the first that is not blank
+    if answer is None and isinstance(record.get("solution"), str):  # MATH's layout: a worked solution, \boxed{} last
+        from arpo_env.tags import boxed
+
+        answer = boxed(record["solution"])
+    if answer is None and given:  # only blank ones: a task `load_tasks` leaves out, saying so
+        answer = given[0]
+    return answer
 
 
 def _fields(record: dict[str, Any]) -> str:
@@ -464,9 +481,16 @@ def task_dataset(env_id: str = "ARPO-Math-v0", limit: int | None = None, **env_k
 
 
 def row_task(row: dict[str, Any]) -> dict[str, Any]:
-    """The env's reset options for a dataset row (of `task_dataset`, or any row with a question and an answer)."""
-    answer = row.get("answer", row.get("solution"))
-    if isinstance(answer, str) and answer[:1] in '["':
+    """The env's reset options for a dataset row: one of `task_dataset`, or any row with a question and a gold answer
+    read as `load_tasks` reads a file's records (`record_question`, `record_gold`: ``problem``, a conversational
+    ``prompt``'s last user turn, ``ground_truth``, ``reward_model.ground_truth``, a ``solution``'s ``\\boxed{}``, …).
+    A row without either is a `ValueError` naming its fields (a gold read as missing trained on a reward of 0)."""
+    answer = row.get("answer")
+    if missing(answer):  # (None, NaN, blank: another gold field may hold it, as in a file's record)
+        answer = record_gold(row)
+        if answer is None:
+            raise ValueError(f"a dataset row needs a gold answer ({_GOLD_WORDS}){_fields(row)}")
+    elif isinstance(answer, str) and answer[:1] in '["':
         # `task_dataset` stores answers as JSON (a string, or a QA task's list of aliases). A plain math answer
         # that merely looks like a list ("[-2,0]", an interval) stays what it is.
         try:
@@ -476,13 +500,19 @@ def row_task(row: dict[str, Any]) -> dict[str, Any]:
         from_task_dataset = "task_id" in row  # every answer there is JSON-encoded, lists included
         if isinstance(decoded, str) or (isinstance(decoded, list) and (row.get("kind") == "qa" or from_task_dataset)):
             answer = decoded
-    if "question" in row:
-        question = row["question"]
-    else:
-        prompt = row["prompt"]
-        question = prompt[-1]["content"] if isinstance(prompt, list) else prompt
+    if isinstance(answer, float):
+        answer = _gold_text(answer)
+    question = row.get("question") if row.get("question") is not None else record_question(row)
+    if question is None:
+        raise ValueError(f"a dataset row needs a question ({_QUESTION_FIELDS}){_fields(row)}")
     meta = row.get("meta") or {}
     if isinstance(meta, str):
-        meta = json.loads(meta) if meta else {}
+        try:
+            meta = json.loads(meta)
+        except ValueError:
+            meta = None
+        if not isinstance(meta, dict):
+            raise ValueError(f"a dataset row's meta is a JSON object (as task_dataset writes it) or a mapping, not "
+                             f"{row['meta'][:200]!r}")
     return {"question": question, "answer": answer, "id": row.get("task_id", ""), "source": row.get("source", ""),
             "kind": row.get("kind", ""), "meta": meta}

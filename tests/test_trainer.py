@@ -346,6 +346,24 @@ def test_default_config_and_trainer_are_valid(undecided, tokenizer, tmp_path, mo
     assert len(trainer.train_dataset) > 0 and "question" in trainer.train_dataset.column_names
 
 
+def test_a_dataset_whose_rows_have_no_gold_is_refused_before_the_model_loads(tmp_path):
+    """A train (or eval) dataset whose rows `row_task` cannot read failed at the first generation step, after the
+    model had loaded; a row without a gold it could find (``ground_truth``, ``reward_model``…) trained on reward 0."""
+    from datasets import Dataset
+
+    from arpo_algo.arpo_trainer import ARPOTrainer
+
+    nowhere = str(tmp_path / "no-model")  # never loaded: the rows are read first
+    rows = Dataset.from_list([{"prompt": [{"role": "user", "content": "2+2?"}], "target": "4"}])
+    with pytest.raises(ValueError, match=r"ARPOTrainer: train_dataset's first row: a dataset row needs a gold answer "
+                                         r"\(answer, .*; its fields: prompt, target$"):
+        ARPOTrainer(nowhere, args=config(tmp_path), train_dataset=rows)
+    good = Dataset.from_list([{"prompt": [{"role": "user", "content": "2+2?"}], "reward_model": {"ground_truth": "4"}}])
+    with pytest.raises(ValueError, match=r"eval_dataset\['hard'\]'s first row: a dataset row needs a question"):
+        ARPOTrainer(nowhere, args=config(tmp_path), train_dataset=good,
+                    eval_dataset={"hard": Dataset.from_list([{"text": "2+2?", "answer": "4"}])})
+
+
 def test_tool_output_tokens_do_not_change_the_gradient(undecided, tokenizer, tmp_path):
     """The last segment of the completion is a tool result: altering its tokens changes nothing the loss sees.
     With the mask removed (the control) the same alteration does change the gradient."""

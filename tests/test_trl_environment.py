@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +35,35 @@ def test_adapter_plays_an_episode_with_tools_and_reward():
     env.reset(question="2+2?", answer="4")
     env.answer(final_answer="5")
     assert env.get_reward() == 0.0
+    env.env.close()
+
+
+def test_rows_are_read_as_dataset_files_are_and_rows_without_a_gold_are_refused():
+    """`row_task` read only ``answer`` (or a MATH ``solution`` whole) and ``question`` (else ``prompt``'s last
+    message): a row with its gold in ``ground_truth``, ``final_answer`` or ``reward_model.ground_truth`` (the verl
+    layout) played against no gold at all, every answer scored 0, silently; a ``problem`` row was a KeyError, a
+    worked solution was compared whole, a prompt ending in an assistant turn asked that turn."""
+    env = environment_factory("ARPO-Math-v0")()
+    solution = "Since $2+2=4$, the answer is $\\boxed{4}$."
+    rows = [{"problem": "What is 2+2?", "solution": solution}, {"question": "What is 2+2?", "solution": solution},
+            {"prompt": [{"role": "user", "content": "What is 2+2?"}], "reward_model": {"ground_truth": "4"}},
+            {"question": "What is 2+2?", "ground_truth": "4"}, {"question": "What is 2+2?", "final_answer": 4.0},
+            {"question": "What is 2+2?", "answer": "", "ground_truth": "4"},
+            {"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"},
+                        {"role": "assistant", "content": "Let me see."}], "answer": "4"}]
+    for row in rows:
+        env.reset(**row)
+        assert (env.env.state.task.question, env.env.state.task.answer) == ("What is 2+2?", "4"), row
+        env.answer(final_answer="4")
+        assert env.get_reward() == 1.0, row
+    refused = [({"question": "What is 2+2?"}, "a dataset row needs a gold answer (answer, "),
+               ({"question": "What is 2+2?", "answer": None}, 'a custom task\'s "answer" is blank'),
+               ({"question": "What is 2+2?", "answer": " "}, 'a custom task\'s "answer" is blank'),
+               ({"text": "What is 2+2?", "answer": "4"}, "a dataset row needs a question (a text field question, "),
+               ({"question": "What is 2+2?", "answer": "4", "meta": "Level 5"}, "row's meta is a JSON object")]
+    for row, words in refused:
+        with pytest.raises(ValueError, match=re.escape(words)):
+            env.reset(**row)
     env.env.close()
 
 
