@@ -391,6 +391,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = make_parser()
     script_args, args, model_args = parse_recipe(parser, argv)
     script_args.cold_start = beside_recipe(script_args.cold_start, recipe_path(argv))
+    if args.beta:  # the paper's β = 0.2 written as `beta: 0.2` trained with a KL penalty instead, silently
+        print(f"arpo train: beta={args.beta} is TRL's KL weight (a reference model is kept and the policy pulled "
+              f"towards it); ARPO's β, the slope of P = α + β·ΔH, is branch_beta (here {args.branch_beta})",
+              file=sys.stderr)
     check_output_dir(args.output_dir)
     resume = resolve_resume(args.resume_from_checkpoint, args.output_dir)
     trainer = build_trainer(script_args, args, model_args)

@@ -195,6 +195,19 @@ def test_a_recipe_with_a_mistake_is_one_clear_line(command, tmp_path):
         assert f"arpo {command}: " in result.stderr and words in result.stderr, result.stderr[-2000:]
 
 
+def test_a_recipe_beta_is_named_as_trls_kl_weight(tmp_path):
+    """``beta`` is a TRL flag (the KL weight), so the paper's ``β = 0.2`` written as ``beta: 0.2`` was no unknown key:
+    it trained with a KL penalty and a reference model instead, silently. It is said before anything loads."""
+    (tmp_path / "recipe.yaml").write_text(f"beta: 0.2\nmodel_name_or_path: {tmp_path / 'nowhere'}\n"
+                                          f"output_dir: {tmp_path / 'run'}\n")
+    result = run_cli("train", "--config", str(tmp_path / "recipe.yaml"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert ("arpo train: beta=0.2 is TRL's KL weight (a reference model is kept and the policy pulled towards it); "
+            "ARPO's β, the slope of P = α + β·ΔH, is branch_beta (here 0.2)") in result.stderr
+    (tmp_path / "recipe.yaml").write_text(f"branch_beta: 0.3\nmodel_name_or_path: {tmp_path / 'nowhere'}\n")
+    assert "KL weight" not in run_cli("train", "--config", str(tmp_path / "recipe.yaml")).stderr
+
+
 @pytest.mark.parametrize("recipe", sorted(p.name for p in (ROOT / "examples" / "recipes").glob("*.yaml")))
 def test_every_shipped_recipe_parses(recipe):
     """The 7B recipes run only on a GPU node: a key misspelt in one would show there first, after the model's
