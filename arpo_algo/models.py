@@ -75,8 +75,8 @@ def resolve(name_or_path: str) -> str:
     """The folder or hub id to load: an embedded name's folder (made on first use), else the name itself. A name that
     can only be a local path (absolute, ``./``, ``~``, more than one ``/``) and is not there is a `FileNotFoundError`
     saying so, instead of the hub's "Repo id must be in the form 'repo_name' or 'namespace/repo_name'"."""
-    if name_or_path in EMBEDDED:
-        return str(embedded_path(name_or_path))
+    if str(name_or_path).lower() in EMBEDDED:  # "smollm2-135M", as the model's own name is written, went to the hub
+        return str(embedded_path(str(name_or_path).lower()))
     text = str(name_or_path)
     local = os.path.isabs(text) or text.startswith((".", "~")) or text.rstrip("/").count("/") > 1
     if local and not os.path.exists(os.path.expanduser(text)):
@@ -97,7 +97,8 @@ def _loading(name: str, load: Any, *args: Any, **kwargs: Any) -> Any:
         first = " ".join(str(exc).split()).split(". ")[0]
         if os.path.isdir(str(args[0])):
             raise ModelNotFound(f"model {name}: the folder {args[0]} holds no model that loads ({first})") from None
-        raise ModelNotFound(f"model {name}: not a folder here, and the hub could not give it ({first})") from None
+        raise ModelNotFound(f"model {name}: not a folder here, and the hub could not give it ({first}); embedded: "
+                            f"{', '.join(EMBEDDED)}") from None
 
 
 def load_tokenizer(name_or_path: str) -> Any:

@@ -267,7 +267,7 @@ def holds_model(path: str) -> bool:
     folder without them (empty, or with checkpoints only)."""
     from arpo_algo.models import EMBEDDED
 
-    if path in EMBEDDED:  # was taken for a folder to make: the cold start ran into ./smollm2-135m, unused
+    if path.lower() in EMBEDDED:  # was taken for a folder to make: the cold start ran into ./smollm2-135m, unused
         return True
     folder = Path(path)
     return ((folder / "config.json").is_file() or (folder / "adapter_config.json").is_file()) and \

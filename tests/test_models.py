@@ -65,3 +65,18 @@ def test_vllms_socket_folder_is_this_processs_and_a_dead_ones_is_removed(tmp_pat
     assert vllm_generator._abandoned(str(alive))  # its process ended: free
     monkeypatch.setenv("VLLM_RPC_BASE_PATH", str(tmp_path / "the user's"))  # one the user set is theirs
     assert vllm_generator.private_rpc_folder() is None
+
+
+def test_the_embedded_name_in_any_case_is_the_embedded_model(monkeypatch):
+    """``smollm2-135M`` (as the model's own name writes it) went to the hub and failed offline; a name the hub cannot
+    give names the embedded model in its message."""
+    from arpo_algo import models
+    from arpo_algo.train import holds_model
+
+    monkeypatch.setattr(models, "embedded_path", lambda name: Path("/embedded") / name)
+    assert models.resolve("smollm2-135M") == models.resolve("SMOLLM2-135m") == "/embedded/smollm2-135m"
+    assert holds_model("SmolLM2-135M")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(models.ModelNotFound, match=r"model SmolLM2-135M-Instruct: not a folder here, and the hub "
+                                                   r"could not give it \(.*\); embedded: smollm2-135m$"):
+        models.load_tokenizer("SmolLM2-135M-Instruct")
