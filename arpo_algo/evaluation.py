@@ -128,12 +128,12 @@ def env_kwargs(bench: Benchmark, data_dir: str | None, s: Settings, out: Path | 
     if s.mode == "direct":
         kwargs["tools"] = ()
     if bench.group != "mathematical":  # the judge scores here, in `score_sample`, not in the env's reward
-        backend, _, recording = s.search.partition(":")
-        kwargs["search"] = backend
-        if backend == "recorded":  # recorded:PATH[:FALLBACK]: replay, unrecorded queries to FALLBACK (or failing)
-            path, _, fallback = recording.rpartition(":") if recording.endswith((":local", ":ddgs")) else \
-                (recording, "", "")
-            kwargs["search_options"] = {"recording": path, **({"fallback": fallback} if fallback else {})}
+        from arpo_env.tools.search import search_spec
+
+        # recorded:PATH[:FALLBACK]: replay, unrecorded queries to FALLBACK (or failing)
+        kwargs["search"], options = search_spec(s.search)
+        if options:
+            kwargs["search_options"] = options
     return kwargs
 
 

@@ -46,8 +46,8 @@ class QAEnv(ToolEnv):
     ```
     * ``dataset`` (``"default_qa"``), ``data_dir``; ``tools`` (``("search", "python")``, the paper's training tools).
     * ``search``: ``"local"`` (BM25, ``search_options={"corpus": path}``), ``"ddgs"`` (live), ``"recorded"``
-      (``search_options={"recording": path, "fallback": "local"}``); ``search_options["top_k"]`` (5),
-      ``search_options["cache"]`` (SQLite tool cache).
+      (``search_options={"recording": path, "fallback": "local"}``, or ``"recorded:PATH:local"``);
+      ``search_options["top_k"]`` (5), ``search_options["cache"]`` (SQLite tool cache).
     * ``browse_options`` when ``"browse"`` is among the tools (see `arpo_env.tools.browse.browse_tool_factory`).
     * ``sandbox``/``sandbox_options``, ``max_tool_calls`` (5), ``max_turns``, ``max_chars``, ``strict_think``,
       ``tool_bonus``, ``judge_url``/``judge_model`` (None: the model the endpoint serves).

@@ -188,6 +188,30 @@ def test_parse_recorded_pages():
     assert [h.snippet for h in hits] == ["first snippet", "second one …"]
 
 
+def test_recorded_entries_with_nulls_or_bare_text_are_read():
+    """A recorded entry with a null snippet or title was "search failed: TypeError: object of type 'NoneType' has no
+    len()", and an entry that is text, not an object, an AttributeError: the model read a failure for a result."""
+    hits = parse_recorded([{"title": None, "snippet": None, "text": "Fuji is 3,776 m high.", "url": None},
+                           "Fuji is in Japan.", {"title": 7, "body": "seven"}])
+    assert [(h.title, h.snippet, h.url) for h in hits] == [("", "Fuji is 3,776 m high.", None),
+                                                           ("", "Fuji is in Japan.", None), ("7", "seven", None)]
+
+
+def test_the_env_takes_a_recording_as_arpo_eval_names_it(data_dir):
+    """``arpo eval --search recorded:PATH:local`` names a recording in one string; ``gym.make(…, search=
+    "recorded:PATH")`` was "unknown search backend", which did not say where the path goes."""
+    recording = data_dir / "search" / "search_cache.json"
+    query = next(iter(json.loads(recording.read_text())))
+    env = gym.make("ARPO-QA-v0", search=f"recorded:{recording}:local")
+    env.reset(seed=0)
+    assert "search failed" not in env.step(f"<search>{query}</search>")[0]
+    assert "search failed" not in env.step("<search>an unrecorded query about Paris</search>")[0]  # the fallback
+    env.close()
+    with pytest.raises(ValueError, match=re.escape("unknown search backend 'bing': use 'local', 'ddgs' or 'recorded' "
+                                                   "(or 'recorded:PATH[:local|ddgs]')")):
+        gym.make("ARPO-QA-v0", search="bing")
+
+
 class CountingBackend:
     """A real backend (BM25 over the shipped corpus) that counts the searches it actually runs."""
 

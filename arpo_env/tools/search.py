@@ -267,7 +267,7 @@ class DDGSSearch:
             try:
                 rows = DDGS(timeout=int(self.timeout_s)).text(query, region=self.region, max_results=top_k,
                                                               backend=self.backend)
-                return [SearchHit(r.get("title", ""), r.get("body", ""), r.get("href")) for r in rows or []]
+                return [SearchHit(_text(r.get("title")), _text(r.get("body")), _url(r.get("href"))) for r in rows or []]
             except Exception as exc:  # noqa: BLE001 - ddgs raises its own exception types for every network fault
                 last_error = exc
                 if "no results" in str(exc).lower():
@@ -283,11 +283,21 @@ class DDGSSearch:
 _PAGE = re.compile(r"^\s*Page\s+\d+\s*:\s*", re.M)
 
 
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _url(value: Any) -> str | None:
+    return str(value) if value else None
+
+
 def parse_recorded(value: Any) -> list[SearchHit]:
     """A recorded result: a list of dicts, or text of ``Page i: snippet`` lines (the release's format)."""
-    if isinstance(value, list):
-        return [SearchHit(v.get("title", ""), v.get("snippet", v.get("text", v.get("body", ""))),
-                          v.get("url", v.get("href"))) for v in value]
+    if isinstance(value, list):  # a null field is empty and an entry that is no dict its text: not a TypeError
+        return [SearchHit(_text(v.get("title")), _text(next((v[k] for k in ("snippet", "text", "body")
+                                                            if v.get(k) is not None), "")),
+                          _url(v.get("url", v.get("href")))) if isinstance(v, dict) else SearchHit("", _text(v))
+                for v in value]
     parts = [p.strip() for p in _PAGE.split(str(value)) if p.strip()]
     return [SearchHit("", p) for p in parts]
 
@@ -418,6 +428,16 @@ BACKENDS = ("local", "ddgs", "recorded")
 """The search backends by name (`make_backend`)."""
 
 
+def search_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """A search backend as one string, as ``arpo eval --search`` takes it: ``recorded:PATH[:local|ddgs]`` is the
+    recorded backend with its ``recording`` (and ``fallback``) options; any other name is itself, with none."""
+    name, _, recording = spec.partition(":")
+    if name != "recorded" or not recording:
+        return spec, {}
+    path, _, fallback = recording.rpartition(":") if recording.endswith((":local", ":ddgs")) else (recording, "", "")
+    return name, {"recording": path, **({"fallback": fallback} if fallback else {})}
+
+
 def make_backend(name: str, options: dict[str, Any]) -> SearchBackend:
     if name == "local":
         return LocalSearch.shared(options.get("corpus"))
@@ -428,7 +448,8 @@ def make_backend(name: str, options: dict[str, Any]) -> SearchBackend:
             raise ValueError("search='recorded' needs search_options={'recording': 'path/to/search_cache.json'}")
         fallback = options.get("fallback")
         return RecordedSearch(options["recording"], make_backend(fallback, options) if fallback else None)
-    raise ValueError(f"unknown search backend {name!r}: use {', '.join(map(repr, BACKENDS[:-1]))} or {BACKENDS[-1]!r}")
+    raise ValueError(f"unknown search backend {name!r}: use {', '.join(map(repr, BACKENDS[:-1]))} or {BACKENDS[-1]!r} "
+                     "(or 'recorded:PATH[:local|ddgs]')")
 
 
 def search_tool_factory(name: str = "local", options: dict[str, Any] | None = None) -> Callable[[], SearchTool]:
@@ -436,9 +457,11 @@ def search_tool_factory(name: str = "local", options: dict[str, Any] | None = No
 
     `options`: ``top_k`` (5), ``cache`` (a path, True for the default file, False for none; default: on for live
     and recorded backends, off for local BM25, which is faster than the cache), ``corpus`` (local), ``recording`` and
-    ``fallback`` (recorded), ``ddgs`` (keyword arguments of `DDGSSearch`).
+    ``fallback`` (recorded), ``ddgs`` (keyword arguments of `DDGSSearch`). `name` may carry the recording, as
+    ``arpo eval --search`` does: ``recorded:PATH[:local|ddgs]`` (`search_spec`).
     """
-    options = dict(options or {})
+    name, given = search_spec(name)
+    options = {**(options or {}), **given}
     check_options("search_options", options, ("top_k", "cache", "corpus", "recording", "fallback", "ddgs"))
     backend = make_backend(name, options)
     cache = resolve_cache(options.get("cache", name != "local"))
