@@ -484,7 +484,8 @@ def row_task(row: dict[str, Any]) -> dict[str, Any]:
     """The env's reset options for a dataset row: one of `task_dataset`, or any row with a question and a gold answer
     read as `load_tasks` reads a file's records (`record_question`, `record_gold`: ``problem``, a conversational
     ``prompt``'s last user turn, ``ground_truth``, ``reward_model.ground_truth``, a ``solution``'s ``\\boxed{}``, …).
-    A row without either is a `ValueError` naming its fields (a gold read as missing trained on a reward of 0)."""
+    A row without either, or with a blank gold, is a `ValueError` naming its fields (a gold read as missing trained on
+    a reward of 0)."""
     answer = row.get("answer")
     if missing(answer):  # (None, NaN, blank: another gold field may hold it, as in a file's record)
         answer = record_gold(row)
@@ -502,6 +503,8 @@ def row_task(row: dict[str, Any]) -> dict[str, Any]:
             answer = decoded
     if isinstance(answer, float):
         answer = _gold_text(answer)
+    if not aliases(answer):  # every answer would score 0: a reward that teaches nothing, silently
+        raise ValueError(f"a dataset row's gold answer is blank ({answer!r}): no answer could be scored right")
     question = row.get("question") if row.get("question") is not None else record_question(row)
     if question is None:
         raise ValueError(f"a dataset row needs a question ({_QUESTION_FIELDS}){_fields(row)}")

@@ -16,7 +16,6 @@ import numpy as np
 
 from arpo_env import prompts, tags
 from arpo_env.datasets import Task
-from arpo_env.qa_metrics import aliases
 from arpo_env.rewards import HierarchicalReward, RewardParts
 from arpo_env.spaces import UnicodeText
 from arpo_env.tools.protocol import Tool, ToolOutput
@@ -137,9 +136,6 @@ class ToolEnv(gym.Env[str, str]):
             if "answer" not in options or options.get("question") is None:
                 raise ValueError('a custom task needs both "question" (text) and "answer"; give {"index": i} for a '
                                  'task of the dataset')
-            if not aliases(options["answer"]):  # every answer scored 0: a reward that teaches nothing, silently
-                raise ValueError(f'a custom task\'s "answer" is blank ({options["answer"]!r}): no answer could be '
-                                 'scored right')
             question = tags.unicode_text(str(options["question"]))  # a lone surrogate: U+FFFD, as a tokenizer needs
             task = Task(question, options["answer"], str(options.get("id") or "custom"),
                         str(options.get("source") or "custom"), str(options.get("kind") or self.tasks[0].kind),

@@ -57,8 +57,8 @@ def test_rows_are_read_as_dataset_files_are_and_rows_without_a_gold_are_refused(
         env.answer(final_answer="4")
         assert env.get_reward() == 1.0, row
     refused = [({"question": "What is 2+2?"}, "a dataset row needs a gold answer (answer, "),
-               ({"question": "What is 2+2?", "answer": None}, 'a custom task\'s "answer" is blank'),
-               ({"question": "What is 2+2?", "answer": " "}, 'a custom task\'s "answer" is blank'),
+               ({"question": "What is 2+2?", "answer": None}, "a dataset row's gold answer is blank (''): no answer"),
+               ({"question": "What is 2+2?", "answer": " "}, "a dataset row's gold answer is blank (' ')"),
                ({"text": "What is 2+2?", "answer": "4"}, "a dataset row needs a question (a text field question, "),
                ({"question": "What is 2+2?", "answer": "4", "meta": "Level 5"}, "row's meta is a JSON object")]
     for row, words in refused:
