@@ -88,12 +88,14 @@ def best_em(prediction: str | None, gold: Any) -> float:
 
 # After the letter: punctuation, the end, or a space before the option's text, which does not go on in lower case
 # ("D Non-elitism"): "I think it is B", "a dog" and "D and E" name no single option.
-_AFTER_LETTER = r"(?:[.:)\]]|$|\s(?!\s*(?-i:[a-z])))"
+_AFTER_LETTER = r"(?:[.:)\]!,;]|$|\s(?!\s*(?-i:[a-z])))"
+_LETTER = r"[\"'“‘]?[(\[]?([A-Za-z])[)\]]?[\"'”’]?"
+"""An option's letter, in brackets or quotes or neither: "D", "(D)", "[D]", '"D"'."""
 _ANSWER_IS_WORDS = r"(?:the\s+)?(?:final\s+|correct\s+)?(?:answer|option|choice)\s*(?:is|:|：|=)?\s*"
 """"The answer is", "Final answer:", "Option": what may stand before an option's letter (case aside)."""
 _CHOICE_FORMS = [
-    re.compile(r"^\(?([A-Za-z])\)?" + _AFTER_LETTER),  # "D", "(D)", "D.", "D) text", "D Text"
-    re.compile(r"^" + _ANSWER_IS_WORDS + r"(?:option\s+|choice\s+)?\(?([A-Za-z])\)?" + _AFTER_LETTER, re.I),
+    re.compile(r"^" + _LETTER + _AFTER_LETTER),  # "D", "(D)", "[D]", "D.", "D!", "D, as …", "D) text", "D Text"
+    re.compile(r"^" + _ANSWER_IS_WORDS + r"(?:option\s+|choice\s+)?" + _LETTER + _AFTER_LETTER, re.I),
 ]
 
 
@@ -102,17 +104,17 @@ _CONNECTIVE = r"(?:[,;/&+]|\b(?i:and|or)\b)"
 
 _MAYBE = r"(?i:maybe|possibly|perhaps|also)"
 _ANOTHER_OPTION = re.compile(r"\s*[(\-–—]?\s*(?:" + _CONNECTIVE + r"\s*(?:(?:" + _MAYBE + r"|(?i:option|choice))\s+)?|"
-                             + _MAYBE + r"\s+)\(?([A-Z])\)?(?!\w)")
+                             + _MAYBE + r"\s+)[(\[]?([A-Z])[)\]]?(?!\w)")
 """A second option right after the first (``(D) and (E)``, ``(C), (D)``, ``(C) or D``, ``D (or E)``, ``D. Or maybe
 E``): an answer that names two options names none. Not a letter in an option's text (``B. Both in (A) and (B)``)."""
 
 
-_LATER_OPTION = re.compile(_CONNECTIVE + r"\s*\(([A-Z])\)")
+_LATER_OPTION = re.compile(_CONNECTIVE + r"\s*[(\[]([A-Z])[)\]]")
 """An option's mark after a connective further on (``(C) Parabola or (D) Ellipse``): a hedge, unless an option's
 mark stands between the first one and it (the option's own text lists options: ``(D) Both (A) and (B)``)."""
 
-_MARK = re.compile(r"\(([A-Z])\)")
-_LETTERS_ONLY = re.compile(r"(?:[\s,;/&+\-–—]*\(?[A-H]\)?\.?)+[\s.!?]*")
+_MARK = re.compile(r"[(\[]([A-Z])[)\]]")
+_LETTERS_ONLY = re.compile(r"(?:[\s,;/&+\-–—]*[(\[]?[A-H][)\]]?\.?)+[\s.!?]*")
 """Nothing but option letters after the first (``C D``, ``A B C D``, ``(A) (B)``, ``D E!``, ``D - E``): a hedge
 between them."""
 

@@ -370,6 +370,11 @@ HLE = [  # multiple choice: the option letter, in its usual forms
     ("D", "D (not E)", 1.0), ("D", "D. Option A is wrong because", 1.0), ("D", "D - Non-elitism", 1.0),
     # full width, as Chinese text writes letters and brackets
     ("D", "Ｄ", 1.0), ("D", "（D）", 1.0), ("D", "\\boxed{Ｄ}", 1.0), ("D", "＊＊Ｄ＊＊", 1.0), ("D", "Ｃ", 0.0),
+    # square brackets, quotes, a letter then "!", "," or ";" (named no option); their hedges still name none
+    ("D", "[D]", 1.0), ("D", "Option [D]", 1.0), ("D", '"D"', 1.0), ("D", "The answer is “D”.", 1.0), ("D", "D!", 1.0),
+    ("D", "D, as the others fail", 1.0), ("D", "D;", 1.0), ("D", "[D] and [E]", 0.0), ("D", "[D], [E]", 0.0),
+    ("D", "D, E", 0.0), ("D", "D; E", 0.0), ("D", "D, and E", 0.0), ("D", "[D] Parabola or [E] Ellipse", 0.0),
+    ("D", "[D] Both [A] and [B]", 1.0), ("A", "A's", 0.0), ("D", "D?", 0.0),
 ]
 
 
