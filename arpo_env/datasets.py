@@ -212,11 +212,10 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
             raise DataUnreadable(f"{path} is not UTF-8 text (byte {exc.start}): {exc.reason}") from exc
         if path.suffix in (".csv", ".tsv"):
             records = _read_table(path, text)
-        elif path.suffix == ".json" and text.lstrip().startswith(("[", "{")) and _one_document(text):
-            records = _json_records(_parse_json(path, text, 1))
+        elif path.suffix == ".json" and text.lstrip().startswith(("[", "{")):
+            records = _json_records(_parse_json(path, text, 1, lines_after=text.lstrip().startswith("{")))
         else:
-            # Lines end at "\n" (and "\r\n"): JSON text may hold U+2028, U+0085 … unescaped, which splitlines cuts at.
-            records = [_parse_json(path, line, n) for n, line in enumerate(text.split("\n"), 1) if line.strip()]
+            records = _json_lines(path, text)
     for n, record in enumerate(records, 1):
         if not isinstance(record, dict):
             raise DataUnreadable(f"{path}: record {n} is a {type(record).__name__}, not an object of fields")
@@ -241,19 +240,9 @@ def _read_table(path: Path, text: str) -> list[dict[str, Any]]:
     return [{k: v for k, v in row.items() if v not in (None, "") or k in GOLD_FIELDS} for row in rows]
 
 
-def _one_document(text: str) -> bool:
-    """Whether a ``.json`` file's text is one JSON document (a list of records, or an object holding them), not
-    JSON lines under that suffix (as `datasets`' ``to_json`` writes them): a list is; an object is unless a
-    second one follows it."""
-    if text.lstrip().startswith("["):
-        return True
-    try:
-        json.loads(text, parse_int=_int)
-    except json.JSONDecodeError as exc:
-        return exc.msg != "Extra data"
-    except (ValueError, RecursionError):
-        pass
-    return True
+def _json_lines(path: Path, text: str) -> list[Any]:
+    # Lines end at "\n" (and "\r\n"): JSON text may hold U+2028, U+0085 … unescaped, which splitlines cuts at.
+    return [_parse_json(path, line, n) for n, line in enumerate(text.split("\n"), 1) if line.strip()]
 
 
 def _json_records(document: Any) -> list[Any]:
@@ -275,10 +264,15 @@ def _int(digits: str) -> int | str:
         return digits
 
 
-def _parse_json(path: Path, text: str, first_line: int) -> Any:
+def _parse_json(path: Path, text: str, first_line: int, lines_after: bool = False) -> Any:
+    """`text` (of `path`, from its line `first_line`) as JSON, or `DataUnreadable` naming the line. `lines_after`: a
+    second object after the first makes it JSON lines, whose records are returned (a ``.json`` file as `datasets`'
+    ``to_json`` writes it)."""
     try:
         return json.loads(text, parse_int=_int)
     except json.JSONDecodeError as exc:
+        if lines_after and exc.msg == "Extra data":
+            return _json_lines(path, text)
         raise DataUnreadable(f"{path} line {first_line + exc.lineno - 1} is not JSON ({exc.msg}, column "
                              f"{exc.colno})") from exc
     except RecursionError as exc:
