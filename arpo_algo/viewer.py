@@ -117,8 +117,10 @@ def read_metrics(path: Path | None) -> list[dict[str, Any]]:
     by_step: dict[int, dict[str, Any]] = {}
     with open(path, encoding="utf-8", errors="replace") as f:
         for _, entry in jsonl.records(f):
-            if isinstance(entry, dict) and "reward" in entry and "step" in entry:
-                by_step[int(entry["step"])] = entry
+            step = entry.get("step") if isinstance(entry, dict) and "reward" in entry else None
+            if isinstance(step, (int, float)) and not isinstance(step, bool) and math.isfinite(step) and \
+                    step == int(step):  # a step that is no whole number ("x", 1.5, Infinity) was a traceback
+                by_step[int(step)] = entry
     return [by_step[s] for s in sorted(by_step)]
 
 

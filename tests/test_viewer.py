@@ -233,6 +233,19 @@ def test_entropy_curves_and_run_metrics(trees_file, tmp_path):
     assert [p.name for p in result["plots"]] == ["run.entropy.png", "run.training.png"]
 
 
+def test_metric_lines_whose_step_is_no_whole_number_are_passed_over(tmp_path):
+    """A metrics.jsonl line whose step is text, a fraction or infinite (an edited or damaged log) was a ValueError
+    traceback from `arpo view`; such lines are passed over like lines that are not JSON."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("\n".join([
+        '{"step": 1, "reward": 0.5}', '{"step": "x", "reward": 1}', '{"step": 1.5, "reward": 1}',
+        '{"step": Infinity, "reward": 1}', '{"step": true, "reward": 1}', '{"step": 2.0, "reward": 0.75}', "[1, 2]",
+        "not json"]) + "\n")
+    assert [(m["step"], m["reward"]) for m in viewer.read_metrics(run / "metrics.jsonl")] == [(1, 0.5), (2.0, 0.75)]
+    assert viewer.build(run, tmp_path / "run.html")["logged steps"] == 2
+
+
 def test_arpo_view_command(trees_file, tmp_path):
     out = tmp_path / "cli" / "report.html"
     cmd = [sys.executable, "-m", "arpo_algo.cli", "view", str(trees_file), "--out", str(out)]
