@@ -33,6 +33,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from arpo_algo import jsonl
 from arpo_algo.tree import entropy_windows
+from arpo_env.env import whole_number
 from arpo_env.tags import unicode_text
 
 SCHEMA = 1
@@ -117,10 +118,9 @@ def read_metrics(path: Path | None) -> list[dict[str, Any]]:
     by_step: dict[int, dict[str, Any]] = {}
     with open(path, encoding="utf-8", errors="replace") as f:
         for _, entry in jsonl.records(f):
-            step = entry.get("step") if isinstance(entry, dict) and "reward" in entry else None
-            if isinstance(step, (int, float)) and not isinstance(step, bool) and math.isfinite(step) and \
-                    step == int(step):  # a step that is no whole number ("x", 1.5, Infinity) was a traceback
-                by_step[int(step)] = entry
+            step = whole_number(entry.get("step")) if isinstance(entry, dict) and "reward" in entry else None
+            if step is not None:  # a step that is no whole number ("x", 1.5, Infinity) was a traceback
+                by_step[step] = entry
     return [by_step[s] for s in sorted(by_step)]
 
 

@@ -103,15 +103,16 @@ class ToolEnv(gym.Env[str, str]):
         budgets = {"max_tool_calls": (max_tool_calls, 0), "max_chars": (max_chars, 1)}
         budgets.update({"max_turns": (max_turns, 1)} if max_turns is not None else {})
         problems = [f"{name} must be a whole number of at least {low}, not {value!r}"
-                    for name, (value, low) in budgets.items() if _whole(value) is None or _whole(value) < low]
+                    for name, (value, low) in budgets.items()
+                    if whole_number(value) is None or whole_number(value) < low]
         if problems:  # 1.5 was read as 1, and True as 1, silently; text was int()'s message, without the name
             raise ValueError("budgets: " + "; ".join(problems))
         self.tasks = list(tasks)
         self.tool_factories = dict(tools)
         self.reward_fn = reward
-        self.max_tool_calls = _whole(max_tool_calls)
-        self.max_turns = _whole(max_turns) if max_turns is not None else self.max_tool_calls + 2
-        self.max_chars = _whole(max_chars)
+        self.max_tool_calls = whole_number(max_tool_calls)
+        self.max_turns = whole_number(max_turns) if max_turns is not None else self.max_tool_calls + 2
+        self.max_chars = whole_number(max_chars)
         self.render_mode = render_mode
         self.system_prompt = prompts.system_prompt(list(self.tool_factories), self.max_tool_calls)
         self.observation_space = UnicodeText(max_length=max(self.max_chars, 100_000))
@@ -141,7 +142,7 @@ class ToolEnv(gym.Env[str, str]):
                         str(options.get("source") or "custom"), str(options.get("kind") or self.tasks[0].kind),
                         dict(options.get("meta") or {}))
         elif "index" in options:
-            index = _whole(options["index"])
+            index = whole_number(options["index"])
             if index is None:  # 1.5 was task 1, True task 1, "a" int()'s error
                 raise ValueError(f"options['index'] must be a whole number, a task of the dataset, not "
                                  f"{options['index']!r}")
@@ -414,7 +415,7 @@ marks, overrides and isolates."""
 _RESET_OPTIONS = frozenset({"index", "question", "answer", "id", "source", "kind", "meta"})
 
 
-def _whole(value: Any) -> int | None:
+def whole_number(value: Any) -> int | None:
     """`value` as a whole number (an int, numpy's included, or a float such as 3.0), or None: a bool, text, 1.5."""
     if isinstance(value, (bool, np.bool_)):
         return None

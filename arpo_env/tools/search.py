@@ -291,13 +291,19 @@ def _url(value: Any) -> str | None:
     return str(value) if value else None
 
 
+def _recorded_hit(entry: Any) -> SearchHit:
+    """One recorded result: an object's title, snippet (or text, or body) and url, a null field empty; an entry that
+    is no object, its text (either was a TypeError, "search failed" for a result)."""
+    if not isinstance(entry, dict):
+        return SearchHit("", _text(entry))
+    snippet = next((entry[k] for k in ("snippet", "text", "body") if entry.get(k) is not None), "")
+    return SearchHit(_text(entry.get("title")), _text(snippet), _url(entry.get("url", entry.get("href"))))
+
+
 def parse_recorded(value: Any) -> list[SearchHit]:
     """A recorded result: a list of dicts, or text of ``Page i: snippet`` lines (the release's format)."""
-    if isinstance(value, list):  # a null field is empty and an entry that is no dict its text: not a TypeError
-        return [SearchHit(_text(v.get("title")), _text(next((v[k] for k in ("snippet", "text", "body")
-                                                            if v.get(k) is not None), "")),
-                          _url(v.get("url", v.get("href")))) if isinstance(v, dict) else SearchHit("", _text(v))
-                for v in value]
+    if isinstance(value, list):
+        return [_recorded_hit(v) for v in value]
     parts = [p.strip() for p in _PAGE.split(str(value)) if p.strip()]
     return [SearchHit("", p) for p in parts]
 
