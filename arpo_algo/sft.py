@@ -125,6 +125,9 @@ def _turn_text(turn: dict[str, Any], role: str) -> str:
                          f"{str(calls)[:200]}")
     if isinstance(content, list):
         content = "".join(p.get("text") or "" if isinstance(p, dict) else str(p) for p in content)
+    if isinstance(content, (dict, bool)):  # trained on as its Python spelling ("{'text': …}", "True"), silently
+        raise ValueError(f"a turn's content is text, a list of parts or null, not {type(content).__name__} "
+                         f"{str(content)[:200]}")
     text = "" if content is None else str(content)
     for call in calls:
         function = call.get("function", call) if isinstance(call, dict) else {}
@@ -140,6 +143,9 @@ def _turn_text(turn: dict[str, Any], role: str) -> str:
         value = arguments.get(argument) if isinstance(arguments, dict) else arguments
         if value is None:
             raise ValueError(f"a tool call to {name} without its argument {argument!r}: {str(arguments)[:200]}")
+        if isinstance(value, (dict, list, bool)):  # its Python spelling ("['a', 'b']") between the tags, silently
+            raise ValueError(f"a tool call to {name} whose {argument!r} is {type(value).__name__} "
+                             f"{str(value)[:200]}, not text")
         call_text = f"<answer>\\boxed{{{value}}}</answer>" if tag == "answer" else f"<{tag}>{value}</{tag}>"
         text += ("\n" if text and not text.endswith("\n") else "") + call_text
     return text
@@ -274,16 +280,26 @@ def tokenize(record: dict[str, Any], tokenizer: Any) -> dict[str, list[int]]:
     tool output) for a native or token-id record. Each segment is encoded on its own, as the rollout does."""
     eos = tokenizer.eos_token_id
     if "prompt_ids" in record:
-        prompt, completion, mask = list(record["prompt_ids"]), list(record["completion_ids"]), list(record["mask"])
+        prompt, completion, mask = (_whole_numbers(record, key) for key in ("prompt_ids", "completion_ids", "mask"))
         if len(mask) != len(completion):
             raise ValueError(f"a mask of {len(mask)} for {len(completion)} completion ids")
+        if not set(mask) <= {0, 1}:
+            raise ValueError(f"a mask holds 0 (not trained) and 1 (trained) only, not {max(set(mask) - {0, 1})}")
     else:
-        prompt = prompt_ids(tokenizer, record["messages"])
+        messages = record["messages"]
+        if not (isinstance(messages, list) and all(isinstance(m, dict) and isinstance(m.get("role"), str)
+                                                   and isinstance(m.get("content"), str) for m in messages)):
+            # a message without a role was jinja2's UndefinedError from the chat template: a traceback
+            raise ValueError("a native record's messages are a list of {\"role\", \"content\"} objects, each "
+                             "a text")
+        prompt = prompt_ids(tokenizer, messages)
         completion, mask = [], []
         for segment in record["segments"]:
             kind, text = (segment["kind"], segment["text"]) if isinstance(segment, dict) else segment
             if kind not in ("action", "observation"):
                 raise ValueError(f"segment kind must be action or observation, not {kind!r}")
+            if not isinstance(text, str):
+                raise ValueError(f"a segment's text is text, not {type(text).__name__} {str(text)[:200]}")
             # an observation is text only, as the rollout encodes it (`text_ids`: a result spelling <|im_end|>)
             piece = (text_ids(tokenizer, text) if kind == "observation"
                      else tokenizer.encode(text, add_special_tokens=False))
@@ -293,6 +309,16 @@ def tokenize(record: dict[str, Any], tokenizer: Any) -> dict[str, list[int]]:
         raise ValueError("no text of the model's own (no action, or only empty ones): it would teach the model to "
                          "stop right after the question")
     return {"input_ids": prompt + completion + [eos], "assistant_masks": [0] * len(prompt) + mask + [1]}
+
+
+def _whole_numbers(record: dict[str, Any], key: str) -> list[int]:
+    """`record`'s `key` (token ids, a mask), a list of whole numbers. Text there became a list of its letters, and
+    numbers with a fraction or true/false went on into the dataset; the first was a `TypeError` traceback (token ids
+    compared), the others trained on what no tokenizer wrote, silently."""
+    values = record[key]
+    if not isinstance(values, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise ValueError(f"{key} is a list of whole numbers, not {str(values)[:200]}")
+    return values
 
 
 def normalise(record: dict[str, Any], system: list[dict[str, str]] | None) -> dict[str, Any]:

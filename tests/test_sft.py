@@ -299,6 +299,34 @@ def test_a_record_without_text_of_the_models_own_is_refused(tokenizer):
     assert kept["assistant_masks"][-1] == 1 and sum(kept["assistant_masks"]) > 1
 
 
+def test_fields_of_the_wrong_type_are_named_not_trained_on(tokenizer):
+    """A native message without a role was jinja2's UndefinedError from the chat template (a traceback past
+    `example`); token ids written as text were a list of letters (a TypeError traceback at the vocabulary check),
+    fractions and a mask of 2 went on into the dataset; a tool call's code as a list, a turn's content as an object
+    and a segment's text as a number were trained on as their Python spellings, silently."""
+    user = {"role": "user", "content": "q"}
+    def calls(arguments):
+        return {"messages": [user, {"role": "assistant", "content": None, "tool_calls": [
+            {"function": {"name": "python", "arguments": arguments}}]}]}
+    for record, words in [
+            ({"messages": [{"content": "q"}], "segments": [["action", "a"]]}, "messages are a list of {"),
+            ({"messages": [{"role": "user", "content": ["q"]}], "segments": [["action", "a"]]}, "each a text"),
+            ({"messages": [user], "segments": [["action", 5]]}, "a segment's text is text, not int 5"),
+            ({"prompt_ids": "abc", "completion_ids": [1], "mask": [1]}, "prompt_ids is a list of whole numbers, not"),
+            ({"prompt_ids": [1.5], "completion_ids": [1], "mask": [1]}, r"whole numbers, not \[1.5\]"),
+            ({"prompt_ids": [1], "completion_ids": [True], "mask": [1]}, "completion_ids is a list of whole"),
+            ({"prompt_ids": [1], "completion_ids": [1, 2], "mask": [1, 2]}, r"0 \(not trained\) and 1 .* not 2"),
+            (calls({"code": ["a", "b"]}), "a tool call to python whose 'code' is list"),
+            (calls([1, 2]), "a tool call to python whose 'code' is list"),
+            ({"messages": [user, {"role": "assistant", "content": {"text": "a"}}]}, "content is text, a list of parts"),
+            ({"conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": True}]}, "not bool True")]:
+        with pytest.raises(ValueError, match=r"f.jsonl line 3 is not a trajectory record \(.*" + words):
+            example(record, None, tokenizer, "f.jsonl line 3")
+    kept = example(calls('{"code": 7}'), None, tokenizer, "f.jsonl line 4")  # a number is its digits
+    assert tokenizer.decode([t for t, m in zip(kept["input_ids"], kept["assistant_masks"]) if m]).startswith(
+        "<python>7</python>")
+
+
 def test_a_file_that_is_not_rollout_trees_is_one_clear_line(tokenizer, tmp_path):
     """Rollout trees, or trajectory records of another shape (a chat with no question, turns that are strings, a
     native record without its messages, token ids without their mask): one line naming the file and line, no
