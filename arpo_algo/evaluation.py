@@ -219,7 +219,8 @@ class OpenAIRunner:
     * ``"messages"``: each of the model's turns an assistant message and each tool result a user message, for chat
       APIs that cannot continue a message (OpenAI's). A model trained with arpo reads a format it never saw there.
 
-    Each turn asks for at most ``max_new_tokens``, and an episode ends truncated, as on the other backends, once
+    A turn ends at its first closing tag, as on the other backends, whether or not the server honours ``stop``. Each
+    turn asks for at most ``max_new_tokens``, and an episode ends truncated, as on the other backends, once
     its transcript after the prompt reaches ``max_completion_tokens`` (counted from the server's usage reports, so to
     within the last tool result) or outgrows the model's context. A server that refuses the run (a wrong key,
     address or model name, or one that cannot continue a message) stops it with its own words, and one that stops
@@ -243,7 +244,7 @@ class OpenAIRunner:
                  max_tokens: int | None = None) -> tuple[str, dict[str, Any]]:
         """The model's next turn, with its closing tag (a server drops the stop string it stopped at), and the
         request's usage report."""
-        from arpo_env.openai_chat import ChatError
+        from arpo_env.openai_chat import ChatError, content_text
 
         body: dict[str, Any] = {"temperature": s.temperature, "top_p": s.top_p, "stop": stop, "seed": seed,
                                 "max_tokens": max_tokens or s.max_new_tokens}
@@ -262,8 +263,14 @@ class OpenAIRunner:
                                     "done so far are kept: run the same command again to go on") from exc
             raise
         choice = response["choices"][0]
-        text = str(choice["message"].get("content") or "")
-        if choice.get("finish_reason") == "stop" and not any(text.endswith(t) for t in stop):
+        text = content_text(choice["message"].get("content"))  # parts were their list's Python spelling
+        ends = [text.find(t) + len(t) for t in stop if t in text]
+        if ends and min(ends) < len(text):
+            # A server that ignores `stop` (or only some of it) writes on past the call: the model's own "<result>",
+            # later calls, an answer to a result it never saw (read as the answer, the call never run). The other
+            # backends stop at the first closing tag; so does this one.
+            text = text[:min(ends)]
+        elif choice.get("finish_reason") == "stop" and not any(text.endswith(t) for t in stop):
             matched = choice.get("stop_reason")  # vLLM says which stop string it was
             if not isinstance(matched, str) or matched not in stop:  # else the tag the text left open last
                 opened = {t: text.rfind("<" + t[2:]) for t in stop if text.rfind("<" + t[2:]) > text.rfind(t)}

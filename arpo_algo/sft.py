@@ -37,6 +37,7 @@ from typing import Any, Iterator, Sequence
 from arpo_algo import jsonl
 from arpo_algo.models import prompt_ids, text_ids
 from arpo_env import tags
+from arpo_env.openai_chat import content_text
 
 # Sources ----------------------------------------------------------------------------------------------------------
 
@@ -123,12 +124,10 @@ def _turn_text(turn: dict[str, Any], role: str) -> str:
     if not isinstance(calls, (list, tuple)):  # a TypeError from the loop below, and a traceback
         raise ValueError(f"an assistant turn's tool_calls are a list of calls, not {type(calls).__name__} "
                          f"{str(calls)[:200]}")
-    if isinstance(content, list):
-        content = "".join(p.get("text") or "" if isinstance(p, dict) else str(p) for p in content)
     if isinstance(content, (dict, bool)):  # trained on as its Python spelling ("{'text': …}", "True"), silently
         raise ValueError(f"a turn's content is text, a list of parts or null, not {type(content).__name__} "
                          f"{str(content)[:200]}")
-    text = "" if content is None else str(content)
+    text = content_text(content)
     for call in calls:
         function = call.get("function", call) if isinstance(call, dict) else {}
         name, arguments = str(function.get("name")), function.get("arguments")

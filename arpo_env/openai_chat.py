@@ -9,8 +9,8 @@
   answer — is tried again after 1, 2, 4, … seconds (a ``Retry-After`` of up to a minute is honoured), ``retries``
   times. Then, and at once for any other error answer, `ChatError` carries the server's own message (the text of an
   HTML page, on one line); its `refused` tells an error that no request of the run can get past (401, 403, 404: a
-  wrong key, address or model name; 405, 501, or an answer that is not JSON: not an API there) from one of this
-  request, and `context_overflow` a request longer than the model's context.
+  wrong key, address or model name; 405, 501, or an answer that is not JSON or holds no message: not an API there)
+  from one of this request, and `context_overflow` a request longer than the model's context.
 """
 
 from __future__ import annotations
@@ -103,8 +103,11 @@ class ChatClient:
         request's other fields (``max_tokens``, ``temperature``, ``stop``, a server's own extensions)."""
         response = self._request("POST", "/chat/completions", {"model": self.model, "messages": messages, **params})
         choices = response.get("choices")
-        if not choices or not isinstance(choices[0], dict) or not isinstance(choices[0].get("message"), dict):
-            raise ChatError(f"{self.root}/chat/completions answered without a message: {str(response)[:300]}")
+        if not (isinstance(choices, list) and choices and isinstance(choices[0], dict)
+                and isinstance(choices[0].get("message"), dict)):  # choices an object was a KeyError traceback
+            # it answered (no "is it up?"), but not as an OpenAI-compatible API does: no request of the run would do
+            raise ChatError(f"{self.root}/chat/completions answered without a message: {str(response)[:300]}",
+                            refused=True)
         return response
 
     def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -151,6 +154,15 @@ class ChatClient:
             http, self._http = self._http, None
         if http is not None:
             http.close()
+
+
+def content_text(content: Any) -> str:
+    """A message's ``content`` as text: a string, a list of content parts (their text: ``[{"type": "text", "text":
+    …}]``, as some servers answer and OpenAI's API takes), or null (a turn of tool calls only, a reasoning model
+    that ran out of tokens) as nothing."""
+    if isinstance(content, list):
+        return "".join(str(p.get("text") or "") if isinstance(p, dict) else str(p) for p in content)
+    return "" if content is None else str(content)
 
 
 def _server_message(reply: Any) -> str:

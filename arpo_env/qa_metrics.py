@@ -304,7 +304,7 @@ class LLMJudge:
         incorrect, and the score is then F1 (`qa_score`)."""
         if prediction is None:
             return 0.0, True
-        from arpo_env.openai_chat import ChatError
+        from arpo_env.openai_chat import ChatError, content_text
         from arpo_env.tags import unwrap_text
 
         text = unwrap_text(prediction)
@@ -317,7 +317,7 @@ class LLMJudge:
             try:
                 reply = self.client.chat([{"role": "user", "content": prompt}], temperature=0.0,
                                          max_tokens=self.max_tokens)
-                verdict = judge_verdict(reply["choices"][0]["message"].get("content") or "")
+                verdict = judge_verdict(content_text(reply["choices"][0]["message"].get("content")))
             except ChatError as exc:  # an unreachable judge must not stop training or evaluation
                 if exc.unreachable or exc.refused:
                     self._down_until = time.monotonic() + self.down_s

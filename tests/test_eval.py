@@ -346,6 +346,37 @@ def test_closing_an_openai_runner_closes_its_connections_and_a_later_request_ope
     runner.close()  # twice is harmless
 
 
+@pytest.mark.parametrize("transcript", ["continue", "messages"])
+def test_an_openai_server_that_writes_past_a_call_or_answers_in_parts_is_read_as_the_other_backends_read(transcript):
+    """A server that ignores ``stop`` wrote on past the call: the model's own "<result>" and an answer to it, which the
+    env read as the answer, the call never run. Content as parts was its list's Python spelling in the transcript;
+    choices that are an object a KeyError traceback, and an answer without a message "no answer: is it up?"."""
+    from chat_server import serve_replies
+
+    from arpo_algo.evaluation import OpenAIRunner, ServerRefused
+    from arpo_env.datasets import Task
+
+    past = "<python>print(6 * 7)</python>\n<result>\n99\n</result>\n<answer>\\boxed{99}</answer>"
+    server = serve_replies([{"choices": [{"message": {"content": past}, "finish_reason": "length"}]},
+                            {"choices": [{"message": {"content": [{"type": "text", "text": "<answer>\\boxed{"},
+                                                                  {"type": "text", "text": "42}"}]},
+                                          "finish_reason": "stop", "stop_reason": "</answer>"}]},
+                            {"choices": {"0": "x"}}], model="m")
+    try:
+        runner = OpenAIRunner(f"http://127.0.0.1:{server.server_port}", "m", transcript=transcript, retries=0)
+        def make_env():
+            return gym.make("ARPO-Math-v0", tasks=[Task("What is 6 * 7?", "42")]).unwrapped
+        _, trajectory = runner.episode(make_env, 0, Settings(max_new_tokens=64), seed=0)
+        assert trajectory.completion_text == ("<python>print(6 * 7)</python>\n<result>\n42\n</result>\n"
+                                              "<answer>\\boxed{42}</answer>")
+        assert trajectory.reward_parts["correct"] and trajectory.tool_calls == 1
+        with pytest.raises(ServerRefused, match="answered without a message: {'choices': {'0': 'x'}}$"):
+            runner.episode(make_env, 0, Settings(max_new_tokens=64), seed=0)
+        runner.close()
+    finally:
+        server.shutdown()
+
+
 def test_the_output_folder_is_hidden_from_the_sandbox(tmp_path):
     # samples.jsonl holds every question's gold answer: a later benchmark, or a run started again, could read it.
     from conftest import assert_hidden_from_the_sandbox

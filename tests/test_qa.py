@@ -7,6 +7,7 @@ import pickle
 
 import gymnasium as gym
 import pytest
+from chat_server import serve_replies
 
 import arpo_env  # noqa: F401
 from arpo_env import qa_metrics as qm
@@ -175,51 +176,6 @@ def test_a_base_url_that_is_not_one_is_refused_at_once():
     assert info.value.refused and "http://" in str(info.value) and "'127.0.0.1:8000'" in str(info.value)
 
 
-def serve_replies(replies, model="judge-model"):
-    """An OpenAI-compatible chat endpoint on 127.0.0.1 serving `model` (listed at /v1/models; a request for another
-    model is answered 404, as vLLM does) that answers each chat request with the next scripted reply: a string is the
-    message (cut at the request's ``max_tokens``, a word a token), an int an error status (with ``Retry-After: 0``)."""
-    import http.server
-    import threading
-
-    queue = list(replies)
-    asked_prompts = []
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def answer(self, status, payload, headers=()):
-            body = json.dumps(payload).encode()
-            self.send_response(status)
-            for name, value in (("Content-Type", "application/json"), ("Content-Length", str(len(body))), *headers):
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_GET(self):  # noqa: N802
-            if self.path != "/v1/models":
-                return self.answer(404, {"detail": "Not Found"})
-            self.answer(200, {"object": "list", "data": [{"id": model, "object": "model"}]})
-
-        def do_POST(self):  # noqa: N802
-            request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            asked = request["model"]
-            if asked != model:
-                return self.answer(404, {"error": {"message": f"The model `{asked}` does not exist.", "code": 404}})
-            asked_prompts.append(request["messages"][-1]["content"])
-            reply = queue.pop(0)
-            if isinstance(reply, int):
-                return self.answer(reply, {"error": {"message": "overloaded", "code": reply}}, [("Retry-After", "0")])
-            words = reply.split(" ")
-            self.answer(200, {"choices": [{"message": {"content": " ".join(words[:request.get("max_tokens")])}}]})
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.prompts = asked_prompts  # what each chat request asked, in order
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
 def test_threads_that_ask_at_once_share_one_connection_pool(monkeypatch):
     """`arpo eval --backend openai` asks from many threads. The pool was made without the lock, so threads that asked
     first at once each made one, and all but the last were never closed."""
@@ -285,6 +241,9 @@ def test_the_prediction_reaches_the_judge_as_one_quoted_string_it_cannot_break_o
     ("<think>Is the prediction wrong? " + "Let me compare the two. " * 40 + "They name the same tower.</think>\n\n"
      "Correct", 1.0, True),
     ("<think>The prediction is not correct, or is it? " + "Compare. " * 3000, 1.0, False),  # cut off while thinking
+    # content as parts (some servers): read as their text (it was read through their list's Python spelling)
+    ({"choices": [{"message": {"content": [{"type": "text", "text": "Correct"}]}}]}, 1.0, True),
+    ({"choices": {"0": "Correct"}}, 1.0, False),  # no message: F1, not a KeyError traceback that stopped training
 ])
 def test_judge_replies_are_read_robustly(reply, expected, judged):
     server = serve_replies([reply])
