@@ -115,6 +115,20 @@ def _gold_text(value: Any) -> str:
     return str(value)
 
 
+def gold_text(answer: Any) -> str | list[str]:
+    """A gold answer as the scorers read it: text, or a list of aliases (a real list: the dataset's own), each
+    number as its text (`_gold_text`) and each lone surrogate U+FFFD. An object of fields is a `ValueError`: its keys
+    or values read as aliases (QA's F1 scored "1" correct against ``{"a": 1}``)."""
+    if isinstance(answer, dict):
+        raise ValueError(f"gold answer is an object of fields ({', '.join(map(str, list(answer)[:6]))}), not text, "
+                         "a number or a list of aliases")
+    if answer is None:  # no gold (it was "None", an answer scored right)
+        return ""
+    if not isinstance(answer, str) and isinstance(answer, Iterable):  # a list, a parquet column's array
+        return [unicode_text(_gold_text(a)) for a in answer]
+    return unicode_text(_gold_text(answer))
+
+
 def task_from_record(record: dict[str, Any], source: str, index: int, kind: str | None = None,
                      where: str | None = None) -> Task:
     """Normalise one record of any supported layout into a `Task` (`index` counts from 0; a record without a question
@@ -141,14 +155,10 @@ def task_from_record(record: dict[str, Any], source: str, index: int, kind: str 
             pass
     if isinstance(answer, str) and "####" in answer:
         answer = _gsm8k_answer(answer)
-    elif isinstance(answer, (int, float)):
-        answer = _gold_text(answer)
-    elif isinstance(answer, dict):
-        raise DataUnreadable(f"{where}: record {index + 1}'s gold answer is an object of fields "
-                             f"({', '.join(map(str, list(answer)[:6]))}), not text, a number or a list of aliases")
-    elif not isinstance(answer, str):
-        answer = [_gold_text(a) for a in answer]  # a real list in the data: the dataset's own aliases
-    answer = unicode_text(answer) if isinstance(answer, str) else [unicode_text(a) for a in answer]
+    try:
+        answer = gold_text(answer)
+    except ValueError as exc:
+        raise DataUnreadable(f"{where}: record {index + 1}'s {exc}") from None
     rid = next((record[k] for k in ("id", "unique_id", "task_id", "_id", "idx") if record.get(k) is not None),
                index)  # "_id": HotpotQA's and 2Wiki's own files
     meta = {k: v for k, v in record.items() if k in ("level", "subject", "answer_type", "Level", "data_source")}

@@ -15,7 +15,7 @@ import gymnasium as gym
 import numpy as np
 
 from arpo_env import prompts, tags
-from arpo_env.datasets import Task
+from arpo_env.datasets import Task, gold_text
 from arpo_env.rewards import HierarchicalReward, RewardParts
 from arpo_env.spaces import UnicodeText
 from arpo_env.tools.protocol import Tool, ToolOutput
@@ -129,6 +129,9 @@ class ToolEnv(gym.Env[str, str]):
         ``meta`` (what scorers read, e.g. ``answer_type``)."""
         super().reset(seed=seed)
         options = options or {}
+        if not isinstance(options, collections.abc.Mapping):  # a string's letters were named as unknown options
+            raise ValueError(f"reset options are a dict ({{'index': i}} or {{'question': q, 'answer': a}}), not "
+                             f"{type(options).__name__} {str(options)[:100]!r}")
         unknown = sorted(set(options) - _RESET_OPTIONS, key=str)
         if unknown:  # a misspelt "index" ({"idx": 5}) drew a random task, silently
             raise ValueError(f"reset options {unknown} are not known: give {{'index': i}} for a task of the dataset, "
@@ -138,7 +141,11 @@ class ToolEnv(gym.Env[str, str]):
                 raise ValueError('a custom task needs both "question" (text) and "answer"; give {"index": i} for a '
                                  'task of the dataset')
             question = tags.unicode_text(str(options["question"]))  # a lone surrogate: U+FFFD, as a tokenizer needs
-            task = Task(question, options["answer"], str(options.get("id") or "custom"),
+            try:
+                answer = gold_text(options["answer"])  # as a dataset's: 1990.0 is "1990", QA's F1 0 against "1990"
+            except ValueError as exc:
+                raise ValueError(f"the custom task's {exc}") from None
+            task = Task(question, answer, str(options.get("id") or "custom"),
                         str(options.get("source") or "custom"), str(options.get("kind") or self.tasks[0].kind),
                         dict(options.get("meta") or {}))
         elif "index" in options:

@@ -250,6 +250,23 @@ def test_reset_options(env):
             env.reset(options={"index": index})
     assert env.reset(options={"index": np.int64(5)})[1]["task"] == env.unwrapped.tasks[5].as_dict()
     assert env.reset(options={"index": -1})[1]["task"] == env.unwrapped.tasks[-1].as_dict()  # as a list counts
+    # a string's letters were named as unknown options
+    with pytest.raises(ValueError, match=re.escape("reset options are a dict ({'index': i} or")):
+        env.reset(options="index")
+
+
+@pytest.mark.parametrize("env_id", ["ARPO-Math-v0", "ARPO-QA-v0"])
+def test_a_custom_tasks_gold_is_read_as_a_datasets_is(env_id):
+    """A custom task's gold went in as given: 1990.0 scored "1990" 0 on QA (F1 against "1990.0"), None scored the
+    answer "None" right, and an object's values were aliases ("1" right against {"a": 1})."""
+    env = gym.make(env_id)
+    for gold, said, correct in [(1990.0, "1990", True), ([1990.0, "MCMXC"], "1990", True), (None, "None", False),
+                                (np.array(["Paris", "Lutetia"]), "Lutetia", True)]:
+        env.reset(options={"question": "q", "answer": gold})
+        assert env.step(f"<answer>\\boxed{{{said}}}</answer>")[4]["reward_parts"]["correct"] is correct, gold
+    with pytest.raises(ValueError, match=r"the custom task's gold answer is an object of fields \(a\), not text"):
+        env.reset(options={"question": "q", "answer": {"a": 1}})
+    env.close()
 
 
 @pytest.mark.parametrize("name, n", [("gsm8k", 1319), ("math500", 500), ("math", 5000), ("aime24", 30),
