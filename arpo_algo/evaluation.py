@@ -368,12 +368,20 @@ class _TextTrajectory:
 
 # The run ------------------------------------------------------------------------------------------------------------
 def load_done(path: Path) -> dict[tuple[str, int, int], dict[str, Any]]:
+    """The samples of ``samples.jsonl`` that ended without an error, by (benchmark, item, run). A line cut short is
+    passed over; so is one that is no sample record (a file edited or joined by hand: a list, a record without its
+    run), said on stderr, and its sample made again (they were an AttributeError or KeyError traceback, after the
+    model had loaded)."""
     done: dict[tuple[str, int, int], dict[str, Any]] = {}
     if path.exists():
         with open(path, encoding="utf-8", errors="replace") as f:  # lines end at "\n" only: not at a U+2028 of a text
-            for _, rec in jsonl.records(f):  # past a line cut short
-                if rec.get("error") is None:
-                    done[(rec["benchmark"], rec["index"], rec["run"])] = rec
+            for n, rec in jsonl.records(f):  # past a line cut short
+                key = (rec.get("benchmark"), rec.get("index"), rec.get("run")) if isinstance(rec, dict) else ()
+                if not (key and isinstance(key[0], str) and all(type(k) is int for k in key[1:])):
+                    print(f"arpo eval: {path}:{n}: passed over a line that is no sample record (one with benchmark, "
+                          f"index and run): {str(rec)[:100]}", file=sys.stderr)
+                elif rec.get("error") is None:
+                    done[key] = rec
     return done
 
 
@@ -680,6 +688,14 @@ def same_settings(out: Path, settings: dict[str, Any]) -> None:
         raise SystemExit(f"arpo eval: --out {out} {what}: give a folder for the results") from None
 
 
+def _line_count(path: Path) -> int:
+    """The lines of `path`, 0 if it is not there; bytes that are not UTF-8 are no UnicodeDecodeError traceback."""
+    if not path.exists():
+        return 0
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return sum(1 for _ in f)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
     benchmarks = select(args.benchmarks)
@@ -729,12 +745,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     same_settings(out, {"model": args.model, **asdict(settings)})
     runner = make_runner(args)
     saved = out / "samples.jsonl"
-    before = sum(1 for _ in open(saved, encoding="utf-8")) if saved.exists() else 0
+    before = _line_count(saved)
     try:
         results = evaluate(benchmarks, runner, args.data_dir, args.limit, args.runs, settings, out,
                            chunk=args.concurrency, questions=questions)
     except KeyboardInterrupt:
-        n = sum(1 for _ in open(saved, encoding="utf-8")) if saved.exists() else 0
+        n = _line_count(saved)
         print(f"\narpo eval: interrupted; {n} finished samples are in {saved}. Run the same command again to do "
               "only the missing ones.", file=sys.stderr)
         return 130
@@ -758,7 +774,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     (out / "summary.json").write_text(json.dumps({"benchmarks": summary, "settings": {
         "model": args.model, "backend": args.backend, **asdict(settings), "runs": args.runs, "limit": args.limit}},
         indent=1))
-    done = (sum(1 for _ in open(saved, encoding="utf-8")) if saved.exists() else 0) - before
+    done = _line_count(saved) - before
     total = sum(len(r) for r in results.values())
     print("\n" + md + f"\n\n{total} sample{'s' * (total != 1)}"
           + ("" if done >= total else " (all from an earlier run)" if done <= 0 else

@@ -257,6 +257,30 @@ def test_samples_made_on_other_data_are_made_again_not_reported_as_these(agent, 
     assert len((out / "samples.jsonl").read_text().splitlines()) == 3
 
 
+def test_lines_of_samples_jsonl_that_are_no_sample_records_are_passed_over_and_made_again(agent, tokenizer, tmp_path,
+                                                                                           capsys):
+    """A samples.jsonl edited or joined by hand (a list, a record without its run, bytes that are not UTF-8): the
+    run that resumed from it died on an AttributeError or KeyError traceback, after the model had loaded."""
+    from tiny_agent import TASK
+
+    from arpo_algo import evaluation
+    from arpo_algo.hf_generator import HFGenerator
+
+    (tmp_path / "data" / "gsm8k").mkdir(parents=True)
+    (tmp_path / "data" / "gsm8k" / "test.jsonl").write_text(json.dumps({"question": TASK["question"],
+                                                                        "answer": "#### 42"}) + "\n")
+    out = tmp_path / "eval"
+    out.mkdir()
+    (out / "samples.jsonl").write_bytes(b'[1, 2]\n{"benchmark": "gsm8k", "index": 0, "error": null}\n\xff\xfe\n')
+    s = evaluation.Settings(max_new_tokens=24, max_completion_tokens=256)
+    results = evaluation.evaluate([evaluation.BENCHMARKS["gsm8k"]], evaluation.RolloutRunner(
+        HFGenerator(agent, tokenizer)), str(tmp_path / "data"), None, 1, s, out)
+    assert [(r["index"], r["run"], r["error"]) for r in results["gsm8k"]] == [(0, 0, None)]
+    err = capsys.readouterr().err
+    assert f"{out / 'samples.jsonl'}:1: passed over a line that is no sample record" in err and ":2: passed" in err
+    assert evaluation._line_count(out / "samples.jsonl") == 4
+
+
 def test_a_model_server_that_does_not_answer_stops_the_run_with_what_is_done_kept(tmp_path):
     """Nothing listens at the address (a server down, an engine dead): after its retries the first sample stops the
     run, instead of every sample waiting as long and writing an error."""
