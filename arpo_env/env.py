@@ -333,6 +333,8 @@ class ToolEnv(gym.Env[str, str]):
 
     def restore(self, snapshot: dict[str, Any]) -> None:
         """Bring back a `snapshot()` (taken in this env, another one with the same tools, or another process)."""
+        if not isinstance(snapshot, dict):  # None (a snapshot not taken) was an AttributeError
+            raise ValueError(f"a snapshot is the dict snapshot() returns, not {type(snapshot).__name__}")
         if snapshot.get("version") != 1:
             raise ValueError(f"unsupported snapshot version {snapshot.get('version')!r}")
         missing = set(snapshot["tools"]) - set(self.tool_factories)

@@ -199,6 +199,9 @@ def test_env_snapshot_pickle_restore(env):
     assert other.unwrapped.completion == env.unwrapped.completion
     obs, reward, term, trunc, info = other.unwrapped.step("<python>x + 1</python>")
     assert "42" in obs and info["tool_calls"] == 2
+    for restore in (other.unwrapped.restore, lambda saved: arpo_env.restore(other, saved)):
+        with pytest.raises(ValueError, match="a snapshot is the dict snapshot\\(\\) returns, not NoneType"):
+            restore(None)  # an AttributeError and a TypeError
     other.close()
 
 
