@@ -219,7 +219,9 @@ class OpenAIRunner:
     * ``"messages"``: each of the model's turns an assistant message and each tool result a user message, for chat
       APIs that cannot continue a message (OpenAI's). A model trained with arpo reads a format it never saw there.
 
-    A turn ends at its first closing tag, as on the other backends, whether or not the server honours ``stop``. Each
+    A turn ends at its first closing tag, as on the other backends, whether or not the server honours ``stop``; the
+    reasoning a server's reasoning parser returns apart is the turn's ``<think>`` again (``"messages"``; with
+    ``"continue"``, where the text must stay as written, such a server stops the run). Each
     turn asks for at most ``max_new_tokens``, and an episode ends truncated, as on the other backends, once
     its transcript after the prompt reaches ``max_completion_tokens`` (counted from the server's usage reports, so to
     within the last tool result) or outgrows the model's context. A server that refuses the run (a wrong key,
@@ -264,6 +266,17 @@ class OpenAIRunner:
             raise
         choice = response["choices"][0]
         text = content_text(choice["message"].get("content"))  # parts were their list's Python spelling
+        reasoning = next((r for r in (choice["message"].get(k) for k in ("reasoning_content", "reasoning"))
+                          if isinstance(r, str) and r.strip()), None)
+        if reasoning is not None:  # a reasoning parser took the model's <think> out of its text: it was lost
+            if self.transcript == "continue":  # the episode continues the text as written, which this is not
+                raise ServerRefused(f"{self.client.root} answers with the model's reasoning apart from its text (a "
+                                    "reasoning parser, as vLLM's --reasoning-parser): a continued episode would lose "
+                                    "it. Serve the model without one, or run with --transcript messages")
+            # the reasoning of a turn that stopped at a call inside it goes on in the next turn's: one <think>
+            written = "".join(m["content"] for m in messages if m["role"] == "assistant")
+            opened = "" if written.rfind("<think>") > written.rfind("</think>") else "<think>"
+            text = opened + reasoning + (f"</think>{text}" if text else "")
         ends = [text.find(t) + len(t) for t in stop if t in text]
         if ends and min(ends) < len(text):
             # A server that ignores `stop` (or only some of it) writes on past the call: the model's own "<result>",

@@ -401,6 +401,37 @@ def test_an_openai_server_that_writes_past_a_call_or_answers_in_parts_is_read_as
         server.shutdown()
 
 
+def test_reasoning_a_server_returns_apart_is_the_turns_think_or_stops_a_continued_run():
+    """A server with a reasoning parser (vLLM's --reasoning-parser, DeepSeek's API) returns the model's <think> apart
+    from its content, and a call written inside it stops the turn there with no content at all: the turn was "", a
+    broken format, the call and the thoughts lost, silently. Now they are the turn's <think>, one across the call."""
+    from chat_server import serve_replies
+
+    from arpo_algo.evaluation import OpenAIRunner, ServerRefused
+    from arpo_env.datasets import Task
+
+    def reply(content, reasoning, stop=None):
+        return {"choices": [{"message": {"content": content, "reasoning_content": reasoning},
+                             "finish_reason": "stop", "stop_reason": stop}]}
+
+    server = serve_replies([reply(None, "Multiply.\n<python>print(6 * 7)", "</python>"),
+                            reply("\n<answer>\\boxed{42}</answer>", "It printed 42."),
+                            reply(None, "Multiply.\n<python>print(6 * 7)", "</python>")], model="m")
+    def make_env():
+        return gym.make("ARPO-Math-v0", tasks=[Task("What is 6 * 7?", "42")]).unwrapped
+    try:
+        runner = OpenAIRunner(f"http://127.0.0.1:{server.server_port}", "m", transcript="messages", retries=0)
+        _, trajectory = runner.episode(make_env, 0, Settings(max_new_tokens=64), seed=0)
+        assert trajectory.completion_text == ("<think>Multiply.\n<python>print(6 * 7)</python>\n<result>\n42\n"
+                                              "</result>\nIt printed 42.</think>\n<answer>\\boxed{42}</answer>")
+        assert trajectory.reward_parts["correct"] and trajectory.tool_calls == 1
+        runner = OpenAIRunner(f"http://127.0.0.1:{server.server_port}", "m", retries=0)  # continue: the text as written
+        with pytest.raises(ServerRefused, match="reasoning apart from its text .* run with --transcript messages"):
+            runner.episode(make_env, 0, Settings(max_new_tokens=64), seed=0)
+    finally:
+        server.shutdown()
+
+
 def test_the_output_folder_is_hidden_from_the_sandbox(tmp_path):
     # samples.jsonl holds every question's gold answer: a later benchmark, or a run started again, could read it.
     from conftest import assert_hidden_from_the_sandbox
