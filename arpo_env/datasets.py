@@ -122,7 +122,7 @@ def gold_text(answer: Any) -> str | list[str]:
     if isinstance(answer, dict):
         raise ValueError(f"gold answer is an object of fields ({', '.join(map(str, list(answer)[:6]))}), not text, "
                          "a number or a list of aliases")
-    if answer is None:  # no gold (it was "None", an answer scored right)
+    if answer is None:  # no gold: blank, not the text "None"
         return ""
     if not isinstance(answer, str) and isinstance(answer, Iterable):  # a list, a parquet column's array
         return [unicode_text(_gold_text(a)) for a in answer]
