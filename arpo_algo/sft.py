@@ -86,7 +86,10 @@ def env_messages(question: str, env_id: str = "ARPO-Math-v0", env_kwargs: dict[s
         env.close()
 
 
-_FENCE = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.S)
+_FENCE = re.compile(r"```([\w+.-]*)[ \t]*\n(.*?)```", re.S)
+"""A fenced block and its language; a block in another language stays as it is, whole (a ```` ```python3 ```` block
+was no match, and its closing fence opened a "block" of the text after it, run as code)."""
+_PYTHON = frozenset({"", "python", "python3", "py", "py3", "ipython", "ipython3"})
 _CODE = re.compile(r"<code>(.*?)</code>", re.S)
 _OUTPUT = re.compile(r"```output[ \t]*\n(.*?)```", re.S)
 """A code block's output as ToRA-style data writes it after the block (NuminaMath-TIR's ```` ```output ```` blocks)."""
@@ -96,7 +99,8 @@ _ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "ass
 
 def map_action(text: str, final: bool) -> str:
     """An assistant turn in another dialect, in our tags."""
-    text = _FENCE.sub(lambda m: f"<python>{m.group(1).strip()}</python>", text)
+    text = _FENCE.sub(lambda m: f"<python>{m.group(2).strip()}</python>" if m.group(1).lower() in _PYTHON
+                      else m.group(0), text)
     text = _CODE.sub(lambda m: f"<python>{m.group(1).strip()}</python>", text)
     if final and tags.answer(text) is None:
         value = tags.boxed(text)

@@ -11,8 +11,8 @@ import pytest
 import torch
 from tiny_agent import no_checkpointing, tiny_llama
 
-from arpo_algo.sft import (SFTScriptArguments, build_dataset, example, from_chat, rollout_records, synthetic_records,
-                           tokenize)
+from arpo_algo.sft import (SFTScriptArguments, build_dataset, example, from_chat, map_action, rollout_records,
+                           synthetic_records, tokenize)
 from arpo_algo.tree import Node, RolloutTree, Trajectory, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,6 +65,10 @@ def test_chat_records_are_mapped_onto_our_tags():
     assert texts[0] == ("action", "Let me compute.\n<python>print(6 * 7)</python>")
     assert texts[1][0] == "observation" and "<result>" in texts[1][1] and "42" in texts[1][1]
     assert texts[2][1].endswith("<answer>\\boxed{42}</answer>")
+    # a block in another language stays whole; python3 was no match, and its closing fence opened a "block" of the
+    # text after it, up to the next fence
+    assert map_action("```python3\nprint(1)\n```\nNot code.\n```bash\nls\n```\n```Python\nprint(2)\n```",
+                      False) == "<python>print(1)</python>\nNot code.\n```bash\nls\n```\n<python>print(2)</python>"
     replaced = from_chat(record, system=[{"role": "system", "content": "ours"}])
     assert replaced["messages"][0]["content"] == "ours"
     with pytest.raises(ValueError, match="assistant"):
