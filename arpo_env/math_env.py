@@ -57,7 +57,8 @@ class MathEnv(ToolEnv):
     ```
     * ``dataset`` (``"default"``): a dataset name or file (see `arpo_env.datasets.load_tasks`).
     * ``data_dir`` (``None``): where named datasets live (default: ``$ARPO_DATA_DIR``).
-    * ``tools`` (``("python",)``): add ``"search"`` to allow web search as well.
+    * ``tools`` (``("python",)``): add ``"search"`` to allow web search as well; ``()`` is no tools (the no-tool
+      baseline, with a prompt of its own), None the default.
     * ``sandbox`` (``"local"``) and ``sandbox_options`` (`arpo_env.tools.sandbox.SandboxLimits` fields, e.g.
       ``{"timeout_s": 10, "memory_mb": 1024}``); ``"e2b"`` runs the interpreter in an E2B cloud sandbox.
     * ``search`` / ``search_options``: the search backend when search is enabled; ``browse_options`` when browse is.
@@ -88,13 +89,15 @@ class MathEnv(ToolEnv):
     * v0: Initial version.
     """
 
-    def __init__(self, dataset: str | None = "default", data_dir: str | None = None, tools: Sequence[str] = ("python",),
-                 sandbox: str = "local", sandbox_options: dict[str, Any] | None = None, search: str = "local",
+    def __init__(self, dataset: str | None = "default", data_dir: str | None = None,
+                 tools: Sequence[str] | None = ("python",), sandbox: str = "local",
+                 sandbox_options: dict[str, Any] | None = None, search: str = "local",
                  search_options: dict[str, Any] | None = None, browse_options: dict[str, Any] | None = None,
                  max_tool_calls: int = 5, max_turns: int | None = None,
                  max_chars: int = 32000, strict_think: bool = False, tool_bonus: float = 0.1,
                  tasks: Sequence[Any] | None = None, render_mode: str | None = None) -> None:
         dataset = dataset or "default"  # None, as QAEnv takes it: an AttributeError traceback
+        tools = ("python",) if tools is None else tools  # None, as QAEnv takes it: the default, () none
         factories = build_tools(tools, sandbox, sandbox_options, search, search_options, browse_options,
                                 hide=task_paths(dataset, data_dir) if tasks is None else ())
         super().__init__(

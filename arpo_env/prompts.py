@@ -22,7 +22,11 @@ _EXAMPLE = {
 
 
 def system_prompt(tools: tuple[str, ...] | list[str], max_tool_calls: int) -> str:
-    """Tell the model the protocol: think, call tools by tag, read results, answer in a box."""
+    """Tell the model the protocol: think, call tools by tag, read results, answer in a box; without tools (``arpo
+    eval --mode direct``), think and answer in a box (it told of tools and a budget of calls, listing none)."""
+    if not tools:
+        return ("You are a careful problem solver.\nReason step by step inside <think> </think>.\nWhen you know the "
+                "answer, write it as <answer>\\boxed{your final answer}</answer> and stop.")
     lines = [
         "You are a careful problem solver who can use tools.",
         "Reason step by step inside <think> </think>. While reasoning you may call a tool:",
@@ -33,9 +37,7 @@ def system_prompt(tools: tuple[str, ...] | list[str], max_tool_calls: int) -> st
         "When you know the answer, write it as <answer>\\boxed{your final answer}</answer> and stop.",
     ]
     example = next((_EXAMPLE[t] for t in tools if t in _EXAMPLE), _EXAMPLE[tags.PYTHON])
-    if tools:
-        lines += ["", "Example:", example]
-    return "\n".join(lines)
+    return "\n".join([*lines, "", "Example:", example])
 
 
 def user_turn(question: str) -> str:

@@ -44,7 +44,8 @@ class QAEnv(ToolEnv):
     ```python
     env = gym.make("ARPO-QA-v0", dataset="hotpotqa", data_dir="data/eval", search="local")
     ```
-    * ``dataset`` (``"default_qa"``), ``data_dir``; ``tools`` (``("search", "python")``, the paper's training tools).
+    * ``dataset`` (``"default_qa"``), ``data_dir``; ``tools`` (``("search", "python")``, the paper's training tools;
+      ``()`` none).
     * ``search``: ``"local"`` (BM25, ``search_options={"corpus": path}``), ``"ddgs"`` (live), ``"recorded"``
       (``search_options={"recording": path, "fallback": "local"}``, or ``"recorded:PATH:local"``);
       ``search_options["top_k"]`` (5), ``search_options["cache"]`` (SQLite tool cache).
@@ -78,11 +79,11 @@ class QAEnv(ToolEnv):
                  tool_bonus: float = 0.1, judge_url: str | None = None, judge_model: str | None = None,
                  tasks: Sequence[Any] | None = None, render_mode: str | None = None) -> None:
         scorer = shared_judge(judge_url, judge_model) if judge_url else qa_score
+        tools = self.default_tools if tools is None else tools  # () is none (--mode direct): it was the default
         super().__init__(
             tasks if tasks is not None else load_tasks(dataset or self.default_dataset, data_dir, kind="qa"),
-            build_tools(tools or self.default_tools, sandbox, sandbox_options, search, search_options,
-                        browse_options, hide=task_paths(dataset or self.default_dataset, data_dir) if tasks is None
-                        else ()),
+            build_tools(tools, sandbox, sandbox_options, search, search_options, browse_options,
+                        hide=task_paths(dataset or self.default_dataset, data_dir) if tasks is None else ()),
             HierarchicalReward(scorer, strict_think=strict_think, tool_bonus=tool_bonus),
             max_tool_calls=max_tool_calls, max_turns=max_turns, max_chars=max_chars, render_mode=render_mode,
         )

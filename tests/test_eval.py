@@ -432,6 +432,23 @@ def test_reasoning_a_server_returns_apart_is_the_turns_think_or_stops_a_continue
         server.shutdown()
 
 
+@pytest.mark.parametrize("bench", ["gsm8k", "hotpotqa", "gaia"])
+def test_the_direct_mode_has_no_tools_and_a_prompt_without_them(bench):
+    """``--mode direct`` (``tools=()``) was no baseline on the knowledge and deep-search benchmarks: QA's envs read
+    an empty tuple as their default tools, search and python. Where it had none (math), the prompt still told of
+    tools, a budget of calls and their results, listing none."""
+    kwargs = {**env_kwargs(BENCHMARKS[bench], None, Settings(mode="direct")), "dataset": None}  # the shipped tasks
+    env = gym.make(BENCHMARKS[bench].env_id, **kwargs).unwrapped
+    _, info = env.reset(seed=0)
+    assert env.tool_factories == {} and "tool" not in info["messages"][0]["content"]
+    obs = env.step("<search>capital of France</search>")[0]
+    assert "<result>" in obs and "Paris" not in obs  # no tool ran
+    env.close()
+    default = gym.make(BENCHMARKS[bench].env_id, tools=None, search_options={"cache": False})
+    assert default.unwrapped.tool_factories and "at most" in default.unwrapped.system_prompt  # None: the default
+    default.close()
+
+
 def test_the_output_folder_is_hidden_from_the_sandbox(tmp_path):
     # samples.jsonl holds every question's gold answer: a later benchmark, or a run started again, could read it.
     from conftest import assert_hidden_from_the_sandbox
