@@ -331,10 +331,22 @@ def resolve(name: str, data_dir: str | os.PathLike | None = None) -> Path:
                        + hub)
 
 
+def dataset_name(name: Any) -> str:
+    """A dataset's name or file as text: a `pathlib.Path` is its path (it was an AttributeError, "'PosixPath' object
+    has no attribute 'startswith'"), anything else but text a `ValueError` saying what a dataset is."""
+    if isinstance(name, os.PathLike):
+        return os.fspath(name)
+    if not isinstance(name, str):
+        raise ValueError(f"dataset is a name (gsm8k, arithmetic:50:0, hub:ID) or a file's path, not "
+                        f"{type(name).__name__} {str(name)[:100]!r}")
+    return name
+
+
 def task_paths(name: str, data_dir: str | os.PathLike | None = None) -> list[str]:
     """The folders that hold dataset `name`'s file and `data_dir`, for the sandbox to hide (its cells may not read
     the answers). A generated or a hub dataset has no file of its own here (the hub's cache is hidden anyway)."""
     paths = [os.path.abspath(data_dir)] if data_dir else []
+    name = dataset_name(name)
     if name.startswith("hub:"):
         return paths
     try:
@@ -350,6 +362,7 @@ def load_tasks(name: str = "default", data_dir: str | os.PathLike | None = None,
     the first so many (at least 1; None: all). A record whose gold answer is blank is left out, with a warning, and so
     is one whose question comes with an image or a file (`has_attachment`), which a text model is not given."""
     _check_limit(limit)
+    name = dataset_name(name)
     if name.startswith("hub:"):
         return _load_hub(name[4:], kind, limit)
     from arpo_env.procedural import procedural_tasks

@@ -258,6 +258,24 @@ def test_reset_options(env):
         env.reset(options="index")
 
 
+def test_a_dataset_given_as_a_path_is_read_and_arguments_of_the_wrong_type_are_named(tmp_path):
+    """``dataset=pathlib.Path(...)`` was an AttributeError ("'PosixPath' object has no attribute 'startswith'"), a
+    number the same; options given as text "dictionary update sequence element #0 has length 1; 2 is required"."""
+    from pathlib import Path
+
+    (tmp_path / "mine.jsonl").write_text(json.dumps({"question": "What is 2 + 2?", "answer": "4"}) + "\n")
+    for env_id in ("ARPO-Math-v0", "ARPO-QA-v0"):
+        env = gym.make(env_id, dataset=Path(tmp_path / "mine.jsonl"), search_options={"cache": False})
+        assert [(t.question, t.answer) for t in env.unwrapped.tasks] == [("What is 2 + 2?", "4")]
+        env.close()
+    assert load_tasks(tmp_path / "mine.jsonl")[0].answer == "4"
+    with pytest.raises(ValueError, match="dataset is a name .* or a file's path, not int '5'"):
+        gym.make("ARPO-Math-v0", dataset=5)
+    for options in ("sandbox_options", "search_options", "browse_options"):
+        with pytest.raises(ValueError, match=f"{options} is a dict of options, not str 'x'"):
+            gym.make("ARPO-DeepSearch-v0", **{options: "x"})
+
+
 @pytest.mark.parametrize("env_id", ["ARPO-Math-v0", "ARPO-QA-v0"])
 def test_a_custom_tasks_gold_is_read_as_a_datasets_is(env_id):
     """A custom task's gold went in as given: 1990.0 scored "1990" 0 on QA (F1 against "1990.0"), None scored the

@@ -14,6 +14,7 @@ choosing one loads nothing else and nothing imports in a circle.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any, Callable, Sequence
 
 from arpo_env.tools.protocol import StatelessTool, Tool, ToolOutput, check_options
@@ -52,6 +53,10 @@ def build_tools(tools: Sequence[str], sandbox: str = "local", sandbox_options: d
     commas (``"python"``, ``"search,python"``: it was read letter by letter, "unknown tool 'p'")."""
     if isinstance(tools, str):
         tools = [name.strip() for name in tools.split(",") if name.strip()]
+    for what, options in (("sandbox_options", sandbox_options), ("search_options", search_options),
+                          ("browse_options", browse_options)):
+        if options is not None and not isinstance(options, Mapping):  # "dictionary update sequence element #0 …"
+            raise ValueError(f"{what} is a dict of options, not {type(options).__name__} {str(options)[:100]!r}")
     factories: dict[str, Callable[[], Tool]] = {}
     for name in tools:
         if name == "python":
