@@ -34,7 +34,7 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from arpo_env.qa_metrics import aliases, missing
 from arpo_env.tags import unicode_text
@@ -127,6 +127,24 @@ def gold_text(answer: Any) -> str | list[str]:
     if not isinstance(answer, str) and isinstance(answer, Iterable):  # a list, a parquet column's array
         return [unicode_text(_gold_text(a)) for a in answer]
     return unicode_text(_gold_text(answer))
+
+
+def as_tasks(tasks: Any, kind: str) -> list[Task]:
+    """An env's ``tasks=``: `Task` objects, or records read as a dataset file's are (`task_from_record`: a question
+    and a gold answer in any of its fields), of `kind` unless a record says. A record was an AttributeError ("'dict'
+    object has no attribute 'question'"), and a string's letters were tasks."""
+    if isinstance(tasks, (str, bytes)) or not isinstance(tasks, Iterable):
+        raise ValueError(f"tasks is a list of tasks, not {type(tasks).__name__} {str(tasks)[:100]!r}")
+    out = []
+    for i, task in enumerate(tasks):
+        if isinstance(task, Task):
+            out.append(task)
+        elif isinstance(task, Mapping):
+            out.append(task_from_record(dict(task), "custom", i, kind=task.get("kind") or kind, where="tasks"))
+        else:
+            raise ValueError(f"tasks[{i}] is a Task or a record with a question and an answer, not "
+                             f"{type(task).__name__} {str(task)[:100]!r}")
+    return out
 
 
 def task_from_record(record: dict[str, Any], source: str, index: int, kind: str | None = None,

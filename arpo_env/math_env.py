@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from arpo_env.datasets import load_tasks, task_paths
+from arpo_env.datasets import as_tasks, load_tasks, task_paths
 from arpo_env.env import ToolEnv
 from arpo_env.rewards import HierarchicalReward, math_score
 from arpo_env.tools import build_tools
@@ -64,7 +64,8 @@ class MathEnv(ToolEnv):
     * ``search`` / ``search_options``: the search backend when search is enabled; ``browse_options`` when browse is.
     * ``max_tool_calls`` (5), ``max_turns`` (``max_tool_calls + 2``), ``max_chars`` (32000): the budgets.
     * ``strict_think`` (False): the reference code's stricter ``<think>`` format check. ``tool_bonus`` (0.1).
-    * ``tasks``: a list of `arpo_env.datasets.Task` to use instead of a dataset.
+    * ``tasks``: a list of `arpo_env.datasets.Task`, or of records as a dataset file holds them (``{"question": …,
+      "answer": …}``), to use instead of a dataset.
 
     ## Forking
     ``env.unwrapped.fork()`` returns an independent env in the same state; its interpreter is a live fork of this
@@ -101,7 +102,7 @@ class MathEnv(ToolEnv):
         factories = build_tools(tools, sandbox, sandbox_options, search, search_options, browse_options,
                                 hide=task_paths(dataset, data_dir) if tasks is None else ())
         super().__init__(
-            tasks if tasks is not None else load_tasks(dataset, data_dir, kind="math"),
+            as_tasks(tasks, "math") if tasks is not None else load_tasks(dataset, data_dir, kind="math"),
             factories,
             HierarchicalReward(math_score, strict_think=strict_think, tool_bonus=tool_bonus),
             max_tool_calls=max_tool_calls, max_turns=max_turns, max_chars=max_chars, render_mode=render_mode,

@@ -73,6 +73,8 @@ class ChatClient:
 
     def __init__(self, base_url: str, model: str | None = None, api_key: str | None = None,
                  timeout_s: float = 600.0, retries: int = 4, backoff_s: float = 1.0) -> None:
+        if not isinstance(base_url, str):  # judge_url=5 was an AttributeError ('int' object has no attribute 'rstrip')
+            raise ValueError(f"the endpoint's base URL is text (http://host:port/v1), not {base_url!r}")
         self.root = api_root(base_url)
         self.retries, self.backoff_s, self.timeout_s = retries, backoff_s, timeout_s
         self._api_key, self._model = api_key, model

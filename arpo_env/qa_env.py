@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from arpo_env.datasets import load_tasks, task_paths
+from arpo_env.datasets import as_tasks, load_tasks, task_paths
 from arpo_env.env import ToolEnv
 from arpo_env.qa_metrics import qa_score, shared_judge
 from arpo_env.rewards import HierarchicalReward
@@ -81,7 +81,8 @@ class QAEnv(ToolEnv):
         scorer = shared_judge(judge_url, judge_model) if judge_url else qa_score
         tools = self.default_tools if tools is None else tools  # () is none (--mode direct): it was the default
         super().__init__(
-            tasks if tasks is not None else load_tasks(dataset or self.default_dataset, data_dir, kind="qa"),
+            as_tasks(tasks, "qa") if tasks is not None
+            else load_tasks(dataset or self.default_dataset, data_dir, kind="qa"),
             build_tools(tools, sandbox, sandbox_options, search, search_options, browse_options,
                         hide=task_paths(dataset or self.default_dataset, data_dir) if tasks is None else ()),
             HierarchicalReward(scorer, strict_think=strict_think, tool_bonus=tool_bonus),

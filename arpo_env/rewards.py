@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 import re
 import threading
 from collections import OrderedDict
@@ -1096,6 +1097,12 @@ class HierarchicalReward:
 
     def __init__(self, scorer: Scorer = math_score, strict_think: bool = False,
                  tool_bonus: float = 0.1, require_boxed: bool = True) -> None:
+        # tool_bonus="x" failed at the first correct answer that used both tools, NaN made its reward NaN;
+        # strict_think="no" was strict
+        if isinstance(tool_bonus, bool) or not isinstance(tool_bonus, numbers.Real) or not math.isfinite(tool_bonus):
+            raise ValueError(f"tool_bonus must be a number (0.1 in the paper), not {tool_bonus!r}")
+        if strict_think not in (True, False):
+            raise ValueError(f"strict_think must be true or false, not {strict_think!r}")
         self.scorer = scorer
         self.strict_think = strict_think
         self.tool_bonus = tool_bonus

@@ -276,6 +276,32 @@ def test_a_dataset_given_as_a_path_is_read_and_arguments_of_the_wrong_type_are_n
             gym.make("ARPO-DeepSearch-v0", **{options: "x"})
 
 
+def test_tasks_given_as_records_are_read_as_a_files_and_bad_arguments_are_named():
+    """``tasks=[{"question": …, "answer": …}]`` was an AttributeError ("'dict' object has no attribute 'question'"),
+    a string's letters were tasks; ``search=None`` (the default, as gym's other arguments read None) an
+    AttributeError; ``tool_bonus="x"`` failed at the first correct answer that used both tools, NaN made rewards NaN,
+    ``strict_think="no"`` was strict; ``judge_url=5`` an AttributeError."""
+    env = gym.make("ARPO-Math-v0", tasks=[{"problem": "What is 2 + 2?", "answer": 4.0}])
+    assert [(t.question, t.answer, t.kind) for t in env.unwrapped.tasks] == [("What is 2 + 2?", "4", "math")]
+    env.close()
+    env = gym.make("ARPO-QA-v0", tasks=[{"question": "Capital of France?", "answer": ["Paris", "Lutetia"]}],
+                   search=None, search_options={"cache": False})
+    env.reset(seed=0)
+    assert env.unwrapped.tasks[0].kind == "qa" and env.step("<answer>\\boxed{Lutetia}</answer>")[1] == 1.0
+    env.close()
+    for env_id, kwargs, words in [
+            ("ARPO-Math-v0", {"tasks": "abc"}, "tasks is a list of tasks, not str 'abc'"),
+            ("ARPO-Math-v0", {"tasks": [5]}, r"tasks\[0\] is a Task or a record with a question and an answer"),
+            ("ARPO-Math-v0", {"tasks": [{"question": "q"}]}, "tasks: record 1 has no gold answer"),
+            ("ARPO-Math-v0", {"tool_bonus": "x"}, r"tool_bonus must be a number \(0.1 in the paper\), not 'x'"),
+            ("ARPO-Math-v0", {"tool_bonus": float("nan")}, "tool_bonus must be a number"),
+            ("ARPO-Math-v0", {"strict_think": "no"}, "strict_think must be true or false, not 'no'"),
+            ("ARPO-QA-v0", {"search": 5}, "search must be a backend's name"),
+            ("ARPO-QA-v0", {"judge_url": 5}, r"the endpoint's base URL is text \(http://host:port/v1\), not 5")]:
+        with pytest.raises(ValueError, match=words):
+            gym.make(env_id, **kwargs)
+
+
 @pytest.mark.parametrize("env_id", ["ARPO-Math-v0", "ARPO-QA-v0"])
 def test_a_custom_tasks_gold_is_read_as_a_datasets_is(env_id):
     """A custom task's gold went in as given: 1990.0 scored "1990" 0 on QA (F1 against "1990.0"), None scored the

@@ -437,6 +437,9 @@ BACKENDS = ("local", "ddgs", "recorded")
 def search_spec(spec: str) -> tuple[str, dict[str, Any]]:
     """A search backend as one string, as ``arpo eval --search`` takes it: ``recorded:PATH[:local|ddgs]`` is the
     recorded backend with its ``recording`` (and ``fallback``) options; any other name is itself, with none."""
+    if not isinstance(spec, str):  # None was an AttributeError ('NoneType' object has no attribute 'partition')
+        raise ValueError(f"search must be a backend's name (local, ddgs, recorded, recorded:PATH[:local|ddgs]), not "
+                         f"{spec!r}")
     name, _, recording = spec.partition(":")
     if name != "recorded" or not recording:
         return spec, {}
@@ -466,7 +469,7 @@ def search_tool_factory(name: str = "local", options: dict[str, Any] | None = No
     ``fallback`` (recorded), ``ddgs`` (keyword arguments of `DDGSSearch`). `name` may carry the recording, as
     ``arpo eval --search`` does: ``recorded:PATH[:local|ddgs]`` (`search_spec`).
     """
-    name, given = search_spec(name)
+    name, given = search_spec("local" if name is None else name)  # None, as gym's arguments go: the default
     options = {**(options or {}), **given}
     check_options("search_options", options, ("top_k", "cache", "corpus", "recording", "fallback", "ddgs"))
     backend = make_backend(name, options)
