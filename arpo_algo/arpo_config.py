@@ -198,6 +198,7 @@ class ARPOConfig(GRPOConfig):
             self.vllm_engine_kwargs = json_object("vllm_engine_kwargs", self.vllm_engine_kwargs, '{"dtype": "float32"}')
         super().__post_init__()
         from arpo_algo.rollout import default_num_global, sampling_problems
+        from arpo_env.env import whole_number
 
         self.num_global = default_num_global(self.num_global, self.num_generations)
         if self.branching and not 1 <= self.num_global <= self.num_generations:  # N is ARPO's alone
@@ -221,6 +222,11 @@ class ARPOConfig(GRPOConfig):
         if not self.temperature > 0:  # 0 is greedy for a rollout, but TRL divides the logits by it
             problems.append(f"temperature must be above 0 for training (TRL's log-probabilities divide by it), not "
                             f"{self.temperature}; eval_temperature=0 evaluates greedily")
+        calls = self.max_tool_calls
+        if calls is not None and (whole_number(calls) is None or whole_number(calls) < 0):
+            # -1 was refused by the env, once the model had loaded
+            problems.append(f"max_tool_calls must be a whole number of at least 0 (None: the env's), not "
+                            f"{self.max_tool_calls!r}")
         if self.num_iterations < 1:  # 0 trained nothing and reported a loss of 0
             problems.append(f"num_iterations must be at least 1, not {self.num_iterations}")
         if not self.beta >= 0:

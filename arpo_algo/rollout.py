@@ -169,7 +169,16 @@ def sampling_problems(max_new_tokens: int, max_completion_tokens: int, temperatu
     default; `ARPOConfig` checks its own with its names): a turn or trajectory with no token, a negative temperature
     (0 is greedy), a top-p outside (0, 1], an entropy window of no token, a branching weight that is not a number."""
     turn, whole, temp, nucleus, k, a, b = names
-    problems = []
+    from arpo_env.env import whole_number
+
+    # text or true/false (a config written from Python) was a TypeError ("must be real number, not str"), unnamed
+    problems = [f"{name} must be a whole number, not {value!r}" for name, value in
+                ((turn, max_new_tokens), (whole, max_completion_tokens), (k, entropy_k)) if whole_number(value) is None]
+    problems += [f"{name} must be a number, not {value!r}" for name, value in
+                 ((temp, temperature), (nucleus, top_p), (a, alpha), (b, beta))
+                 if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer))]
+    if problems:
+        return problems
     if max_new_tokens < 1 or max_completion_tokens < 1:
         problems.append(f"a turn and a trajectory need at least one token ({turn}={max_new_tokens}, "
                         f"{whole}={max_completion_tokens})")

@@ -283,7 +283,12 @@ def test_settings_the_rollout_cannot_honour_are_refused(tmp_path):
                        ({"learning_rate": -1e-6}, "learning_rate"), ({"beta": -0.1}, "beta must"),
                        ({"epsilon": -0.2}, "clipping"), ({"weight_decay": -0.1}, "weight_decay"),
                        ({"gradient_accumulation_steps": 0}, "gradient_accumulation_steps"),
-                       ({"seed": -1}, "seed must be"), ({"seed": 2**32}, "seed must be")]:
+                       ({"seed": -1}, "seed must be"), ({"seed": 2**32}, "seed must be"),
+                       # a config written from Python: a TypeError that named nothing, or the env's error after the
+                       # model had loaded
+                       ({"branch_alpha": "0.5"}, "branch_alpha must be a number, not '0.5'"),
+                       ({"entropy_k": 2.5}, "entropy_k must be a whole number, not 2.5"),
+                       ({"max_tool_calls": -1}, "max_tool_calls must be a whole number of at least 0")]:
         with pytest.raises(ValueError, match=words):  # at the config, before a model is loaded
             ARPOConfig(**common, **bad)
     from arpo_algo.arpo_config import ColdStartConfig
