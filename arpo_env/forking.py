@@ -83,11 +83,9 @@ def snapshot(env: gym.Env) -> dict[str, Any]:
 def restore(env: gym.Env, saved: dict[str, Any]) -> None:
     """Bring `snapshot(...)` (or a bare ``env.unwrapped.snapshot()``) back into `env`, made the same way; the env is
     steppable through its wrappers at once."""
-    if not isinstance(saved, dict):  # None (a snapshot not taken) was a TypeError
-        raise ValueError(f"a snapshot is the dict snapshot() returns, not {type(saved).__name__}")
     layers = _layers(env)
-    if "wrappers" not in saved:  # a bare ToolEnv snapshot: restore it, and let the wrappers accept steps
-        layers[-1].restore(saved)
+    if not isinstance(saved, dict) or "wrappers" not in saved:
+        layers[-1].restore(saved)  # a bare ToolEnv snapshot (no dict: its ValueError); the wrappers accept steps
         wrappers: list[list[Any]] = [[type(layer).__name__, {}] for layer in layers[:-1]]
     else:
         wrappers = saved["wrappers"]
