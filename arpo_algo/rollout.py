@@ -67,6 +67,7 @@ M per task holds always.
 from __future__ import annotations
 
 import math
+import numbers
 import threading
 import time
 import warnings
@@ -176,7 +177,7 @@ def sampling_problems(max_new_tokens: int, max_completion_tokens: int, temperatu
                 ((turn, max_new_tokens), (whole, max_completion_tokens), (k, entropy_k)) if whole_number(value) is None]
     problems += [f"{name} must be a number, not {value!r}" for name, value in
                  ((temp, temperature), (nucleus, top_p), (a, alpha), (b, beta))
-                 if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer))]
+                 if isinstance(value, bool) or not isinstance(value, numbers.Real)]
     if problems:
         return problems
     if max_new_tokens < 1 or max_completion_tokens < 1:

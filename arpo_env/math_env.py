@@ -90,15 +90,17 @@ class MathEnv(ToolEnv):
     * v0: Initial version.
     """
 
+    default_tools: tuple[str, ...] = ("python",)
+
     def __init__(self, dataset: str | None = "default", data_dir: str | None = None,
-                 tools: Sequence[str] | None = ("python",), sandbox: str = "local",
+                 tools: Sequence[str] | None = None, sandbox: str = "local",
                  sandbox_options: dict[str, Any] | None = None, search: str = "local",
                  search_options: dict[str, Any] | None = None, browse_options: dict[str, Any] | None = None,
                  max_tool_calls: int = 5, max_turns: int | None = None,
                  max_chars: int = 32000, strict_think: bool = False, tool_bonus: float = 0.1,
                  tasks: Sequence[Any] | None = None, render_mode: str | None = None) -> None:
         dataset = dataset or "default"  # None, as QAEnv takes it: an AttributeError traceback
-        tools = ("python",) if tools is None else tools  # None, as QAEnv takes it: the default, () none
+        tools = self.default_tools if tools is None else tools  # as QAEnv's: () is none
         factories = build_tools(tools, sandbox, sandbox_options, search, search_options, browse_options,
                                 hide=task_paths(dataset, data_dir) if tasks is None else ())
         super().__init__(
