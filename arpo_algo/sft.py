@@ -28,6 +28,7 @@ Trajectory sources (JSONL, one record per line; any mix):
 from __future__ import annotations
 
 import json
+import numbers
 import re
 import sys
 from dataclasses import dataclass, field
@@ -239,9 +240,12 @@ def rollout_records(path: str, min_reward: float | None = None, read: list[int] 
     for n, record in numbered_records(path):
         try:
             tree = RolloutTree.from_dict(record)
-        except (KeyError, TypeError, AttributeError) as exc:
-            raise ValueError(f"{path} line {n} is not a rollout tree (as arpo rollout and arpo train write them): "
-                             f"{type(exc).__name__}: {exc}") from None
+            for tr in tree.trajectories:  # what is read of each, of the types it is read as
+                if not (isinstance(tr.reward, numbers.Real) and isinstance(tr.truncated, bool)):
+                    raise ValueError("a trajectory's reward is a number and its truncated true or false, not "
+                                     f"{tr.reward!r} and {tr.truncated!r}")
+        except ValueError as exc:  # a string reward failed on --min_reward, "no" was truncated: silently
+            raise ValueError(f"{path} line {n}: {exc}") from None
         total += len(tree.trajectories)
         checked = tokenizer is None
         for tr in tree.trajectories:
@@ -250,6 +254,10 @@ def rollout_records(path: str, min_reward: float | None = None, read: list[int] 
                 continue
             if min_reward is not None and tr.reward < min_reward:
                 continue
+            try:
+                token_ids(vars(tr))  # ids given as text went on into training as its letters
+            except ValueError as exc:
+                raise ValueError(f"{path} line {n}: {exc}") from None
             if not checked:
                 _check_tokenizer(tokenizer, tr.prompt_ids, str(tree.task.get("question") or ""), f"{path} line {n}")
                 checked = True
@@ -283,11 +291,7 @@ def tokenize(record: dict[str, Any], tokenizer: Any) -> dict[str, list[int]]:
     tool output) for a native or token-id record. Each segment is encoded on its own, as the rollout does."""
     eos = tokenizer.eos_token_id
     if "prompt_ids" in record:
-        prompt, completion, mask = (_whole_numbers(record, key) for key in ("prompt_ids", "completion_ids", "mask"))
-        if len(mask) != len(completion):
-            raise ValueError(f"a mask of {len(mask)} for {len(completion)} completion ids")
-        if not set(mask) <= {0, 1}:
-            raise ValueError(f"a mask holds 0 (not trained) and 1 (trained) only, not {max(set(mask) - {0, 1})}")
+        prompt, completion, mask = token_ids(record)
     else:
         messages = record["messages"]
         if not (isinstance(messages, list) and all(isinstance(m, dict) and isinstance(m.get("role"), str)
@@ -312,6 +316,17 @@ def tokenize(record: dict[str, Any], tokenizer: Any) -> dict[str, list[int]]:
         raise ValueError("no text of the model's own (no action, or only empty ones): it would teach the model to "
                          "stop right after the question")
     return {"input_ids": prompt + completion + [eos], "assistant_masks": [0] * len(prompt) + mask + [1]}
+
+
+def token_ids(record: dict[str, Any]) -> tuple[list[int], list[int], list[int]]:
+    """A token-id record's (or trajectory's) ``prompt_ids``, ``completion_ids`` and ``mask``, or a `ValueError`
+    saying which is amiss."""
+    prompt, completion, mask = (_whole_numbers(record, key) for key in ("prompt_ids", "completion_ids", "mask"))
+    if len(mask) != len(completion):
+        raise ValueError(f"a mask of {len(mask)} for {len(completion)} completion ids")
+    if not set(mask) <= {0, 1}:
+        raise ValueError(f"a mask holds 0 (not trained) and 1 (trained) only, not {max(set(mask) - {0, 1})}")
+    return prompt, completion, mask
 
 
 def _whole_numbers(record: dict[str, Any], key: str) -> list[int]:

@@ -85,8 +85,23 @@ class RolloutTree:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RolloutTree":
-        return cls(d["task"], d["algo"], [Node(**n) for n in d["nodes"]],
-                   [Trajectory(**t) for t in d["trajectories"]], d.get("stats", {}))
+        """The tree `to_dict` wrote; a `ValueError` saying what is amiss for JSON of another shape (a line of another
+        file: it was a `KeyError` or `TypeError` naming no line, or a tree whose task or reward parts were no object,
+        which readers failed on later)."""
+        try:
+            if not isinstance(d, dict):
+                raise TypeError(f"a {type(d).__name__}, not an object of fields")
+            for key in ("nodes", "trajectories"):
+                if not (isinstance(d[key], list) and all(isinstance(v, dict) for v in d[key])):
+                    raise TypeError(f"its {key} are no list of objects")
+            tree = cls(d["task"], d["algo"], [Node(**n) for n in d["nodes"]],
+                       [Trajectory(**t) for t in d["trajectories"]], d.get("stats", {}))
+            if not isinstance(tree.task, dict) or not all(isinstance(t.reward_parts, dict) for t in tree.trajectories):
+                raise TypeError("its task and each trajectory's reward_parts are objects")
+        except (KeyError, TypeError) as exc:
+            what = f"no {exc.args[0]!r} field" if isinstance(exc, KeyError) and exc.args else f"{exc}"
+            raise ValueError(f"not a rollout tree as arpo rollout and arpo train write them ({what})") from None
+        return tree
 
 
 def entropy_windows(segments: list[dict[str, Any]], entropies: list[float | None], own_from: int = 0
@@ -119,7 +134,12 @@ def write_jsonl(trees: Iterable[RolloutTree], path: str | os.PathLike, append: b
 def read_jsonl(path: str | os.PathLike, skipped: Callable[[int, str, ValueError], None] | None = None
                ) -> Iterator[RolloutTree]:
     """The trees of a file `write_jsonl` wrote (a run's ``rollouts.jsonl``, ``arpo rollout``'s output), past a line
-    cut short by a killed writer: such a line is skipped, and given to `skipped` (its number, text and error)."""
+    cut short by a killed writer: such a line is skipped, and given to `skipped` (its number, text and error). A line
+    that is JSON but no tree is a `ValueError` naming it."""
     with open(path, encoding="utf-8", errors="replace") as f:
-        for _, value in jsonl.records(f, skipped):
-            yield RolloutTree.from_dict(value)
+        for n, value in jsonl.records(f, skipped):
+            try:
+                tree = RolloutTree.from_dict(value)
+            except ValueError as exc:  # JSON, but no tree (a file of another kind): not what a killed writer leaves
+                raise ValueError(f"{path} line {n}: {exc}") from None
+            yield tree

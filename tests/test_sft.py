@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ from tiny_agent import no_checkpointing, tiny_llama
 
 from arpo_algo.sft import (SFTScriptArguments, build_dataset, example, from_chat, map_action, rollout_records,
                            synthetic_records, tokenize)
-from arpo_algo.tree import Node, RolloutTree, Trajectory, write_jsonl
+from arpo_algo.tree import Node, RolloutTree, Trajectory, read_jsonl, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -181,6 +182,38 @@ def test_rejection_sampling_keeps_correct_well_formed_trajectories(tmp_path):
     assert lines == [whole.rstrip("\n"), whole[:120], whole.rstrip("\n")]
     read: list[int] = []
     assert rollout_records(str(path), read=read) == kept and read == [10]
+
+
+def test_rollout_trees_of_the_wrong_types_are_named(tmp_path):
+    """JSON that is no rollout tree, or a tree whose fields are of other types, is a `ValueError` naming the file's
+    line: reward parts that are no object were an AttributeError traceback; ids written as text went on into training
+    as their letters, a truncated of "no" was read as true, a reward of text failed on --min_reward, silently or
+    not."""
+    good = Trajectory(0, [1, 2], [5], [1], [0.0], [None], [], 1.0, {"correct": True, "format_ok": True}, 1).__dict__
+    def tree(**fields):
+        return {"task": {"question": "q"}, "algo": "grpo", "nodes": [{"id": 0, "parent": None, "start": 0,
+                                                                      "kind": "global"}],
+                "trajectories": [{**good, **fields}]}
+
+    path = tmp_path / "trees.jsonl"
+    for record, message in [
+            ([1, 2], "a list, not an object of fields"), ({"task": {}}, "no 'nodes' field"),
+            ({**tree(), "task": [1]}, "its task and each trajectory's reward_parts are objects"),
+            (tree(reward_parts=5), "its task and each trajectory's reward_parts are objects"),
+            ({**tree(), "trajectories": "abc"}, "its trajectories are no list of objects"),
+            (tree(colour="red"), "unexpected keyword argument 'colour'"),
+            (tree(prompt_ids="12"), "prompt_ids is a list of whole numbers, not 12"),
+            (tree(mask=[1, 1]), "a mask of 2 for 1 completion ids"),
+            (tree(truncated="no"), "its truncated true or false, not 1.0 and 'no'"),
+            (tree(reward="1"), "reward is a number and its truncated true or false, not '1' and False")]:
+        path.write_text(json.dumps(tree()) + "\n" + json.dumps(record) + "\n")
+        with pytest.raises(ValueError, match=f"^{re.escape(str(path))} line 2: .*{re.escape(message)}"):
+            rollout_records(str(path))
+        if "true or false" not in message and "mask" not in message and "prompt_ids" not in message:
+            with pytest.raises(ValueError, match=f"^{re.escape(str(path))} line 2: .*{re.escape(message)}"):
+                list(read_jsonl(path))
+    path.write_text(json.dumps(tree()) + "\n")
+    assert rollout_records(str(path)) == [{"prompt_ids": [1, 2], "completion_ids": [5], "mask": [1]}]
 
 
 def test_rollouts_with_nothing_to_keep_say_so(tmp_path, tokenizer, capsys):
@@ -352,7 +385,7 @@ def test_a_file_that_is_not_rollout_trees_is_one_clear_line(tokenizer, tmp_path)
              "read as its question through this model's tokenizer"),  # another tokenizer's ids: trained on, silently
             ("--trajectories", '{"prompt_ids": [1], "completion_ids": [2, -3], "mask": [1, 1]}\n',
              "trees.jsonl line 1 holds token id -3, past the model's vocabulary"),
-            ("--from_rollouts", '{"question": "q"}\n', "line 1 is not a rollout tree"),
+            ("--from_rollouts", '{"question": "q"}\n', "line 1: not a rollout tree"),
             ("--from_rollouts", '{"task": \n', "trees.jsonl: no line is JSON"),
             ("--trajectories", good + '\n{"conversations": [{"from": "gpt", "value": "2"}]}\n',
              "line 2 is not a trajectory record (a chat record needs a user turn"),
