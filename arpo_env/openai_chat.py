@@ -93,10 +93,14 @@ class ChatClient:
         """The model asked for: the one given, or the first the endpoint lists (asked once)."""
         with self._lock:
             if self._model is None:
-                listed = self._request("GET", "/models").get("data") or []
-                names = [m.get("id") for m in listed if isinstance(m, dict) and m.get("id")]
+                answer = self._request("GET", "/models")
+                listed = answer.get("data")
+                if not isinstance(listed, list):  # data that was no list was a TypeError traceback (through the judge)
+                    listed = []
+                names = [m["id"] for m in listed if isinstance(m, dict) and m.get("id")]
                 if not names:
-                    raise ChatError(f"{self.root}/models lists no model: name one")
+                    raise ChatError(f"{self.root}/models lists no model as an OpenAI-compatible API does (data: "
+                                    f"[{{\"id\": …}}]; it answered {str(answer)[:200]}): name one", refused=True)
                 self._model = str(names[0])
             return self._model
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 
 
-def serve_replies(replies, model="judge-model"):
+def serve_replies(replies, model="judge-model", listed=None):
     """An OpenAI-compatible chat endpoint on 127.0.0.1 serving `model` (listed at /v1/models; a request for another
     model is answered 404, as vLLM does) that answers each chat request with the next scripted reply: a string is the
     message (cut at the request's ``max_tokens``, a word a token), an int an error status (with ``Retry-After: 0``), a
-    dict the whole answer (a server's odd one)."""
+    dict the whole answer (a server's odd one). `listed`, if given, is the whole answer to /v1/models."""
     import http.server
     import threading
 
@@ -29,7 +29,8 @@ def serve_replies(replies, model="judge-model"):
         def do_GET(self):  # noqa: N802
             if self.path != "/v1/models":
                 return self.answer(404, {"detail": "Not Found"})
-            self.answer(200, {"object": "list", "data": [{"id": model, "object": "model"}]})
+            self.answer(200, listed if listed is not None else {"object": "list", "data": [{"id": model,
+                                                                                       "object": "model"}]})
 
         def do_POST(self):  # noqa: N802
             request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 
 import gymnasium as gym
 import pytest
@@ -13,6 +14,7 @@ import arpo_env  # noqa: F401
 from arpo_env import qa_metrics as qm
 from arpo_env import rewards
 from arpo_env.datasets import DataNotFound, load_tasks
+from arpo_env.openai_chat import ChatClient, ChatError
 
 
 @pytest.mark.parametrize("pred, gold, f1, em", [
@@ -251,6 +253,25 @@ def test_judge_replies_are_read_robustly(reply, expected, judged):
         judge = qm.LLMJudge(f"http://127.0.0.1:{server.server_port}/v1", timeout_s=10)
         assert judge.judge("Eiffel Tower", ["Eiffel Tower"], {"question": "q"}) == (expected, judged)
         assert judge.fallbacks == (0 if judged else 1)
+    finally:
+        server.shutdown()
+
+
+@pytest.mark.parametrize("listed", [{"data": 5}, {"data": {"id": "judge-model"}}, {"data": ["judge-model"]},
+                                    {"data": [{"id": ""}, {"name": "judge-model"}]}, {"models": []}])
+def test_a_model_list_of_another_shape_is_a_judge_fallback(listed):
+    """A /v1/models answer that lists no model as OpenAI's API does: the judge falls back to F1 and says why (data
+    that is no list was a TypeError traceback, which stopped training)."""
+    server = serve_replies(["Correct"], listed=listed)
+    try:
+        root = f"http://127.0.0.1:{server.server_port}/v1"
+        with pytest.raises(ChatError, match=f"^{re.escape(root)}/models lists no model as an OpenAI-compatible API "
+                                            "does .*: name one") as caught:
+            ChatClient(root).model
+        assert caught.value.refused
+        judge = qm.LLMJudge(root, timeout_s=10)
+        assert judge.judge("Eiffel Tower", ["Eiffel Tower"], {"question": "q"}) == (1.0, False)
+        assert judge.fallbacks == 1
     finally:
         server.shutdown()
 
