@@ -234,6 +234,12 @@ def build_trainer(script_args: ARPOScriptArguments, args: ARPOConfig, model_args
     if script_args.data_dir:
         env_kwargs["data_dir"] = script_args.data_dir
     args.env_kwargs = env_kwargs
+    with env_arguments(args.env_id):  # before the cold start: an env argument it refuses was found minutes later
+        dataset = task_dataset(args.env_id, limit=script_args.train_limit, **ARPOTrainer.env_kwargs(args))
+        eval_dataset = None
+        if script_args.eval_dataset_name:
+            eval_kwargs = {**ARPOTrainer.env_kwargs(args), "dataset": script_args.eval_dataset_name}
+            eval_dataset = task_dataset(args.env_id, limit=script_args.eval_limit, **eval_kwargs)
     model_name = model_args.model_name_or_path or "smollm2-135m"
     cold_start_s = None
     if script_args.cold_start:
@@ -249,12 +255,6 @@ def build_trainer(script_args: ARPOScriptArguments, args: ARPOConfig, model_args
     if model_args.attn_implementation:
         model_init_kwargs.setdefault("attn_implementation", model_args.attn_implementation)
     args.model_init_kwargs = model_init_kwargs or None
-    with env_arguments(args.env_id):
-        dataset = task_dataset(args.env_id, limit=script_args.train_limit, **ARPOTrainer.env_kwargs(args))
-        eval_dataset = None
-        if script_args.eval_dataset_name:
-            eval_kwargs = {**ARPOTrainer.env_kwargs(args), "dataset": script_args.eval_dataset_name}
-            eval_dataset = task_dataset(args.env_id, limit=script_args.eval_limit, **eval_kwargs)
     trainer = ARPOTrainer(path, args=args, train_dataset=dataset, eval_dataset=eval_dataset,
                           processing_class=load_tokenizer(model_name), peft_config=get_peft_config(model_args))
     trainer.cold_start_seconds = cold_start_s

@@ -126,6 +126,16 @@ def test_mistakes_are_one_clear_line(args, words):
     assert len([line for line in result.stderr.splitlines() if line.startswith("arpo ")]) == 1
 
 
+def test_an_env_argument_the_env_refuses_stops_train_before_the_cold_start(tmp_path):
+    """The recipe's env arguments were first used after its cold start: ``max_tool_calls: -1`` in env_kwargs (or a
+    dataset that is not there) was found once the SFT recipe had run, minutes later."""
+    sft_model = tmp_path / "sft"
+    result = run_cli("train", "--config", "examples/recipes/smollm2_cpu.yaml", "--model_name_or_path", str(sft_model),
+                     "--output_dir", str(tmp_path / "run"), "--env_kwargs", '{"max_tool_calls": -1}')
+    assert result.returncode == 2 and "ARPO-Math-v0: budgets: max_tool_calls must be" in result.stderr, result.stderr[-2000:]
+    assert not sft_model.exists() and "Traceback" not in result.stderr
+
+
 def test_a_paper_table_eval_cannot_read_is_one_line_before_the_model_loads(tmp_path):
     """`arpo eval --compare paper --paper-table T` read T only after the whole evaluation: a missing file, a column
     missing or a value that is no number was a traceback then (the samples kept, the table not printed)."""
