@@ -785,10 +785,18 @@ def test_keyword_arguments_as_a_user_would_write_them():
     assert list(env.unwrapped.tools) == ["python", "search"] and len(env.unwrapped.tasks) == 100
     assert env.step("<python>print(6 * 7)</python>")[0] == "\n<result>\n42\n</result>\n"
     env.close()
-    for options, words in [({"timeout_s": -1}, "timeout_s must be a number of seconds above 0, not -1"),
-                           ({"timeout_s": "10"}, "timeout_s must be a number of seconds above 0, not '10'"),
+    for options, words in [({"timeout_s": -1}, "timeout_s must be a number of seconds above 0 and at most "
+                                               "100,000,000, not -1"),
+                           ({"timeout_s": "10"}, "timeout_s must be a number of seconds above 0 and at most "
+                                                 "100,000,000, not '10'"),
                            ({"memory_mb": 1.5, "kill_grace_s": -1}, "kill_grace_s must be a number of seconds of at "
-                            "least 0, not -1; memory_mb must be a whole number of at least 0, not 1.5")]:
+                            "least 0 and at most 100,000,000, not -1; memory_mb must be a whole number of at least 0 "
+                            "and at most 1,099,511,627,776, not 1.5"),
+                           # past these, every cell failed (an OverflowError for the time, a dead worker)
+                           ({"cpu_s": 1e10}, "cpu_s must be a number of seconds above 0 and at most 100,000,000, "
+                                             "not 10000000000.0"),
+                           ({"memory_mb": 2 ** 62}, "memory_mb must be a whole number of at least 0 and at most "
+                                                    "1,099,511,627,776, not 4611686018427387904")]:
         with pytest.raises(ValueError, match=re.escape(f"sandbox_options: {words}")):
             gym.make("ARPO-Math-v0", sandbox_options=options)
     with pytest.raises(ValueError, match=re.escape("sandbox_options: unknown timeout (did you mean timeout_s?), nope; "
