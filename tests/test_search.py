@@ -364,3 +364,24 @@ def test_a_misspelt_option_is_named_not_ignored():
                                                                "timeout_s?); the options are page_store, summarizer,")]:
         with pytest.raises(ValueError, match=re.escape(words)):
             gym.make("ARPO-DeepSearch-v0", **kwargs)
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    # every search failed (-2), found nothing (0), or took text and fractions for numbers
+    ({"search_options": {"top_k": -2}}, "search_options: top_k must be a whole number of at least 1 and at most 100, "
+                                        "not -2"),
+    ({"search_options": {"top_k": "3", "corpus": 5}}, "search_options: top_k must be a whole number of at least 1 and "
+                                                      "at most 100, not '3'; corpus must be a path, not int '5'"),
+    ({"search_options": {"cache": 5}}, "cache must be a path, or true or false, not int '5'"),  # gym's TypeError
+    ({"search_options": {"ddgs": "fast"}}, "ddgs must be a dict of DDGSSearch's arguments, not str 'fast'"),
+    # every page failed (a timeout of text or below 0), or "no" was true
+    ({"browse_options": {"timeout_s": "10"}}, "browse_options: timeout_s must be a number of seconds above 0 and at "
+                                              "most 100,000,000, not '10'"),
+    ({"browse_options": {"max_chars": 0, "live": "no"}}, "browse_options: max_chars must be a whole number of at least "
+                                                         "1 and at most 1,099,511,627,776, not 0; live must be true or "
+                                                         "false, not str 'no'"),
+    ({"browse_options": {"summarizer": {"url": "http://127.0.0.1:9/v1"}}}, "browse_options: summarizer: "),
+])
+def test_an_option_of_the_wrong_type_is_named_when_the_env_is_made(kwargs, words):
+    with pytest.raises(ValueError, match=re.escape(words)):
+        gym.make("ARPO-DeepSearch-v0", **kwargs)

@@ -41,7 +41,8 @@ from typing import Any, Callable, Iterator
 from urllib.parse import urljoin, urlsplit
 
 from arpo_env.tools.cache import ToolCache, resolve_cache
-from arpo_env.tools.protocol import StatelessTool, ToolOutput, check_options
+from arpo_env.tools.protocol import (MAX_SECONDS, PATH_TYPES, StatelessTool, ToolOutput, check_options, limit_problem,
+                                     type_problem)
 
 MARKUP_TYPES = {"text/html", "application/xhtml+xml", "application/xml", "text/xml"}
 """Content types read for their main text (`extract_text`); other text (`is_text_type`) is read as it is."""
@@ -564,9 +565,27 @@ def browse_tool_factory(options: dict[str, Any] | None = None) -> Callable[[], B
     tool_arguments = [name for name in inspect.signature(BrowseTool).parameters if name not in ("page_store", "cache",
                                                                                                   "summarizer")]
     check_options("browse_options", options, ["page_store", "summarizer", "cache", *tool_arguments])
+    # each was taken as given: a timeout of text or below 0 failed every page, a live of "no" was true
+    problems = [limit_problem("timeout_s", options.get("timeout_s", 10.0), None, MAX_SECONDS),
+                limit_problem("extract_timeout_s", options.get("extract_timeout_s", EXTRACT_TIMEOUT_S), None,
+                              MAX_SECONDS),
+                limit_problem("max_bytes", options.get("max_bytes", 1), 1),
+                limit_problem("max_redirects", options.get("max_redirects", 0), 0),
+                limit_problem("max_chars", options.get("max_chars", 1), 1),
+                type_problem("live", options.get("live"), "true or false", bool),
+                type_problem("private_hosts", options.get("private_hosts"), "true or false", bool),
+                type_problem("cache", options.get("cache"), "a path, or true or false", bool, ToolCache, *PATH_TYPES),
+                type_problem("page_store", options.get("page_store"), "a folder, or a dict of url to file", dict,
+                             *PATH_TYPES),
+                type_problem("summarizer", options.get("summarizer"), 'a dict {"base_url", "model"}', dict)]
+    if any(problems):
+        raise ValueError("browse_options: " + "; ".join(p for p in problems if p))
     store = options.pop("page_store", None)
     summarizer = options.pop("summarizer", None)
     cache = resolve_cache(options.pop("cache", True))
-    tool = BrowseTool(PageStore(store) if store is not None else None,
-                      summarizer=Summarizer(**summarizer) if summarizer else None, cache=cache, **options)
+    try:
+        summarizer = Summarizer(**summarizer) if summarizer else None
+    except TypeError as exc:  # a key it does not take, or none of its two
+        raise ValueError(f"browse_options: summarizer: {exc}") from None
+    tool = BrowseTool(PageStore(store) if store is not None else None, summarizer=summarizer, cache=cache, **options)
     return lambda: tool

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import difflib
+import math
+import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Protocol, runtime_checkable
 
@@ -21,6 +23,36 @@ def check_options(what: str, options: Iterable[str], known: Iterable[str]) -> No
     unknown = [str(name) for name in options if name not in known]
     if unknown:
         raise ValueError(f"{what}: unknown {did_you_mean(unknown, known)}; the options are {', '.join(known)}")
+
+
+MAX_SECONDS = 100_000_000
+"""The longest time limit a tool takes (three years): past about 10^10 s every call failed (an OverflowError)."""
+MAX_WHOLE = 2 ** 40
+"""The largest count or size a tool's limit takes: a sandbox memory_mb of 2^62 killed the worker at every cell."""
+
+
+def limit_problem(name: str, value: Any, low: int | float | None, high: int | float = MAX_WHOLE) -> str | None:
+    """What is wrong with `value` as the option `name`, or None: a whole number from `low` (an int) to `high`, or
+    seconds (`low` a float, or None for above 0) up to `high`. A limit no tool can run under (text for a number, a
+    negative time, one past what the system takes) made a tool whose every call failed, for the whole run."""
+    whole = isinstance(low, int)
+    number = not isinstance(value, bool) and isinstance(value, int if whole else (int, float))
+    if number and math.isfinite(value) and (value > 0 if low is None else value >= low) and value <= high:
+        return None
+    what = (f"a whole number of at least {low}" if whole else "a number of seconds above 0" if low is None
+            else f"a number of seconds of at least {low:g}")
+    return f"{name} must be {what} and at most {high:,}, not {value!r}"
+
+
+def type_problem(name: str, value: Any, what: str, *types: type) -> str | None:
+    """What is wrong with `value` as the option `name`, or None: one of `types` (None always passes: the default),
+    described as `what`. A path given as a number was a TypeError naming no option; a flag given as text was true."""
+    if value is None or (isinstance(value, types) and not (bool not in types and isinstance(value, bool))):
+        return None
+    return f"{name} must be {what}, not {type(value).__name__} {str(value)[:100]!r}"
+
+
+PATH_TYPES = (str, os.PathLike)
 
 
 @dataclass

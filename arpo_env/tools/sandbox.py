@@ -37,7 +37,6 @@ training, not for adversarial code: for that run the interpreter in a separate V
 from __future__ import annotations
 
 import atexit
-import math
 import os
 import shutil
 import signal
@@ -51,15 +50,11 @@ import time
 import weakref
 from dataclasses import asdict, dataclass
 
-from arpo_env.tools.protocol import ToolOutput, elide
+from arpo_env.tools.protocol import MAX_SECONDS, MAX_WHOLE, ToolOutput, elide, limit_problem
 from arpo_env.tools.sandbox_server import recv_message, send_message
 
 SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_server.py")
 DEFAULT_PRELOAD = ("numpy", "sympy", "math", "fractions", "itertools", "collections", "statistics", "random", "re")
-MAX_SECONDS = 100_000_000
-"""The longest time limit a worker takes (three years): past about 10^10 s every cell failed on an OverflowError."""
-MAX_WHOLE = 2 ** 40
-"""The largest count or size limit a worker takes: a memory_mb of 2^62 killed the worker at every cell."""
 
 
 @dataclass(frozen=True)
@@ -102,13 +97,9 @@ class SandboxLimits:
             value = getattr(self, name)
             if value is None and name == "cpu_s":
                 continue
-            whole = isinstance(low, int)
-            high = MAX_WHOLE if whole else MAX_SECONDS  # past them, every cell failed (an OverflowError, a dead worker)
-            number = not isinstance(value, bool) and isinstance(value, int if whole else (int, float))
-            if not (number and math.isfinite(value) and (value > 0 if low is None else value >= low) and value <= high):
-                what = (f"a whole number of at least {low}" if whole else "a number of seconds above 0" if low is None
-                        else f"a number of seconds of at least {low:g}")
-                problems.append(f"{name} must be {what} and at most {high:,}, not {value!r}")
+            problem = limit_problem(name, value, low, MAX_WHOLE if isinstance(low, int) else MAX_SECONDS)
+            if problem:
+                problems.append(problem)
         if problems:
             raise ValueError("sandbox_options: " + "; ".join(problems))
 

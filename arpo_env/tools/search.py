@@ -29,11 +29,12 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 from arpo_env.qa_metrics import CJK
 from arpo_env.tools.cache import ToolCache, resolve_cache
-from arpo_env.tools.protocol import StatelessTool, ToolOutput, check_options
+from arpo_env.tools.protocol import (PATH_TYPES, StatelessTool, ToolOutput, check_options, limit_problem,
+                                     type_problem)
 
 DEFAULT_CORPUS = "search_corpus.jsonl.gz"
 
@@ -432,6 +433,8 @@ class SearchTool(StatelessTool):
 
 BACKENDS = ("local", "ddgs", "recorded")
 """The search backends by name (`make_backend`)."""
+MAX_TOP_K = 100
+"""The most results a search returns (``top_k``): a page of them is already past what an observation holds."""
 
 
 def search_spec(spec: str) -> tuple[str, dict[str, Any]]:
@@ -472,8 +475,16 @@ def search_tool_factory(name: str = "local", options: dict[str, Any] | None = No
     name, given = search_spec("local" if name is None else name)  # None, as gym's arguments go: the default
     options = {**(options or {}), **given}
     check_options("search_options", options, ("top_k", "cache", "corpus", "recording", "fallback", "ddgs"))
+    top_k = options.get("top_k", 5)  # -2 failed every search, 0 found nothing, "3" and 2.5 were taken as numbers
+    problems = [limit_problem("top_k", top_k, 1, MAX_TOP_K),
+                type_problem("cache", options.get("cache"), "a path, or true or false", bool, ToolCache, *PATH_TYPES),
+                type_problem("corpus", options.get("corpus"), "a path", *PATH_TYPES),
+                type_problem("recording", options.get("recording"), "a path", *PATH_TYPES),
+                type_problem("fallback", options.get("fallback"), "a backend's name", str),
+                type_problem("ddgs", options.get("ddgs"), "a dict of DDGSSearch's arguments", Mapping)]
+    if any(problems):
+        raise ValueError("search_options: " + "; ".join(p for p in problems if p))
     backend = make_backend(name, options)
     cache = resolve_cache(options.get("cache", name != "local"))
-    top_k = int(options.get("top_k", 5))
     tool = SearchTool(backend, top_k, cache)
     return lambda: tool
