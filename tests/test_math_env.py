@@ -804,6 +804,28 @@ def test_keyword_arguments_as_a_user_would_write_them():
         gym.make("ARPO-Math-v0", sandbox_options={"timeout": 5, "nope": 1})  # was a TypeError naming every kwarg
 
 
+def test_a_sandbox_path_or_module_given_as_one_string_is_one(tmp_path):
+    """``hidden_paths: /srv/answers`` (a recipe's one path) was read letter by letter: the path was not hidden. A
+    number there, or for preload, was a TypeError that gym wrapped with every keyword argument of the env."""
+    secret = tmp_path / "answers"
+    secret.mkdir()
+    (secret / "gold.txt").write_text("42")
+    env = gym.make("ARPO-Math-v0", dataset="arithmetic", sandbox_options={"hidden_paths": str(secret),
+                                                                          "preload": "colorsys"})
+    env.reset(seed=0)
+    observation = env.step(f"<python>print(open({str(secret / 'gold.txt')!r}).read())</python>")[0]
+    assert "is hidden from the sandbox" in observation and "42" not in observation
+    assert env.step("<python>import sys\nprint('colorsys' in sys.modules)</python>")[0].endswith("True\n</result>\n")
+    env.close()
+    import arpo_env.tools.sandbox as sandbox
+
+    sandbox._templates.pop(("colorsys",)).shutdown()  # the sandbox's tests count one template
+    for options, words in [({"hidden_paths": 5}, "hidden_paths must be a path or a list of paths, not int '5'"),
+                           ({"preload": [1]}, "preload must be a module's name or a list of them, not list '[1]'")]:
+        with pytest.raises(ValueError, match=re.escape(f"sandbox_options: {words}")):
+            gym.make("ARPO-Math-v0", sandbox_options=options)
+
+
 def test_render_shows_control_characters_as_escapes_not_to_the_terminal(capsys):
     """What the model and its tools write reaches the terminal in "human" mode: an escape sequence cleared the screen,
     a carriage return wrote over a line, a bidirectional override reversed what followed."""

@@ -14,6 +14,7 @@ choosing one loads nothing else and nothing imports in a circle.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from typing import Any, Callable, Sequence
 
@@ -30,10 +31,11 @@ def python_tool_factory(sandbox: str = "local", options: dict[str, Any] | None =
     if sandbox == "local":
         from arpo_env.tools.sandbox import LocalSandbox, SandboxLimits
 
-        preload = tuple(options.pop("preload", ())) or None
-        options["hidden_paths"] = tuple(options.get("hidden_paths", ())) + tuple(hide)
         # an unknown one was SandboxLimits' TypeError, which gym wraps with every keyword argument of the env
         check_options("sandbox_options", options, [f.name for f in dataclasses.fields(SandboxLimits)] + ["preload"])
+        preload = _entries("preload", options.pop("preload", ()), "a module's name or a list of them") or None
+        options["hidden_paths"] = _entries("hidden_paths", options.get("hidden_paths", ()),
+                                           "a path or a list of paths") + tuple(hide)
         limits = SandboxLimits(**options)
         return (lambda: LocalSandbox(limits, preload)) if preload else (lambda: LocalSandbox(limits))
     if sandbox == "e2b":
@@ -42,6 +44,17 @@ def python_tool_factory(sandbox: str = "local", options: dict[str, Any] | None =
         E2BSandbox(**options)  # its options and key are checked when the env is made, not at its first reset
         return lambda: E2BSandbox(**options)
     raise ValueError(f"unknown sandbox {sandbox!r}: use 'local' or 'e2b'")
+
+
+def _entries(name: str, value: Any, what: str) -> tuple[str, ...]:
+    """A sandbox option that lists names or paths, as a tuple of strings: a string is one (``hidden_paths:
+    /srv/answers`` was read letter by letter, and the path not hidden), a number a `ValueError` (it was a TypeError
+    wrapped by gym)."""
+    if isinstance(value, (str, os.PathLike)):
+        value = [value]
+    if not (isinstance(value, (list, tuple)) and all(isinstance(v, (str, os.PathLike)) for v in value)):
+        raise ValueError(f"sandbox_options: {name} must be {what}, not {type(value).__name__} {str(value)[:100]!r}")
+    return tuple(os.fspath(v) for v in value)
 
 
 def build_tools(tools: Sequence[str], sandbox: str = "local", sandbox_options: dict[str, Any] | None = None,
