@@ -826,6 +826,17 @@ def test_a_sandbox_path_or_module_given_as_one_string_is_one(tmp_path):
             gym.make("ARPO-Math-v0", sandbox_options=options)
 
 
+def test_e2b_options_are_checked_when_the_env_is_made():
+    """An option E2B's sandbox does not take was its TypeError, which gym wrapped with every argument of the env; a
+    timeout of text made an env whose every call failed (checked before the key and the package: none here)."""
+    for options, words in [
+            ({"api_key": "k", "timeout": 5}, "unknown timeout (did you mean timeout_s?); the options are api_key"),
+            ({"timeout_s": "5", "sandbox_lifetime_s": 0}, "timeout_s must be a number of seconds above 0 and at most "
+             "100,000,000, not '5'; sandbox_lifetime_s must be a whole number of at least 1")]:
+        with pytest.raises(ValueError, match=re.escape(f"sandbox_options: {words}")):
+            gym.make("ARPO-Math-v0", sandbox="e2b", sandbox_options=options)
+
+
 def test_render_shows_control_characters_as_escapes_not_to_the_terminal(capsys):
     """What the model and its tools write reaches the terminal in "human" mode: an escape sequence cleared the screen,
     a carriage return wrote over a line, a bidirectional override reversed what followed."""

@@ -39,8 +39,11 @@ def python_tool_factory(sandbox: str = "local", options: dict[str, Any] | None =
         limits = SandboxLimits(**options)
         return (lambda: LocalSandbox(limits, preload)) if preload else (lambda: LocalSandbox(limits))
     if sandbox == "e2b":
+        import inspect
+
         from arpo_env.tools.e2b import E2BSandbox
 
+        check_options("sandbox_options", options, inspect.signature(E2BSandbox).parameters)  # else a wrapped TypeError
         E2BSandbox(**options)  # its options and key are checked when the env is made, not at its first reset
         return lambda: E2BSandbox(**options)
     raise ValueError(f"unknown sandbox {sandbox!r}: use 'local' or 'e2b'")

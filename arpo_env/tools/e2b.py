@@ -12,7 +12,7 @@ import os
 import time
 from typing import Any
 
-from arpo_env.tools.protocol import ToolOutput, elide
+from arpo_env.tools.protocol import MAX_SECONDS, ToolOutput, elide, limit_problem, type_problem
 
 
 class E2BSandbox:
@@ -23,6 +23,13 @@ class E2BSandbox:
 
     def __init__(self, api_key: str | None = None, template: str | None = None, timeout_s: float = 10.0,
                  sandbox_lifetime_s: int = 600, max_output_chars: int = 4000) -> None:
+        # checked before the key: a timeout of text failed every call, for the whole run
+        problems = [limit_problem("timeout_s", timeout_s, None, MAX_SECONDS),
+                    limit_problem("sandbox_lifetime_s", sandbox_lifetime_s, 1, MAX_SECONDS),
+                    limit_problem("max_output_chars", max_output_chars, 1),
+                    type_problem("api_key", api_key, "text", str), type_problem("template", template, "a name", str)]
+        if any(problems):
+            raise ValueError("sandbox_options: " + "; ".join(p for p in problems if p))
         self.api_key = api_key or os.environ.get("E2B_API_KEY")
         if not self.api_key:
             raise RuntimeError("sandbox='e2b' needs an API key: set E2B_API_KEY or pass sandbox_options={'api_key':…}")
