@@ -21,6 +21,7 @@ import base64
 import collections
 import html
 import io
+import itertools
 import json
 import math
 import os
@@ -147,6 +148,10 @@ def compact(tree: dict[str, Any], index: int) -> dict[str, Any]:
                 for e in ents[seg["a"]:seg["b"]]:
                     if e is None:
                         break
+                    if not isinstance(e, (int, float)) or isinstance(e, bool):
+                        raise TypeError(f"an entropy of {str(e)[:20]!r}")  # a tree of another shape
+                    if not plottable(e):  # NaN (a diverged model), 1e308 (a damaged file): the colours stop there
+                        break
                     measured.append(_r(e, 3))
                 seg["ent"] = measured
                 if s.get("pieces"):
@@ -204,9 +209,17 @@ def tree_windows(tree: dict[str, Any]) -> list[tuple[str, list[float]]]:
     response and each segment that follows a tool result (`arpo_algo.tree.entropy_windows`). A prefix shared by the
     trajectories of a branch counts once."""
     starts = {n["id"]: n.get("start", 0) for n in tree["nodes"]}
-    return [(ENTROPY_WINDOWS[where], [float(e) for e in values]) for t in tree["trajectories"]
+    return [(ENTROPY_WINDOWS[where], list(itertools.takewhile(plottable, map(float, values))))
+            for t in tree["trajectories"]
             for where, values in entropy_windows(t.get("segments") or [], t.get("entropies") or [],
                                                  starts.get(t["node"], 0))]
+
+
+def plottable(x: Any) -> bool:
+    """Whether `x` is a number a plot can draw: finite, and far from the float's limit. A log or tree edited by hand
+    (or damaged) held 1e308, and matplotlib failed on the axis ("arange: cannot compute length"), the standard error
+    on its square (OverflowError): tracebacks from `arpo view`. True and false are no numbers here."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and abs(x) <= 1e15
 
 
 def entropy_by_position(trees: Iterable[dict[str, Any]]) -> dict[str, list[tuple[float, float, int]]]:
@@ -282,7 +295,7 @@ TRAINING_CURVES = (("reward", "reward"), ("arpo/accuracy", "accuracy"),
 def training_curves(metrics: list[dict[str, Any]], trees: list[dict[str, Any]]) -> dict[str, list[tuple[int, float]]]:
     """Per step: from the run's metrics.jsonl, or computed from the trees' step numbers when there is no log."""
     if metrics:
-        return {label: [(int(m["step"]), float(m[key])) for m in metrics if isinstance(m.get(key), (int, float))]
+        return {label: [(int(m["step"]), float(m[key])) for m in metrics if plottable(m.get(key))]
                 for key, label in TRAINING_CURVES}
     by_step: dict[int, list[dict[str, Any]]] = {}
     for c in trees:

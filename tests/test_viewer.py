@@ -246,6 +246,29 @@ def test_metric_lines_whose_step_is_no_whole_number_are_passed_over(tmp_path):
     assert viewer.build(run, tmp_path / "run.html")["logged steps"] == 2
 
 
+def test_numbers_no_plot_can_draw_are_passed_over(trees_file, tmp_path):
+    """A logged value or an entropy near the float's limit (1e308, in a file edited by hand or damaged) was a
+    traceback from `arpo view`: matplotlib's "arange: cannot compute length" on the axis, an OverflowError squaring
+    it for the standard error. Such values, and true or false, are passed over (a segment's entropies stop there);
+    the rest of the run is drawn."""
+    run = tmp_path / "run"
+    run.mkdir()
+    tree = json.loads(trees_file.read_text().splitlines()[0])
+    measured = [i for i, e in enumerate(tree["trajectories"][0]["entropies"]) if e is not None]
+    tree["trajectories"][0]["entropies"][measured[0]] = 1e308
+    tree["trajectories"][0]["entropies"][measured[1]] = -1e308
+    tree["trajectories"][1]["entropies"][measured[2]] = float("nan")  # a diverged model's: the page's colour scale
+    # sorted it with the nulls NaN became (a TypeError)
+    (run / "rollouts.jsonl").write_text(json.dumps(tree) + "\n")
+    (run / "metrics.jsonl").write_text('{"step": 1, "reward": 1e308, "arpo/accuracy": true}\n'
+                                       '{"step": 2, "reward": 0.5, "arpo/accuracy": 0.25}\n')
+    assert viewer.training_curves(viewer.read_metrics(run / "metrics.jsonl"), [])["reward"] == [(2, 0.5)]
+    result = viewer.build(run, tmp_path / "run.html")
+    assert result["logged steps"] == 2 and len(result["plots"]) == 2
+    curves = viewer.entropy_by_position([tree])
+    assert all(abs(m) <= 1 for values in curves.values() for m, _, _ in values)
+
+
 def test_arpo_view_command(trees_file, tmp_path):
     out = tmp_path / "cli" / "report.html"
     cmd = [sys.executable, "-m", "arpo_algo.cli", "view", str(trees_file), "--out", str(out)]
