@@ -188,9 +188,10 @@ def totals(trees: list[dict[str, Any]]) -> dict[str, Any]:
     trajs = [t for c in trees for t in c["trajs"]]
     n = max(1, len(trajs))
     decisions = [d for t in trajs for d in t["decisions"] if d.get("delta_h") is not None]
+    rewards = [t["reward"] for t in trajs if t["reward"] is not None]  # NaN (a reward function's) is null on the page
     steps = sorted({c["stats"]["step"] for c in trees if c["stats"].get("step") is not None})
     return {"tasks": len(trees), "trajectories": len(trajs), "nodes": sum(len(c["nodes"]) for c in trees),
-            "mean reward": sum(t["reward"] for t in trajs) / n,
+            "mean reward": sum(rewards) / len(rewards) if rewards else 0.0,
             "accuracy": sum(bool(t["parts"].get("correct")) for t in trajs) / n,
             "format valid": sum(bool(t["parts"].get("format_ok")) for t in trajs) / n,
             "tool calls / trajectory": sum(t["tools"] for t in trajs) / n,

@@ -246,7 +246,7 @@ def test_metric_lines_whose_step_is_no_whole_number_are_passed_over(tmp_path):
     assert viewer.build(run, tmp_path / "run.html")["logged steps"] == 2
 
 
-def test_numbers_no_plot_can_draw_are_passed_over(trees_file, tmp_path):
+def test_numbers_no_plot_can_draw_are_passed_over(trees_file, browser, tmp_path):
     """A logged value or an entropy near the float's limit (1e308, in a file edited by hand or damaged) was a
     traceback from `arpo view`: matplotlib's "arange: cannot compute length" on the axis, an OverflowError squaring
     it for the standard error. Such values, and true or false, are passed over (a segment's entropies stop there);
@@ -267,6 +267,17 @@ def test_numbers_no_plot_can_draw_are_passed_over(trees_file, tmp_path):
     assert result["logged steps"] == 2 and len(result["plots"]) == 2
     curves = viewer.entropy_by_position([tree])
     assert all(abs(m) <= 1 for values in curves.values() for m, _, _ in values)
+    # a reward function's NaN (null on the page): totals were a TypeError adding it
+    rewards = [t["reward"] for t in tree["trajectories"]]
+    tree["trajectories"][0]["reward"] = float("nan")
+    (run / "rollouts.jsonl").write_text(json.dumps(tree) + "\n")
+    mean = viewer.build(run, tmp_path / "run.html")["totals"]["mean reward"]
+    assert mean == pytest.approx(sum(rewards[1:]) / len(rewards[1:]))
+    browser.open((tmp_path / "run.html").as_uri())
+    assert browser.wait_for("document.querySelectorAll('svg.tree').length === 1")
+    shown = browser.evaluate("document.body.innerText")
+    assert f"reward +{mean:.2f}" in shown and "+–" not in shown  # the card's mean leaves it out; the tree shows "–"
+    assert browser.errors() == []
 
 
 def test_arpo_view_command(trees_file, tmp_path):

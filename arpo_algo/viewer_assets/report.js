@@ -27,8 +27,11 @@
     return e;
   }
   const fmt = (x, d = 2) => (x === null || x === undefined || Number.isNaN(x) ? "–" : Number(x).toFixed(d));
-  const signed = (x) => (x >= 0 ? "+" : "") + fmt(x);
-  const mean = (xs) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0);
+  const signed = (x) => (x !== null && x >= 0 ? "+" : "") + fmt(x);
+  const mean = (xs) => {
+    const ys = xs.filter((x) => x !== null);  // a NaN reward is null in the page's JSON
+    return ys.length ? ys.reduce((a, b) => a + b, 0) / ys.length : 0;
+  };
   const heat = (e) => `rgba(214,39,40,${(0.85 * Math.min(1, Math.max(0, e / emax))).toFixed(3)})`;
   const rewardClass = (r) => (r > 0 ? "good" : r < 0 ? "poor" : "");
 
