@@ -74,7 +74,7 @@ import warnings
 from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -358,12 +358,23 @@ class ARPORollout:
         self._new_batch()
         states: list[_TaskState] = []
         ready: list[_Live] = []
+        tasks = list(tasks)
         for t, task in enumerate(tasks):
-            with self._env_time():
-                env = self.make_env()
-                options = {"index": task} if isinstance(task, int) else dict(task)
-                _, info = env.reset(seed=cfg.seed + t, options=options)
-            prompt = prompt_ids(self.generator.tokenizer, info["messages"])
+            if isinstance(task, bool) or not isinstance(task, (numbers.Integral, Mapping)):
+                # "abc" was dict()'s "dictionary update sequence element #0 has length 1", None a TypeError
+                raise ValueError(f"task {t}: a task is an index into the env's dataset or a dict {{'question', "
+                                 f"'answer'}}, not {type(task).__name__} {str(task)[:100]!r}")
+        for t, task in enumerate(tasks):
+            env = None
+            try:
+                with self._env_time():
+                    env = self.make_env()
+                    options = {"index": int(task)} if isinstance(task, numbers.Integral) else dict(task)
+                    _, info = env.reset(seed=cfg.seed + t, options=options)
+                prompt = prompt_ids(self.generator.tokenizer, info["messages"])
+            except BaseException:  # a task the env refuses: the envs made for the tasks before it are closed too
+                self._close_all(states, env)
+                raise
             self.prompt_tokens += len(prompt)
             states.append(_TaskState(info["task"], env, prompt, self.generator.new_path(prompt)))
         if hasattr(self.generator, "encode"):  # every sample of a task forks its prompt, encoded once
@@ -646,6 +657,13 @@ class ARPORollout:
         """The uniform draw of the path's decision at its current tool step: it branches if the draw is below P. From
         (seed, task, stream, tool step): the same in any event order, and known before the segment it decides on."""
         return float(np.random.default_rng([self.config.seed, x.task, x.stream, x.steps]).random())
+
+    def _close_all(self, states: list[_TaskState], env: Any = None) -> None:
+        """Close the envs of a run that stopped before it started (a task its env refused): each task's, and `env`
+        (the one that refused). They were left open, each holding its sandbox until the process ended."""
+        for e in [state.root_env for state in states] + ([env] if env is not None else []):
+            with self._env_time():
+                e.close()
 
     def _close(self, env: Any) -> None:
         """Close an env that is done with (its sandbox's process killed, its working directory removed) off the

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import threading
 import time
 from dataclasses import replace
@@ -252,6 +253,40 @@ def test_finished_environments_close_off_the_critical_path(agent, tokenizer):
     assert sorted(i for i, _ in closed) == sorted(id(env) for env in made + forked)  # each once
     assert all(thread != main for _, thread in closed)
     assert engine.step_seconds >= 0.05 * len(closed)  # counted as the tools' time
+
+
+def test_a_task_the_env_refuses_closes_the_envs_made_before_it(agent, tokenizer):
+    """A task of another type ("abc" was dict()'s "dictionary update sequence element #0", None a TypeError) is
+    named before any env is made; one the env refuses (an index past the dataset) closes the envs made for the tasks
+    before it and its own (they were left open, each holding its sandbox until the process ended). numpy's integers
+    are indices (they were taken for a dict)."""
+    import numpy as np
+
+    made, closed = [], []
+
+    class Counted(type(make_env())):
+        def close(self):
+            closed.append(id(self))
+            super().close()
+
+    def make():
+        made.append(Counted(sandbox_options={"timeout_s": 5}, max_tool_calls=4))
+        return made[-1]
+
+    engine = ARPORollout(HFGenerator(agent, tokenizer), make, RolloutConfig(num_generations=2, num_global=2,
+                                                                            max_new_tokens=8, max_completion_tokens=40))
+    for tasks, error, words in [([0, "abc"], ValueError, "task 1: a task is an index into the env's dataset or a "
+                                                       "dict {'question', 'answer'}, not str 'abc'"),
+                                ([0, None], ValueError, "task 1: a task is an index"),
+                                ([0, 1, 10 ** 9], IndexError, "task index 1000000000 out of range")]:
+        made.clear()
+        closed.clear()
+        with pytest.raises(error, match=re.escape(words)):
+            engine.run(tasks)
+        assert sorted(closed) == sorted(id(env) for env in made)
+    assert len(made) == 3
+    (tree,) = engine.run([np.int64(1)])
+    assert tree.task["question"] == made[-1].tasks[1].question and len(tree.trajectories) == 2
 
 
 def test_jsonl_round_trip_appends(agent, tokenizer, tmp_path):
