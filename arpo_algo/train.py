@@ -71,6 +71,15 @@ def parse_recipe(parser: TrlParser, argv: Sequence[str] | None) -> tuple[Any, ..
 
     try:
         return parser.parse_args_and_config(argv)
+    except UnicodeDecodeError as exc:  # a binary file, another encoding: a traceback (from TRL's open(), then ours)
+        raise ConfigError(f"the recipe {recipe_path(list(argv or sys.argv[1:]))} is not UTF-8 text: {exc.reason} at "
+                          f"byte {exc.start}") from None
+    except TypeError as exc:
+        keys = _keys_not_text(recipe_path(list(argv or sys.argv[1:])))
+        if not keys:
+            raise
+        raise ConfigError(f"the recipe has a key that is no name: {', '.join(keys)} (its keys, and its env table's, "
+                          "name settings and variables)") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
@@ -90,6 +99,21 @@ def parse_recipe(parser: TrlParser, argv: Sequence[str] | None) -> tuple[Any, ..
             it = "them" if len(keys) + len(flags) > 1 else "it"
             raise ConfigError(f"{'; '.join(named)} {_all_flags(parser)}; with {it} left out: {message}") from None
         raise ConfigError(message) from None
+
+
+def _keys_not_text(recipe: str | None) -> list[str]:
+    """The keys of `recipe` (a YAML mapping) and of its ``env`` table that are no text (``1: 2``, ``env: {5: x}``),
+    as they read: TRL's "keywords must be strings", "str expected, not int" were tracebacks."""
+    import yaml
+
+    try:
+        config = yaml.safe_load(Path(recipe).read_text(encoding="utf-8")) if recipe else None
+    except (OSError, ValueError, yaml.YAMLError):
+        return []
+    if not isinstance(config, dict):
+        return []
+    table = config.get("env") if isinstance(config.get("env"), dict) else {}
+    return [repr(k) for k in [*config, *table] if not isinstance(k, str)]
 
 
 def recipe_path(argv: Sequence[str]) -> str | None:

@@ -126,6 +126,21 @@ def test_mistakes_are_one_clear_line(args, words):
     assert len([line for line in result.stderr.splitlines() if line.startswith("arpo ")]) == 1
 
 
+def test_a_recipe_of_other_bytes_or_keys_is_one_line(tmp_path):
+    """A recipe that is no UTF-8 text (a binary file, another encoding), or whose keys are numbers (``1: 2``, ``env:
+    {5: x}``), was a traceback: UnicodeDecodeError, TRL's "keywords must be strings", "str expected, not int"."""
+    cases = [(b"\xff\xfe\x00num_generations: 4\n", "is not UTF-8 text: invalid start byte at byte 0"),
+             (b"1: 2\nmax_steps: 1\n", "the recipe has a key that is no name: 1 (its keys"),
+             (b"env:\n  5: x\n", "the recipe has a key that is no name: 5 (its keys")]
+    for n, (content, words) in enumerate(cases):
+        recipe = tmp_path / f"recipe{n}.yaml"
+        recipe.write_bytes(content)
+        for command in ("train", "sft"):
+            result = run_cli(command, "--config", str(recipe), "--model_name_or_path", str(tmp_path / "nowhere"))
+            assert result.returncode == 2 and words in result.stderr, result.stderr[-2000:]
+            assert "Traceback" not in result.stderr and result.stderr.startswith(f"arpo {command}: ")
+
+
 def test_an_env_argument_the_env_refuses_stops_train_before_the_cold_start(tmp_path):
     """The recipe's env arguments were first used after its cold start: ``max_tool_calls: -1`` in env_kwargs (or a
     dataset that is not there) was found once the SFT recipe had run, minutes later."""
