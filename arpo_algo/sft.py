@@ -28,6 +28,7 @@ Trajectory sources (JSONL, one record per line; any mix):
 from __future__ import annotations
 
 import json
+import math
 import numbers
 import re
 import sys
@@ -390,6 +391,8 @@ class SFTScriptArguments:
         refused once the weights had loaded, as "dataset 'arithmetic:-1:1:': N must be …"."""
         from arpo_env.procedural import FAMILIES, MAX_LEVEL, MAX_TASKS
 
+        if self.min_reward is not None and math.isnan(self.min_reward):  # every reward compared false: all kept
+            raise ValueError("min_reward must be a number (a reward to reach), not nan")
         count = self.synthetic_tasks
         if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_TASKS:
             raise ValueError(f"synthetic_tasks must be a whole number from 0 (none) to {MAX_TASKS:,}, not {count!r}")

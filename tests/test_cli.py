@@ -98,6 +98,8 @@ def run_cli(*args, timeout=300):
     (["rollout", "--dataset", "chain:10:1:3:4"], "more than N, SEED and STEPS after chain"),  # "needs a data dir"
     (["sft", "--config", "examples/recipes/smollm2_sft_cpu.yaml", "--synthetic_tasks", "-1"],
      "synthetic_tasks must be a whole number from 0"),  # was "dataset 'arithmetic:-1:1:': N …", after the weights
+    (["sft", "--config", "examples/recipes/smollm2_sft_cpu.yaml", "--min_reward", "nan"],
+     "min_reward must be a number (a reward to reach), not nan"),  # every trajectory kept, silently
     (["sft", "--config", "examples/recipes/smollm2_sft_cpu.yaml", "--synthetic_family", "chain:0"],
      "synthetic_family 'chain:0': its steps must be"),
     (["sft", "--config", "examples/recipes/smollm2_sft_cpu.yaml", "--env_id", "Nope-v0"],
