@@ -172,8 +172,8 @@ class ARPOConfig(GRPOConfig):
     rollout_log: str | None = field(
         default="rollouts.jsonl",
         metadata={"help": "Rollout trees are appended to this file in output_dir (one JSON tree per line, with the "
-                          "step, rank and advantages), every process's trees gathered by the main one. None disables "
-                          "it."},
+                          "step, rank and advantages), every process's trees gathered by the main one. None (or none, "
+                          "null in a recipe) disables it."},
     )
 
     def __post_init__(self) -> None:
@@ -194,6 +194,8 @@ class ARPOConfig(GRPOConfig):
             self.bf16 = bf16_available()  # TRL's default is bf16, which is refused (or slow) where no device has it
         checkpointing_alias(self)
         self.env_kwargs = json_object("env_kwargs", self.env_kwargs, '{"dataset": "arithmetic"}')
+        if isinstance(self.rollout_log, str) and self.rollout_log.strip().lower() in ("", "none", "null"):
+            self.rollout_log = None  # --rollout_log None wrote the trees to a file named None
         if self.vllm_engine_kwargs is not None:
             self.vllm_engine_kwargs = json_object("vllm_engine_kwargs", self.vllm_engine_kwargs, '{"dtype": "float32"}')
         super().__post_init__()
@@ -227,6 +229,8 @@ class ARPOConfig(GRPOConfig):
             # -1 was refused by the env, once the model had loaded
             problems.append(f"max_tool_calls must be a whole number of at least 0 (None: the env's), not "
                             f"{self.max_tool_calls!r}")
+        if self.dynamic_sampling_rounds < 0:
+            problems.append(f"dynamic_sampling_rounds must be at least 0, not {self.dynamic_sampling_rounds}")
         if self.num_iterations < 1:  # 0 trained nothing and reported a loss of 0
             problems.append(f"num_iterations must be at least 1, not {self.num_iterations}")
         if not self.beta >= 0:

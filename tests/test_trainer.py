@@ -288,7 +288,8 @@ def test_settings_the_rollout_cannot_honour_are_refused(tmp_path):
                        # model had loaded
                        ({"branch_alpha": "0.5"}, "branch_alpha must be a number, not '0.5'"),
                        ({"entropy_k": 2.5}, "entropy_k must be a whole number, not 2.5"),
-                       ({"max_tool_calls": -1}, "max_tool_calls must be a whole number of at least 0")]:
+                       ({"max_tool_calls": -1}, "max_tool_calls must be a whole number of at least 0"),
+                       ({"dynamic_sampling_rounds": -1}, "dynamic_sampling_rounds must be at least 0, not -1")]:
         with pytest.raises(ValueError, match=words):  # at the config, before a model is loaded
             ARPOConfig(**common, **bad)
     from arpo_algo.arpo_config import ColdStartConfig
@@ -298,6 +299,9 @@ def test_settings_the_rollout_cannot_honour_are_refused(tmp_path):
     with pytest.raises(ValueError, match="seed must be"):  # arpo sft too: numpy's traceback once the model had loaded
         ColdStartConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", seed=-3)
     assert ARPOConfig(**common, eval_temperature=0.0).eval_temperature == 0.0  # greedy evaluation stays
+    # the help's "None disables it", as a command line writes it: it wrote the trees to a file named None
+    assert [ARPOConfig(**common, rollout_log=v).rollout_log for v in ("None", "none", "", "trees.jsonl")] == [
+        None, None, None, "trees.jsonl"]
 
 
 def test_n_left_out_is_8_or_m_when_m_is_smaller(tmp_path):
