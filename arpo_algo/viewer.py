@@ -402,7 +402,18 @@ def build(path: str | Path, out: str | Path, limit: int | None = DEFAULT_LIMIT) 
     """Write the report (and its PNG plots) for `path`; returns what was written and the header numbers. With
     `limit` (0 or None: all), the newest `limit` trees are shown: the files are read one tree at a time, and only what
     the page needs of those trees is kept."""
+    if limit is not None and limit < 0:  # deque's "maxlen must be non-negative" was a traceback
+        raise SystemExit(f"arpo view: --limit must be at least 0 (0: all the trees), not {limit}")
     source = find_source(path)
+    folder = str(out).endswith(("/", os.sep))  # (Path drops the slash)
+    out = Path(out)
+    if folder or out.is_dir():  # a folder: the report goes in it
+        out = out / "report.html"
+    written_over = [f for f in [*source.rollout_files, source.metrics_file] if f is not None and any(
+        _same_file(f, p) for p in (out, out.with_suffix(".entropy.png"), out.with_suffix(".training.png")))]
+    if written_over:  # --out trees.jsonl wrote the report over the trees it shows
+        raise SystemExit(f"arpo view: --out {out} would write over {written_over[0]}, which the report reads: give "
+                         "another file (report.html) or a folder")
     shown: collections.deque = collections.deque(maxlen=limit or None)  # (compact tree, its entropy windows)
     read = 0
     for where, tree in _each_tree(source):
@@ -417,10 +428,6 @@ def build(path: str | Path, out: str | Path, limit: int | None = DEFAULT_LIMIT) 
         raise SystemExit(f"arpo view: {source.path} holds no readable rollout trees"
                          + (f" ({source.bad_lines[0]})" if source.bad_lines else "")
                          + (" and its metrics.jsonl no logged step" if source.is_run else ""))
-    folder = str(out).endswith(("/", os.sep))  # (Path drops the slash)
-    out = Path(out)
-    if folder or out.is_dir():  # a folder: the report goes in it
-        out = out / "report.html"
     out.parent.mkdir(parents=True, exist_ok=True)
     plots: dict[str, bytes] = {}
     written = []
@@ -442,6 +449,13 @@ def build(path: str | Path, out: str | Path, limit: int | None = DEFAULT_LIMIT) 
     out.write_text(unicode_text(render(trees, source, metrics, plots, head)), encoding="utf-8")
     return {"report": out, "plots": written, "totals": head, "skipped": source.bad_lines,
             "trees read": read, "logged steps": len(metrics)}
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import os
 import subprocess
 import sys
@@ -278,6 +279,25 @@ def test_numbers_no_plot_can_draw_are_passed_over(trees_file, browser, tmp_path)
     shown = browser.evaluate("document.body.innerText")
     assert f"reward +{mean:.2f}" in shown and "+–" not in shown  # the card's mean leaves it out; the tree shows "–"
     assert browser.errors() == []
+
+
+def test_the_report_is_never_written_over_what_it_reads(trees_file, tmp_path):
+    """``--out trees.jsonl`` (the trees themselves, or a run's metrics.jsonl) wrote the report over the file it read:
+    the trees were lost. A negative --limit was deque's "maxlen must be non-negative" traceback."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "rollouts.jsonl").write_text(trees_file.read_text())
+    (run / "metrics.jsonl").write_text('{"step": 1, "reward": 0.5}\n')
+    before = {f: f.read_bytes() for f in run.iterdir()}
+    for source, out in [(run / "rollouts.jsonl", run / "rollouts.jsonl"), (run, run / ".." / "run" / "rollouts.jsonl"),
+                        (run, run / "metrics.jsonl")]:
+        with pytest.raises(SystemExit, match=f"would write over {re.escape(str(out.resolve().parent))}.*, which the "
+                                             "report reads"):
+            viewer.build(source, out)
+    assert {f: f.read_bytes() for f in run.iterdir()} == before
+    with pytest.raises(SystemExit, match=r"--limit must be at least 0 \(0: all the trees\), not -1"):
+        viewer.build(run, tmp_path / "report.html", limit=-1)
+    assert viewer.build(run, run)["report"] == run / "report.html"  # a folder, even the run's: report.html in it
 
 
 def test_arpo_view_command(trees_file, tmp_path):
