@@ -452,6 +452,7 @@ def build(path: str | Path, out: str | Path, limit: int | None = DEFAULT_LIMIT) 
 
 
 def _same_file(a: Path, b: Path) -> bool:
+    """Whether `a` and `b` are one file (by another spelling or a link too); False when either is not there."""
     try:
         return a.exists() and b.exists() and os.path.samefile(a, b)
     except OSError:

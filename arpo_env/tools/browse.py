@@ -585,7 +585,7 @@ def browse_tool_factory(options: dict[str, Any] | None = None) -> Callable[[], B
     cache = resolve_cache(options.pop("cache", True))
     try:
         summarizer = Summarizer(**summarizer) if summarizer else None
-    except TypeError as exc:  # a key it does not take, or none of its two
+    except (TypeError, AttributeError) as exc:  # a key it does not take, none of its two, a URL that is no text
         raise ValueError(f"browse_options: summarizer: {exc}") from None
     tool = BrowseTool(PageStore(store) if store is not None else None, summarizer=summarizer, cache=cache, **options)
     return lambda: tool

@@ -29,6 +29,8 @@ MAX_SECONDS = 100_000_000
 """The longest time limit a tool takes (three years): past about 10^10 s every call failed (an OverflowError)."""
 MAX_WHOLE = 2 ** 40
 """The largest count or size a tool's limit takes: a sandbox memory_mb of 2^62 killed the worker at every cell."""
+PATH_TYPES = (str, os.PathLike)
+"""What an option that names a file or folder may be (`type_problem`)."""
 
 
 def limit_problem(name: str, value: Any, low: int | float | None, high: int | float = MAX_WHOLE) -> str | None:
@@ -47,12 +49,9 @@ def limit_problem(name: str, value: Any, low: int | float | None, high: int | fl
 def type_problem(name: str, value: Any, what: str, *types: type) -> str | None:
     """What is wrong with `value` as the option `name`, or None: one of `types` (None always passes: the default),
     described as `what`. A path given as a number was a TypeError naming no option; a flag given as text was true."""
-    if value is None or (isinstance(value, types) and not (bool not in types and isinstance(value, bool))):
+    if value is None or isinstance(value, types):
         return None
     return f"{name} must be {what}, not {type(value).__name__} {str(value)[:100]!r}"
-
-
-PATH_TYPES = (str, os.PathLike)
 
 
 @dataclass
