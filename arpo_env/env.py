@@ -176,9 +176,7 @@ class ToolEnv(gym.Env[str, str]):
         state = self._require_state()
         if state.done:
             raise gym.error.ResetNeeded("the episode has ended: call reset() before stepping again")
-        if self.tool_factories and not self.tools:  # answering its calls with "there is no <python> tool" would lie
-            raise gym.error.ClosedEnvironmentError("the environment is closed (its tools are shut down): call reset() "
-                                                   "to start a new episode")
+        self._require_open()
         text = _as_text(action)
         state.turns += 1
         state.segments.append(("action", text))
@@ -290,6 +288,7 @@ class ToolEnv(gym.Env[str, str]):
     def fork(self) -> "ToolEnv":
         """An independent environment whose state equals this one's now (tools forked, RNG copied)."""
         state = self._require_state()
+        self._require_open()  # a fork of a closed env was closed too: its first step said so
         child = copy.copy(self)
         child.state = state.copy()
         child.tools = {tag: tool.fork() for tag, tool in self.tools.items()}
@@ -327,6 +326,7 @@ class ToolEnv(gym.Env[str, str]):
     def snapshot(self) -> dict[str, Any]:
         """A picklable value that `restore` turns back into this state (the interpreter by replaying its cells)."""
         state = self._require_state()
+        self._require_open()  # the interpreter's cells went with its tools: restored, its variables were not there
         rng = self._np_random.bit_generator.state if self._np_random is not None else None
         return {"version": 1, "state": state.to_dict(), "tools": {t: tool.snapshot() for t, tool in self.tools.items()},
                 "np_random": rng}
@@ -393,6 +393,13 @@ class ToolEnv(gym.Env[str, str]):
         if self.state is None:
             raise gym.error.ResetNeeded("call reset() before using the environment")
         return self.state
+
+    def _require_open(self) -> None:
+        """A `ClosedEnvironmentError` once `close()` shut the tools down (until the next reset): a step's call would
+        be answered "there is no <python> tool", a lie, and a fork or snapshot would hold none of the tools' state."""
+        if self.tool_factories and not self.tools:
+            raise gym.error.ClosedEnvironmentError("the environment is closed (its tools are shut down): call reset() "
+                                                   "to start a new episode")
 
     def _close_tools(self) -> None:
         for tool in self.tools.values():

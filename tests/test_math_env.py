@@ -118,12 +118,17 @@ def test_turn_and_length_budgets_truncate():
 
 def test_a_closed_env_says_so_and_a_reset_opens_it_again():
     """Stepped after close(), the env answered a Python call with "there is no <python> tool here", counted it
-    against the budget, and went on."""
+    against the budget, and went on. Forked, snapshotted or pickled after close(), it says so too."""
     e = gym.make("ARPO-Math-v0").unwrapped
     e.reset(options=Q)
     e.close()
     with pytest.raises(gym.error.ClosedEnvironmentError, match="the environment is closed"):
         e.step("<python>print(1)</python>")
+    # a fork of it was closed too (its first step said so); a snapshot held none of the interpreter's cells, so the
+    # env it was restored into had lost their variables, silently
+    for taken in (e.fork, e.snapshot, lambda: pickle.dumps(e)):
+        with pytest.raises(gym.error.ClosedEnvironmentError, match="the environment is closed"):
+            taken()
     e.reset(options=Q)
     assert e.step("<python>print(6 * 7)</python>")[0] == "\n<result>\n42\n</result>\n"
     e.close()
