@@ -79,8 +79,8 @@ class ToolEnv(gym.Env[str, str]):
     observation, runs the tool call the action ends with and returns its output in ``<result>…</result>``.
     An ``<answer>`` ends the episode and the reward is computed over the whole completion; a turn with no tag at all
     is the model's final word and ends it too. Budgets on tool calls, turns and completion characters truncate
-    the episode with a last observation that says why. `close()` shuts the tools down: `step` then raises
-    ``gym.error.ClosedEnvironmentError`` until the next `reset()`.
+    the episode with a last observation that says why. `close()` shuts the tools down: `step`, `fork` and
+    `snapshot` then raise ``gym.error.ClosedEnvironmentError`` until the next `reset()`.
 
     The state is forkable: `fork()` returns an independent copy (live-forking the Python interpreter), `snapshot()`
     a picklable value, `restore(snapshot)` rebuilds it here or in another process. ``copy.deepcopy(env)`` is
