@@ -67,9 +67,18 @@ class EpisodeState:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "EpisodeState":
-        return cls(Task.from_dict(d["task"]), [tuple(s) for s in d["segments"]], dict(d["tool_calls"]),  # type: ignore[misc]
-                   int(d["turns"]), bool(d["done"]), int(d.get("unavailable_calls", 0)),
-                   int(d.get("refused_calls", 0)))
+        """The state `to_dict` wrote; a `ValueError` saying what is amiss for one of other types (a snapshot edited or
+        damaged: "done": "no" was done, a task of null a TypeError)."""
+        counts = [d["turns"], d.get("unavailable_calls", 0), d.get("refused_calls", 0), *dict(d["tool_calls"]).values()]
+        if not (isinstance(d["task"], dict) and isinstance(d["done"], bool) and isinstance(d["segments"], list)
+                and all(isinstance(s, (list, tuple)) and len(s) == 2 and all(isinstance(p, str) for p in s)
+                        for s in d["segments"])
+                and all(whole_number(c) is not None and whole_number(c) >= 0 for c in counts)):
+            raise ValueError("its task is an object, its segments [kind, text] pairs, its done true or false and its "
+                             "counts whole numbers")
+        segments: list[Any] = [tuple(s) for s in d["segments"]]
+        return cls(Task.from_dict(d["task"]), segments, dict(d["tool_calls"]), int(d["turns"]), d["done"],
+                   int(d.get("unavailable_calls", 0)), int(d.get("refused_calls", 0)))
 
 
 class ToolEnv(gym.Env[str, str]):
@@ -337,17 +346,33 @@ class ToolEnv(gym.Env[str, str]):
             raise ValueError(f"a snapshot is the dict snapshot() returns, not {type(snapshot).__name__}")
         if snapshot.get("version") != 1:
             raise ValueError(f"unsupported snapshot version {snapshot.get('version')!r}")
+        try:  # checked before anything changes: a snapshot edited or damaged left the env half restored
+            state = EpisodeState.from_dict(snapshot["state"])
+            if not isinstance(snapshot["tools"], dict):
+                raise ValueError("its tools are no object of tool snapshots")
+            rng = None
+            if snapshot.get("np_random") is not None:
+                rng = np.random.Generator(np.random.PCG64())
+                rng.bit_generator.state = snapshot["np_random"]
+        except (KeyError, TypeError, ValueError) as exc:
+            what = f"no {exc.args[0]!r} field" if isinstance(exc, KeyError) and exc.args else f"{exc}"
+            raise ValueError(f"not a snapshot as snapshot() takes it ({what})") from None
         missing = set(snapshot["tools"]) - set(self.tool_factories)
         if missing:
             raise ValueError(f"the snapshot uses tools this env does not have: {sorted(missing)}")
+        tools = {tag: make() for tag, make in self.tool_factories.items()}
+        try:
+            for tag, tool_snapshot in snapshot["tools"].items():
+                tools[tag].restore(tool_snapshot)  # a snapshot a tool refuses: this env's tools and state stay
+        except BaseException:
+            for tool in tools.values():
+                tool.close()
+            raise
         self._close_tools()
-        self.tools = {tag: make() for tag, make in self.tool_factories.items()}
-        for tag, tool_snapshot in snapshot["tools"].items():
-            self.tools[tag].restore(tool_snapshot)
-        self.state = EpisodeState.from_dict(snapshot["state"])
-        if snapshot.get("np_random") is not None:
-            self._np_random = np.random.Generator(np.random.PCG64())
-            self._np_random.bit_generator.state = snapshot["np_random"]
+        self.tools = tools
+        self.state = state
+        if rng is not None:
+            self._np_random = rng
 
     # ---------------------------------------------------------------------------------------------------------------
     # Inspection

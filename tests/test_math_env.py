@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -207,6 +208,34 @@ def test_env_snapshot_pickle_restore(env):
     for restore in (other.unwrapped.restore, lambda saved: arpo_env.restore(other, saved)):
         with pytest.raises(ValueError, match="a snapshot is the dict snapshot\\(\\) returns, not NoneType"):
             restore(None)  # an AttributeError and a TypeError
+    other.close()
+
+
+def test_a_snapshot_of_other_types_is_refused_and_the_env_left_as_it_was(env):
+    """A snapshot edited or damaged: cells given as text were run letter by letter, a done of "no" was done, a task
+    of null a TypeError; and what failed midway left the env half restored (its old interpreter shut down, its state
+    the old one). Each is a ValueError now, checked before anything changes."""
+    env.reset(options=Q)
+    env.step("<python>x = 41</python>")
+    snap = env.unwrapped.snapshot()
+    other = gym.make("ARPO-Math-v0").unwrapped
+    other.reset(options=Q)
+    other.step("<python>y = 7</python>")
+    before = other.snapshot()
+    for change, words in [(lambda s: s["tools"]["python"].update(cells="x = 1"), "a Python snapshot is {'cells'"),
+                          (lambda s: s["state"].update(done="no"), "not a snapshot as snapshot() takes it (its task"),
+                          (lambda s: s["state"].update(task=None), "not a snapshot as snapshot() takes it (its task"),
+                          (lambda s: s.update(tools=[1]), "(its tools are no object of tool snapshots)"),
+                          (lambda s: s.pop("state"), "(no 'state' field)"),
+                          (lambda s: s.update(np_random={"x": 1}), "not a snapshot as snapshot() takes it")]:
+        bad = copy.deepcopy(snap)
+        change(bad)
+        with pytest.raises(ValueError, match=re.escape(words)):
+            other.restore(bad)
+        assert other.snapshot() == before  # as it was, its interpreter open
+    assert other.step("<python>print(y)</python>")[0] == "\n<result>\n7\n</result>\n"
+    other.restore(snap)
+    assert other.step("<python>print(x + 1)</python>")[0] == "\n<result>\n42\n</result>\n"
     other.close()
 
 

@@ -83,8 +83,11 @@ class E2BSandbox:
         return {"cells": list(self.history)}
 
     def restore(self, snapshot: dict | None) -> None:
+        cells = (snapshot or {}).get("cells", []) if isinstance(snapshot, (dict, type(None))) else None
+        if not (isinstance(cells, list) and all(isinstance(c, str) for c in cells)):
+            raise ValueError(f"a Python snapshot is {{'cells': [code, …]}}, not {str(snapshot)[:100]}")
         self.close()
-        for cell in (snapshot or {}).get("cells", []):
+        for cell in cells:
             self._sandbox().run_code(cell, timeout=self.timeout_s)
             self.history.append(cell)
 
