@@ -74,7 +74,7 @@ def parse_recipe(parser: TrlParser, argv: Sequence[str] | None) -> tuple[Any, ..
     except UnicodeDecodeError as exc:  # a binary file, another encoding: a traceback (from TRL's open(), then ours)
         raise ConfigError(f"the recipe {recipe_path(list(argv or sys.argv[1:]))} is not UTF-8 text: {exc.reason} at "
                           f"byte {exc.start}") from None
-    except TypeError as exc:
+    except TypeError:
         keys = _keys_not_text(recipe_path(list(argv or sys.argv[1:])))
         if not keys:
             raise

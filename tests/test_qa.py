@@ -267,7 +267,7 @@ def test_a_model_list_of_another_shape_is_a_judge_fallback(listed):
         root = f"http://127.0.0.1:{server.server_port}/v1"
         with pytest.raises(ChatError, match=f"^{re.escape(root)}/models lists no model as an OpenAI-compatible API "
                                             "does .*: name one") as caught:
-            ChatClient(root).model
+            _ = ChatClient(root).model
         assert caught.value.refused
         judge = qm.LLMJudge(root, timeout_s=10)
         assert judge.judge("Eiffel Tower", ["Eiffel Tower"], {"question": "q"}) == (1.0, False)
