@@ -390,9 +390,13 @@ def load_done(path: Path) -> dict[tuple[str, int, int], dict[str, Any]]:
         with open(path, encoding="utf-8", errors="replace") as f:  # lines end at "\n" only: not at a U+2028 of a text
             for n, rec in jsonl.records(f):  # past a line cut short
                 key = (rec.get("benchmark"), rec.get("index"), rec.get("run")) if isinstance(rec, dict) else ()
-                if not (key and isinstance(key[0], str) and all(type(k) is int for k in key[1:])):
+                score = rec.get("score") if key else None  # what the table reads: a score of text was its TypeError
+                if not (key and isinstance(key[0], str) and all(type(k) is int for k in key[1:])
+                        and (rec.get("error") is not None or (type(rec.get("tool_calls")) is int and type(score) in (
+                            int, float) and math.isfinite(score)))):
                     print(f"arpo eval: {path}:{n}: passed over a line that is no sample record (one with benchmark, "
-                          f"index and run): {str(rec)[:100]}", file=sys.stderr)
+                          f"index and run, and a score and tool calls when it ended): {str(rec)[:100]}",
+                          file=sys.stderr)
                 elif rec.get("error") is None:
                     done[key] = rec
     return done

@@ -148,8 +148,9 @@ def test_samples_whose_text_holds_line_separators_count_as_done(tmp_path):
 
     texts = ["a\u2028b", "c\u2029d", "e\x85f", "plain"]
     samples = tmp_path / "samples.jsonl"
-    samples.write_text("".join(json.dumps({"benchmark": "gsm8k", "index": i, "run": 0, "transcript": t, "error": None},
-                                          ensure_ascii=False) + "\n" for i, t in enumerate(texts)), encoding="utf-8")
+    samples.write_text("".join(json.dumps({"benchmark": "gsm8k", "index": i, "run": 0, "transcript": t, "error": None,
+                                           "score": 1.0, "tool_calls": 1}, ensure_ascii=False) + "\n"
+                               for i, t in enumerate(texts)), encoding="utf-8")
     done = load_done(samples)
     assert sorted(done) == [("gsm8k", i, 0) for i in range(4)] and done[("gsm8k", 0, 0)]["transcript"] == texts[0]
     metrics = tmp_path / "metrics.jsonl"
@@ -259,8 +260,9 @@ def test_samples_made_on_other_data_are_made_again_not_reported_as_these(agent, 
 
 def test_lines_of_samples_jsonl_that_are_no_sample_records_are_passed_over_and_made_again(agent, tokenizer, tmp_path,
                                                                                            capsys):
-    """A samples.jsonl edited or joined by hand (a list, a record without its run, bytes that are not UTF-8): the
-    run that resumed from it died on an AttributeError or KeyError traceback, after the model had loaded."""
+    """A samples.jsonl edited or joined by hand (a list, a record without its run, bytes that are not UTF-8, a score
+    of text): the run that resumed from it died on an AttributeError or KeyError traceback, after the model had
+    loaded, or on a TypeError at the table, after the whole run."""
     from tiny_agent import TASK
 
     from arpo_algo import evaluation
@@ -271,14 +273,18 @@ def test_lines_of_samples_jsonl_that_are_no_sample_records_are_passed_over_and_m
                                                                         "answer": "#### 42"}) + "\n")
     out = tmp_path / "eval"
     out.mkdir()
-    (out / "samples.jsonl").write_bytes(b'[1, 2]\n{"benchmark": "gsm8k", "index": 0, "error": null}\n\xff\xfe\n')
+    (out / "samples.jsonl").write_bytes(b'[1, 2]\n{"benchmark": "gsm8k", "index": 0, "error": null}\n\xff\xfe\n'
+                                        # the table read its score after the whole run: a TypeError, the table lost
+                                        b'{"benchmark": "gsm8k", "index": 0, "run": 0, "score": "high", '
+                                        b'"tool_calls": 1, "error": null}\n')
     s = evaluation.Settings(max_new_tokens=24, max_completion_tokens=256)
     results = evaluation.evaluate([evaluation.BENCHMARKS["gsm8k"]], evaluation.RolloutRunner(
         HFGenerator(agent, tokenizer)), str(tmp_path / "data"), None, 1, s, out)
     assert [(r["index"], r["run"], r["error"]) for r in results["gsm8k"]] == [(0, 0, None)]
     err = capsys.readouterr().err
     assert f"{out / 'samples.jsonl'}:1: passed over a line that is no sample record" in err and ":2: passed" in err
-    assert evaluation._line_count(out / "samples.jsonl") == 4
+    assert ":4: passed" in err and results["gsm8k"][0]["score"] == 1.0
+    assert evaluation._line_count(out / "samples.jsonl") == 5
 
 
 def test_a_model_server_that_does_not_answer_stops_the_run_with_what_is_done_kept(tmp_path):
