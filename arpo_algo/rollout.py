@@ -313,6 +313,7 @@ class ARPORollout:
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None  # the tool pool of the rollout under way
         self._closing: list[Future] = []  # the envs it is closing
+        self._made: list[Any] = []  # the forks it made: closed if it stops on an error
 
     def _new_batch(self) -> None:
         """Forget what the batch before saw: the scheduler's estimates are learned within each `run` (the first paths
@@ -372,70 +373,77 @@ class ARPORollout:
                     options = {"index": int(task)} if isinstance(task, numbers.Integral) else dict(task)
                     _, info = env.reset(seed=cfg.seed + t, options=options)
                 prompt = prompt_ids(self.generator.tokenizer, info["messages"])
+                states.append(_TaskState(info["task"], env, prompt, self.generator.new_path(prompt)))
             except BaseException:  # a task the env refuses: the envs made for the tasks before it are closed too
                 self._close_all(states, env)
                 raise
             self.prompt_tokens += len(prompt)
-            states.append(_TaskState(info["task"], env, prompt, self.generator.new_path(prompt)))
-        if hasattr(self.generator, "encode"):  # every sample of a task forks its prompt, encoded once
-            self.generator.encode([state.root_path for state in states])
-        for t, state in enumerate(states):
-            ready += [self._global(t, state) for _ in range(self._initial(cfg))]
-        ready += self._spare_up(states, ready, ready, {})
-        params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(_stop_strings()),
-                                cfg.entropy_k)
-        lockstep = getattr(self.generator, "lockstep", True)
-        stepped = getattr(self.generator, "stepped", False)
         trees: list[RolloutTree | None] = [None] * len(states)
         generating: dict[int, _Live] = {}
         tools: dict[Future, _Live] = {}  # env steps under way
-        cohorts: list[list[Future]] = []  # stepped: the env steps of each poll, collected after the next one
-        with ThreadPoolExecutor(max_workers=cfg.max_tool_workers) as pool:
-            self._pool = pool
-            while ready or generating or tools:
-                for x in ready:
-                    self._submit(x, params, states, generating)
-                ready = []
-                if generating:
-                    events = self.generator.poll()
-                    cohort = []
-                    for key, seg in events:
-                        x = generating.pop(key)
-                        ready += self._on_segment(x, seg, states)  # its branches, which generate at once
-                        x.stepping = True
-                        future = pool.submit(self._step, x, seg.text)
-                        tools[future] = x
-                        cohort.append(future)
-                    if stepped:
-                        cohorts.append(cohort)
-                    if lockstep or events:
-                        self.turns += 1  # a node's `turn`: the round (the poll that brought segments) it starts in
-                if tools:
-                    idle = not (generating or ready)  # nothing else to do: waiting is on the critical path
-                    if stepped:  # a poll's env steps overlap the next poll, then are waited for: reproducible
-                        due = [f for cohort in (cohorts if idle else cohorts[:-1]) for f in cohort]
-                        cohorts = [] if idle else cohorts[-1:]
-                        with self._env_time():
-                            wait(due, return_when=ALL_COMPLETED)
-                    else:
-                        if lockstep or idle:
+        try:
+            if hasattr(self.generator, "encode"):  # every sample of a task forks its prompt, encoded once
+                self.generator.encode([state.root_path for state in states])
+            for t, state in enumerate(states):
+                for _ in range(self._initial(cfg)):
+                    ready.append(self._global(t, state))
+            ready += self._spare_up(states, ready, ready, {})
+            params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(_stop_strings()),
+                                    cfg.entropy_k)
+            lockstep = getattr(self.generator, "lockstep", True)
+            stepped = getattr(self.generator, "stepped", False)
+            cohorts: list[list[Future]] = []  # stepped: the env steps of each poll, collected after the next one
+            with ThreadPoolExecutor(max_workers=cfg.max_tool_workers) as pool:
+                self._pool = pool
+                while ready or generating or tools:
+                    for x in ready:
+                        self._submit(x, params, states, generating)
+                    ready = []
+                    if generating:
+                        events = self.generator.poll()
+                        cohort = []
+                        for key, seg in events:
+                            x = generating.pop(key)
+                            ready += self._on_segment(x, seg, states)  # its branches, which generate at once
+                            x.stepping = True
+                            future = pool.submit(self._step, x, seg.text)
+                            tools[future] = x
+                            cohort.append(future)
+                        if stepped:
+                            cohorts.append(cohort)
+                        if lockstep or events:
+                            self.turns += 1  # a node's `turn`: the round (the poll that brought segments) it starts in
+                    if tools:
+                        idle = not (generating or ready)  # nothing else to do: waiting is on the critical path
+                        if stepped:  # a poll's env steps overlap the next poll, then are waited for: reproducible
+                            due = [f for cohort in (cohorts if idle else cohorts[:-1]) for f in cohort]
+                            cohorts = [] if idle else cohorts[-1:]
                             with self._env_time():
-                                wait(tools, return_when=ALL_COMPLETED if lockstep else FIRST_COMPLETED)
-                        due = [f for f in tools if f.done()]  # in submission order
-                    for future in due:
-                        x = tools.pop(future)
-                        x.stepping = False
-                        if self._on_step(x, future.result(), states):
-                            ready.append(x)
-                live = ready + list(generating.values()) + list(tools.values())
-                ready += self._top_up(states, live)
-                ready += self._spare_up(states, live, ready, generating)
-                for t, state in enumerate(states):
-                    if trees[t] is None and state.live == 0 and len(state.done) >= cfg.num_generations:
-                        trees[t] = self._tree(state)
-                        if on_tree:
-                            on_tree(t, trees[t])
+                                wait(due, return_when=ALL_COMPLETED)
+                        else:
+                            if lockstep or idle:
+                                with self._env_time():
+                                    wait(tools, return_when=ALL_COMPLETED if lockstep else FIRST_COMPLETED)
+                            due = [f for f in tools if f.done()]  # in submission order
+                        for future in due:
+                            x = tools.pop(future)
+                            x.stepping = False
+                            if self._on_step(x, future.result(), states):
+                                ready.append(x)
+                    live = ready + list(generating.values()) + list(tools.values())
+                    ready += self._top_up(states, live)
+                    ready += self._spare_up(states, live, ready, generating)
+                    for t, state in enumerate(states):
+                        if trees[t] is None and state.live == 0 and len(state.done) >= cfg.num_generations:
+                            trees[t] = self._tree(state)
+                            if on_tree:
+                                on_tree(t, trees[t])
+        except BaseException:  # the generator's error, an env's, an interrupt: no env of the run is left open
+            self._pool = None
+            self._abandon(states, generating)
+            raise
         self._pool = None
+        self._made = []
         trees = [tree if tree is not None else self._tree(state) for tree, state in zip(trees, states)]
         for future in self._closing:  # done: the pool's exit waited for them
             if future.exception() is not None:
@@ -665,6 +673,24 @@ class ARPORollout:
             with self._env_time():
                 e.close()
 
+    def _abandon(self, states: list[_TaskState], generating: dict[int, _Live]) -> None:
+        """Close every env of a run that stopped on an error (the tasks' own and all their forks: closing one twice
+        does nothing) and drop the requests still generating. They were left open, each holding its sandbox's process
+        until the process ended: a notebook or a trainer that goes on after the error kept them all."""
+        for key in list(generating):
+            try:
+                self.generator.cancel(key)
+            except Exception:  # noqa: BLE001 - the generator that failed: its requests go with it
+                pass
+        envs = {id(env): env for env in [*(state.root_env for state in states), *self._made]}
+        self._made, self._closing = [], []
+        for env in envs.values():
+            try:
+                with self._env_time():
+                    env.close()
+            except Exception as exc:  # noqa: BLE001 - the others are closed all the same; the run's error is raised
+                warnings.warn(f"an environment failed to close: {exc!r}", RuntimeWarning, stacklevel=3)
+
     def _close(self, env: Any) -> None:
         """Close an env that is done with (its sandbox's process killed, its working directory removed) off the
         critical path: in the tool pool while the rollout runs (its time counts in `step_seconds`), else here."""
@@ -684,7 +710,11 @@ class ARPORollout:
     def _forks(self, env: Any, count: int) -> list[Any]:
         """`count` live copies of `env`, one after another (a tool pool job; its time counts in `step_seconds`)."""
         with self._pool_time():
-            return [env.fork() for _ in range(count)]
+            forks = []
+            for _ in range(count):
+                forks.append(env.fork())
+                self._made.append(forks[-1])
+            return forks
 
     # Starting and ending paths --------------------------------------------------------------------------------------
     def _global(self, t: int, state: _TaskState) -> _Live:
@@ -697,6 +727,7 @@ class ARPORollout:
         """A path at the start of the response: a fork of the task's prompt and of its env."""
         with self._env_time():
             env = state.root_env.fork()
+        self._made.append(env)
         return _Live(t, path=self.generator.fork(state.root_path), env=env, turn=self.turns,
                      tool_steps_left=self._tool_steps_left(env), **kw)
 

@@ -289,6 +289,46 @@ def test_a_task_the_env_refuses_closes_the_envs_made_before_it(agent, tokenizer)
     assert tree.task["question"] == made[-1].tasks[1].question and len(tree.trajectories) == 2
 
 
+@pytest.mark.parametrize("fail_at", [1, 3, 5])
+def test_a_run_that_stops_on_an_error_closes_every_env_it_made(agent, tokenizer, fail_at):
+    """A generator that fails mid-run (out of memory, a dead vLLM server) or an interrupt: every env the run made is
+    closed (the tasks' own, the forks of its paths and branches), and the error is raised as it was. They were left
+    open, each holding its sandbox's process, in a notebook or a trainer that goes on."""
+    made, closed = [], set()
+
+    class Counted(type(make_env())):
+        def fork(self):
+            made.append(super().fork())
+            return made[-1]
+
+        def close(self):
+            closed.add(id(self))
+            super().close()
+
+    def make():
+        made.append(Counted(sandbox_options={"timeout_s": 5}, max_tool_calls=4))
+        return made[-1]
+
+    class Failing(HFGenerator):
+        polls = 0
+
+        def poll(self):
+            Failing.polls += 1
+            if Failing.polls == fail_at:
+                raise RuntimeError("CUDA out of memory")
+            return super().poll()
+
+    config = RolloutConfig(num_generations=4, num_global=2, alpha=1.0, beta=0.0, max_new_tokens=24,
+                           max_completion_tokens=400, temperature=0.3, seed=1)
+    engine = ARPORollout(Failing(agent, tokenizer), make, config)
+    with pytest.raises(RuntimeError, match="CUDA out of memory"):
+        engine.run([TASK, TASK])
+    assert len(made) > 4 and closed == {id(env) for env in made}
+    assert all(not env.tools for env in made)  # their sandboxes shut down
+    Failing.polls = -100
+    assert [len(t.trajectories) for t in engine.run([TASK])] == [4]  # the engine goes on
+
+
 def test_jsonl_round_trip_appends(agent, tokenizer, tmp_path):
     trees = rollout(agent, tokenizer)
     path = tmp_path / "trees.jsonl"
