@@ -332,6 +332,12 @@ class ARPOTrainer(GRPOTrainer):
         """TRL's rewards ([global batch, functions], gathered from every process); then ARPO's advantages from them,
         here rather than after TRL's step so that their metrics are logged with this step."""
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        infinite = torch.isinf(rewards_per_func).nonzero()
+        if len(infinite):  # its group's advantages were NaN, and so, after the step, were the model's weights
+            row, col = infinite[0].tolist()
+            raise ValueError(f"reward function {self.reward_func_names[col]!r} gave {rewards_per_func[row, col].item()} "
+                             f"(completion {row} of the step's batch): a reward is a finite number, or None where the "
+                             "function does not apply")
         if getattr(self, "_pending_trees", None) is not None:
             self._trained = self._advantages(self._pending_trees, rewards_per_func)
         return rewards_per_func

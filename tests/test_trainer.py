@@ -538,6 +538,24 @@ def test_baselines_run_through_the_same_trainer(algorithm, undecided, tokenizer,
     assert tree.stats["algorithm"] == algorithm and len(tree.trajectories) == 4
 
 
+def test_an_extra_reward_function_that_gives_infinity_stops_the_step_by_name(undecided, tokenizer, tmp_path):
+    """An extra reward of ±inf (a log of 0 in the user's function) is a ValueError naming the function; its group's
+    advantages were NaN, and after the optimizer's step every weight of the model was NaN, silently. None (NaN) is
+    TRL's "does not apply" and is left to it."""
+    from arpo_algo.arpo_trainer import ARPOTrainer
+
+    def surprisal(completions, **kwargs):
+        return [float("-inf")] + [None] * (len(completions) - 1)
+
+    model = copy.deepcopy(undecided)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    trainer = ARPOTrainer(model, reward_funcs=[surprisal], args=config(tmp_path, max_steps=1),
+                          train_dataset=dataset(), processing_class=tokenizer)
+    with pytest.raises(ValueError, match=r"reward function 'surprisal' gave -inf \(completion 0 of the step's batch\)"):
+        trainer.train()
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
 def test_arpo_train_evaluates_held_out_tasks(undecided, tokenizer, tmp_path):
     """--eval_dataset_name: TRL's evaluation rolls out the held-out tasks (before the first step with
     eval_on_start, then every eval_steps); metrics.jsonl records each with its step and time."""
