@@ -335,9 +335,9 @@ class ARPOTrainer(GRPOTrainer):
         infinite = torch.isinf(rewards_per_func).nonzero()
         if len(infinite):  # its group's advantages were NaN, and so, after the step, were the model's weights
             row, col = infinite[0].tolist()
-            raise ValueError(f"reward function {self.reward_func_names[col]!r} gave {rewards_per_func[row, col].item()} "
-                             f"(completion {row} of the step's batch): a reward is a finite number, or None where the "
-                             "function does not apply")
+            value = rewards_per_func[row, col].item()
+            raise ValueError(f"reward function {self.reward_func_names[col]!r} gave {value} (completion {row} of the "
+                             "step's batch): a reward is a finite number, or None where the function does not apply")
         if getattr(self, "_pending_trees", None) is not None:
             self._trained = self._advantages(self._pending_trees, rewards_per_func)
         return rewards_per_func
