@@ -19,6 +19,7 @@ algorithm          rollouts              advantages / loss
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -239,6 +240,12 @@ class ARPOConfig(GRPOConfig):
         if not (self.epsilon >= 0 and (self.epsilon_high is None or self.epsilon_high >= 0)):
             problems.append(f"epsilon and epsilon_high (the clipping range) must be at least 0, not {self.epsilon} "
                             f"and {self.epsilon_high}")
+        weights = self.reward_weights
+        if weights is not None and not (isinstance(weights, (list, tuple)) and all(
+                isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) for w in weights)):
+            # ±inf made every advantage NaN, then every weight of the model; NaN dropped the reward unsaid
+            problems.append(f"reward_weights must be finite numbers, one per reward function (the env's first), not "
+                            f"{weights!r}")
         problems += training_problems(self)
         if problems:
             raise ConfigError("ARPOConfig: " + "; ".join(problems))

@@ -289,7 +289,12 @@ def test_settings_the_rollout_cannot_honour_are_refused(tmp_path):
                        ({"branch_alpha": "0.5"}, "branch_alpha must be a number, not '0.5'"),
                        ({"entropy_k": 2.5}, "entropy_k must be a whole number, not 2.5"),
                        ({"max_tool_calls": -1}, "max_tool_calls must be a whole number of at least 0"),
-                       ({"dynamic_sampling_rounds": -1}, "dynamic_sampling_rounds must be at least 0, not -1")]:
+                       ({"dynamic_sampling_rounds": -1}, "dynamic_sampling_rounds must be at least 0, not -1"),
+                       # inf: every advantage NaN, then every weight of the model; NaN: the reward dropped unsaid
+                       ({"reward_weights": [float("inf")]}, r"reward_weights must be finite numbers, one per reward "
+                                                            r"function \(the env's first\), not \[inf\]"),
+                       ({"reward_weights": [1.0, float("nan")]}, "reward_weights must be finite"),
+                       ({"reward_weights": ["x"]}, "reward_weights must be finite")]:
         with pytest.raises(ValueError, match=words):  # at the config, before a model is loaded
             ARPOConfig(**common, **bad)
     from arpo_algo.arpo_config import ColdStartConfig
