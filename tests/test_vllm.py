@@ -167,6 +167,39 @@ def test_rollouts_through_vllm(algorithm, generator):
             assert all(n.kind == "global" for n in tree.nodes)
 
 
+def test_a_rollout_that_stops_on_an_error_leaves_no_request_in_the_engine_and_no_env_open(generator, monkeypatch):
+    """A rollout that stops on an error while paths are generating (the engine's, an env's, an interrupt) aborts
+    their requests in the engine (they went on generating into a shared engine) and closes every env it made."""
+    import gymnasium as gym
+    from tiny_agent import TASK
+
+    import arpo_env  # noqa: F401
+    from arpo_algo.rollout import ARPORollout, RolloutConfig
+
+    made = []
+
+    def make():
+        made.append(gym.make("ARPO-Math-v0").unwrapped)
+        return made[-1]
+
+    poll, polls = generator.poll, []
+
+    def failing():
+        polls.append(1)
+        if len(polls) == 3:
+            assert generator._requests_in_flight  # requests are streaming when it fails
+            raise KeyboardInterrupt
+        return poll()
+
+    monkeypatch.setattr(generator, "poll", failing)
+    config = RolloutConfig(num_generations=4, num_global=2, alpha=1.0, beta=0.0, max_new_tokens=32,
+                           max_completion_tokens=400, temperature=0.5, seed=0)
+    with pytest.raises(KeyboardInterrupt):
+        ARPORollout(generator, make, config).run([TASK, TASK])
+    assert not generator._requests_in_flight and not generator.llm.llm_engine.has_unfinished_requests()
+    assert len(made) == 2 and all(not env.tools for env in made)  # the tasks' envs; their forks in test_rollout
+
+
 def record_events(generator, monkeypatch) -> list[tuple[str, object]]:
     """("submit", path) for every request the generator is given (forks from decisions included) and ("done", path)
     for every segment it returns, in order. A path is named by its `Path` object, kept alive here: the rollout's
