@@ -169,6 +169,58 @@ def test_exactly_m_per_task_with_several_tasks(agent, tokenizer):
     assert all(len({tr.node for tr in t.trajectories}) == 5 for t in trees)
 
 
+def assert_a_valid_tree(tree: RolloutTree, cfg: RolloutConfig, algo: str) -> None:
+    """M trajectories, one per node; only ARPO branches, from a parent whose tokens it shares up to its start;
+    tokens, mask, log-probs and entropies aligned; the mask 0 exactly on tool output; the token budget kept."""
+    m = cfg.num_generations
+    nodes = {n.id: n for n in tree.nodes}
+    assert len(tree.trajectories) == len(nodes) == m
+    by_node = {t.node: t for t in tree.trajectories}
+    assert sorted(by_node) == sorted(nodes)
+    kinds = [n.kind for n in tree.nodes]
+    assert kinds.count("global") == (m if algo == "grpo" else cfg.num_global)  # the rest top-ups and branches
+    assert algo == "arpo" or set(kinds) == {"global"}
+    for t in tree.trajectories:
+        assert len(t.mask) == len(t.logprobs) == len(t.entropies) == len(t.completion_ids) <= cfg.max_completion_tokens
+        for s in t.segments:
+            assert all(t.mask[i] == (s["kind"] != "tool") for i in range(s["start"], s["end"]))
+    for n in tree.nodes:
+        if n.kind == "branch":
+            child, parent = by_node[n.id], by_node[n.parent]
+            assert n.start > 0 and child.completion_ids[: n.start] == parent.completion_ids[: n.start]
+            assert child.mask[: n.start] == parent.mask[: n.start]
+
+
+def test_random_settings_keep_m_per_task_and_valid_trees_and_reproduce(agent, undecided, tokenizer):
+    """Twelve settings drawn at random (seeded): M, N (at most M/2, so that branches have room), Z, α, β, k, token
+    budgets (turns long enough for a tool call), temperature, top-p, spares and speculative branches, one to three
+    tasks, ARPO or GRPO, a sure model or an undecided one. Every tree is valid (`assert_a_valid_tree`), the same
+    seed draws the same trees again, and the settings branch (18 branches in all)."""
+    rng = random.Random(7)
+    branches = 0
+    for _ in range(12):
+        m = rng.choice([1, 2, 3, 4, 5, 6, 8])
+        spare = rng.choice([0, 1, 3])
+        cfg = RolloutConfig(num_generations=m, num_global=rng.randint(1, max(1, m // 2)),
+                            branch_factor=rng.choice([1, 2, 2, 3]),
+                            alpha=rng.choice([0.5, 1.0]), beta=rng.choice([0.0, 0.2, 1.0]),
+                            entropy_k=rng.choice([1, 3, 20]), max_new_tokens=rng.choice([16, 32]),
+                            max_completion_tokens=rng.choice([48, 120, 400]), temperature=rng.choice([0.0, 1.0, 1.5]),
+                            top_p=rng.choice([1.0, 0.9]), seed=rng.randint(0, 1000), spare_samples=spare,
+                            min_spare_samples=rng.randint(0, spare), speculative_branches=rng.choice([False, True]),
+                            speculative_min_keep=rng.choice([0.0, 0.5]))
+        algo, model = rng.choice(["arpo", "arpo", "grpo"]), rng.choice([agent, undecided])
+        tasks = [TASK] * rng.randint(1, 3)
+        cls = ARPORollout if algo == "arpo" else GRPORollout
+        trees = cls(HFGenerator(model, tokenizer), make_env, cfg).run(tasks)
+        assert len(trees) == len(tasks)
+        for tree in trees:
+            assert_a_valid_tree(tree, cfg, algo)
+            branches += tree.stats["branches"]
+        again = cls(HFGenerator(model, tokenizer), make_env, cfg).run(tasks)
+        assert [t.to_dict()["trajectories"] for t in again] == [t.to_dict()["trajectories"] for t in trees], cfg
+    assert branches >= 10  # the settings exercise branching
+
 
 def test_what_is_encoded_is_accounted_for(agent, tokenizer):
     """The rollout's counts of prompt and observation tokens add up to what the generator encoded: GRPO's samples
