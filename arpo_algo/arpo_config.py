@@ -200,9 +200,18 @@ class ARPOConfig(GRPOConfig):
         if self.vllm_engine_kwargs is not None:
             self.vllm_engine_kwargs = json_object("vllm_engine_kwargs", self.vllm_engine_kwargs, '{"dtype": "float32"}')
         super().__post_init__()
-        from arpo_algo.rollout import default_num_global, sampling_problems
+        from arpo_algo.rollout import default_num_global, sampling_problems, switch_problems, whole_problems
         from arpo_env.env import whole_number
 
+        counts = ("num_generations", "num_global", "branch_factor", "tool_workers", "spare_samples",
+                  "min_spare_samples")
+        problems = whole_problems({name: getattr(self, name) for name in counts
+                                   if not (name == "num_global" and self.num_global is None)})
+        problems += switch_problems({"speculative_branches": self.speculative_branches})
+        if isinstance(self.speculative_min_keep, bool) or not isinstance(self.speculative_min_keep, (int, float)):
+            problems.append(f"speculative_min_keep must be a number, not {self.speculative_min_keep!r}")
+        if problems:  # a config written from Python: the first step's rollout refused it, once the model had loaded
+            raise ConfigError("ARPOConfig: " + "; ".join(problems))
         self.num_global = default_num_global(self.num_global, self.num_generations)
         if self.branching and not 1 <= self.num_global <= self.num_generations:  # N is ARPO's alone
             raise ConfigError(f"num_global (N={self.num_global}) must be between 1 and num_generations "

@@ -141,6 +141,15 @@ class RolloutConfig:
     its rows (a GPU at small batches), 0 takes the most steps off a rollout for its discarded tokens."""
 
     def __post_init__(self) -> None:  # ConfigError: a ValueError the command line says in one line
+        counts = ("num_generations", "num_global", "branch_factor", "seed", "max_tool_workers", "spare_samples",
+                  "min_spare_samples")
+        problems = whole_problems({name: getattr(self, name) for name in counts
+                                   if not (name == "num_global" and self.num_global is None)})
+        problems += switch_problems({"branching": self.branching, "speculative_branches": self.speculative_branches})
+        if isinstance(self.speculative_min_keep, bool) or not isinstance(self.speculative_min_keep, numbers.Real):
+            problems.append(f"speculative_min_keep must be a number, not {self.speculative_min_keep!r}")
+        if problems:
+            raise ConfigError("; ".join(problems))
         self.num_global = default_num_global(self.num_global, self.num_generations)
         if not 1 <= self.num_global <= self.num_generations:
             raise ConfigError(f"need 1 <= N (num_global={self.num_global}) <= M (num_generations="
@@ -159,6 +168,27 @@ class RolloutConfig:
             problems.append(f"seed must be at least 0, not {self.seed}")
         if problems:
             raise ConfigError("; ".join(problems))
+        from arpo_env.env import whole_number
+
+        for name in (*counts, "max_new_tokens", "max_completion_tokens", "entropy_k"):  # 4.0, numpy's: plain ints
+            setattr(self, name, whole_number(getattr(self, name)))
+        self.branching, self.speculative_branches = bool(self.branching), bool(self.speculative_branches)
+
+
+def whole_problems(values: Mapping[str, Any]) -> list[str]:
+    """The settings in `values` (by name) that are no whole number: text, true/false, 2.5 (a config written from
+    Python). They were taken as given: a TypeError deep in a rollout (``range(1.5)``, a seed of 1.5) once its envs
+    were made, or a comparison's TypeError that named nothing."""
+    from arpo_env.env import whole_number
+
+    return [f"{name} must be a whole number, not {value!r}" for name, value in values.items()
+            if whole_number(value) is None]
+
+
+def switch_problems(values: Mapping[str, Any]) -> list[str]:
+    """The settings in `values` (by name) that are neither true nor false: "no" was true, and switched them on."""
+    return [f"{name} must be true or false, not {value!r}" for name, value in values.items()
+            if not isinstance(value, (bool, np.bool_))]
 
 
 ROLLOUT_NAMES = ("max_new_tokens", "max_completion_tokens", "temperature", "top_p", "entropy_k", "alpha", "beta")

@@ -222,6 +222,34 @@ def test_random_settings_keep_m_per_task_and_valid_trees_and_reproduce(agent, un
     assert branches >= 10  # the settings exercise branching
 
 
+def test_settings_of_the_wrong_type_are_named_and_whole_numbers_are_plain_ints():
+    """A RolloutConfig written from Python: counts that are no whole number (a TypeError deep in the rollout once its
+    envs were made: ``range(1.5)`` at the first branch, a seed of 1.5; N as text a comparison's TypeError naming
+    nothing) and switches that are neither true nor false ("no" was true: it branched, it speculated) are named.
+    Whole numbers written as 4.0 or numpy's are plain ints."""
+    import numpy as np
+
+    from arpo_algo import ConfigError
+
+    for bad, words in [({"branch_factor": 2.5}, "branch_factor must be a whole number, not 2.5"),
+                       ({"seed": 1.5}, "seed must be a whole number, not 1.5"),
+                       ({"num_global": "2"}, "num_global must be a whole number, not '2'"),
+                       ({"num_generations": True}, "num_generations must be a whole number, not True"),
+                       ({"max_tool_workers": 2.5}, "max_tool_workers must be a whole number"),
+                       ({"spare_samples": None}, "spare_samples must be a whole number, not None"),
+                       ({"branching": "no"}, "branching must be true or false, not 'no'"),
+                       ({"speculative_branches": "no"}, "speculative_branches must be true or false, not 'no'"),
+                       ({"speculative_min_keep": "0.5"}, "speculative_min_keep must be a number, not '0.5'")]:
+        with pytest.raises(ConfigError, match=re.escape(words)):
+            RolloutConfig(**bad)
+    cfg = RolloutConfig(num_generations=4.0, num_global=np.int64(2), entropy_k=np.int32(5), max_new_tokens=16.0,
+                        branching=np.bool_(False))
+    assert (cfg.num_generations, cfg.num_global, cfg.entropy_k, cfg.max_new_tokens, cfg.branching) == (4, 2, 5, 16,
+                                                                                                         False)
+    assert all(type(v) is int for v in (cfg.num_generations, cfg.num_global, cfg.entropy_k, cfg.max_new_tokens))
+    assert type(cfg.branching) is bool
+
+
 def test_what_is_encoded_is_accounted_for(agent, tokenizer):
     """The rollout's counts of prompt and observation tokens add up to what the generator encoded: GRPO's samples
     share only their task's prompt (encoded once, then the last prompt token for each sample as it starts, and the

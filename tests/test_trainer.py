@@ -294,7 +294,13 @@ def test_settings_the_rollout_cannot_honour_are_refused(tmp_path):
                        ({"reward_weights": [float("inf")]}, r"reward_weights must be finite numbers, one per reward "
                                                             r"function \(the env's first\), not \[inf\]"),
                        ({"reward_weights": [1.0, float("nan")]}, "reward_weights must be finite"),
-                       ({"reward_weights": ["x"]}, "reward_weights must be finite")]:
+                       ({"reward_weights": ["x"]}, "reward_weights must be finite"),
+                       # the first step's rollout refused them, once the model had loaded ("no" was true)
+                       ({"branch_factor": 2.5}, "branch_factor must be a whole number, not 2.5"),
+                       ({"tool_workers": 1.5}, "tool_workers must be a whole number"),
+                       ({"min_spare_samples": "1"}, "min_spare_samples must be a whole number"),
+                       ({"speculative_branches": "no"}, "speculative_branches must be true or false"),
+                       ({"speculative_min_keep": "0.5"}, "speculative_min_keep must be a number")]:
         with pytest.raises(ValueError, match=words):  # at the config, before a model is loaded
             ARPOConfig(**common, **bad)
     from arpo_algo.arpo_config import ColdStartConfig
