@@ -833,6 +833,10 @@ def test_keyword_arguments_as_a_user_would_write_them():
                                                     "1,099,511,627,776, not 4611686018427387904")]:
         with pytest.raises(ValueError, match=re.escape(f"sandbox_options: {words}")):
             gym.make("ARPO-Math-v0", sandbox_options=options)
+    for tools in (5, [5], b"python", {"python": 1}):  # "'int' object is not iterable", an unknown tool 5 or 112
+        with pytest.raises(ValueError, match=re.escape("tools are tool names (python, search, browse) as a list or "
+                                                       f"one string, not {type(tools).__name__}")):
+            gym.make("ARPO-Math-v0", tools=tools)
     with pytest.raises(ValueError, match=re.escape("sandbox_options: unknown timeout (did you mean timeout_s?), nope; "
                                                    "the options are timeout_s, cpu_s,")):
         gym.make("ARPO-Math-v0", sandbox_options={"timeout": 5, "nope": 1})  # was a TypeError naming every kwarg

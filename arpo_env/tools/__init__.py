@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Callable, Sequence
 
 from arpo_env.tools.protocol import StatelessTool, Tool, ToolOutput, check_options
@@ -67,8 +67,17 @@ def build_tools(tools: Sequence[str], sandbox: str = "local", sandbox_options: d
     """Tool factories by tag, from the tool names and backend options an environment was given; `hide`: paths the
     local sandbox may not read (the files of the environment's tasks). A string names one tool, or several with
     commas (``"python"``, ``"search,python"``: it was read letter by letter, "unknown tool 'p'")."""
+    given = tools
     if isinstance(tools, str):
         tools = [name.strip() for name in tools.split(",") if name.strip()]
+    elif isinstance(tools, Iterable) and not isinstance(tools, (bytes, bytearray, Mapping)):
+        tools = list(tools)
+    else:
+        tools = [given]  # refused below
+    if not all(isinstance(t, str) for t in tools):
+        # 5 was "'int' object is not iterable", [5] an unknown tool 5, b"python" the tools 112, 121, …
+        raise ValueError(f"tools are tool names (python, search, browse) as a list or one string, not "
+                         f"{type(given).__name__} {str(given)[:100]!r}")
     for what, options in (("sandbox_options", sandbox_options), ("search_options", search_options),
                           ("browse_options", browse_options)):
         if options is not None and not isinstance(options, Mapping):  # "dictionary update sequence element #0 …"
