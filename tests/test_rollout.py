@@ -335,45 +335,9 @@ def test_finished_environments_close_off_the_critical_path(agent, tokenizer):
     assert engine.step_seconds >= 0.05 * len(closed)  # counted as the tools' time
 
 
-def test_a_task_the_env_refuses_closes_the_envs_made_before_it(agent, tokenizer):
-    """A task of another type ("abc" was dict()'s "dictionary update sequence element #0", None a TypeError) is
-    named before any env is made; one the env refuses (an index past the dataset) closes the envs made for the tasks
-    before it and its own (they were left open, each holding its sandbox until the process ended). numpy's integers
-    are indices (they were taken for a dict)."""
-    import numpy as np
-
-    made, closed = [], []
-
-    class Counted(type(make_env())):
-        def close(self):
-            closed.append(id(self))
-            super().close()
-
-    def make():
-        made.append(Counted(sandbox_options={"timeout_s": 5}, max_tool_calls=4))
-        return made[-1]
-
-    engine = ARPORollout(HFGenerator(agent, tokenizer), make, RolloutConfig(num_generations=2, num_global=2,
-                                                                            max_new_tokens=8, max_completion_tokens=40))
-    for tasks, error, words in [([0, "abc"], ValueError, "task 1: a task is an index into the env's dataset or a "
-                                                       "dict {'question', 'answer'}, not str 'abc'"),
-                                ([0, None], ValueError, "task 1: a task is an index"),
-                                ([0, 1, 10 ** 9], IndexError, "task index 1000000000 out of range")]:
-        made.clear()
-        closed.clear()
-        with pytest.raises(error, match=re.escape(words)):
-            engine.run(tasks)
-        assert sorted(closed) == sorted(id(env) for env in made)
-    assert len(made) == 3
-    (tree,) = engine.run([np.int64(1)])
-    assert tree.task["question"] == made[-1].tasks[1].question and len(tree.trajectories) == 2
-
-
-@pytest.mark.parametrize("fail_at", [1, 3, 5])
-def test_a_run_that_stops_on_an_error_closes_every_env_it_made(agent, tokenizer, fail_at):
-    """A generator that fails mid-run (out of memory, a dead vLLM server) or an interrupt: every env the run made is
-    closed (the tasks' own, the forks of its paths and branches), and the error is raised as it was. They were left
-    open, each holding its sandbox's process, in a notebook or a trainer that goes on."""
+def counted_envs():
+    """``(make, made, closed)``: `make` returns a fresh env like `make_env`'s; every env it makes and every fork of
+    one is listed in `made`, and the id of each one closed is in `closed`."""
     made, closed = [], set()
 
     class Counted(type(make_env())):
@@ -388,6 +352,40 @@ def test_a_run_that_stops_on_an_error_closes_every_env_it_made(agent, tokenizer,
     def make():
         made.append(Counted(sandbox_options={"timeout_s": 5}, max_tool_calls=4))
         return made[-1]
+
+    return make, made, closed
+
+
+def test_a_task_the_env_refuses_closes_the_envs_made_before_it(agent, tokenizer):
+    """A task of another type ("abc" was dict()'s "dictionary update sequence element #0", None a TypeError) is
+    named before any env is made; one the env refuses (an index past the dataset) closes the envs made for the tasks
+    before it and its own (they were left open, each holding its sandbox until the process ended). numpy's integers
+    are indices (they were taken for a dict)."""
+    import numpy as np
+
+    make, made, closed = counted_envs()
+    engine = ARPORollout(HFGenerator(agent, tokenizer), make, RolloutConfig(num_generations=2, num_global=2,
+                                                                            max_new_tokens=8, max_completion_tokens=40))
+    for tasks, error, words in [([0, "abc"], ValueError, "task 1: a task is an index into the env's dataset or a "
+                                                       "dict {'question', 'answer'}, not str 'abc'"),
+                                ([0, None], ValueError, "task 1: a task is an index"),
+                                ([0, 1, 10 ** 9], IndexError, "task index 1000000000 out of range")]:
+        made.clear()
+        closed.clear()
+        with pytest.raises(error, match=re.escape(words)):
+            engine.run(tasks)
+        assert closed == {id(env) for env in made}
+    assert len(made) == 3
+    (tree,) = engine.run([np.int64(1)])
+    assert tree.task["question"] == made[-1].tasks[1].question and len(tree.trajectories) == 2
+
+
+@pytest.mark.parametrize("fail_at", [1, 3, 5])
+def test_a_run_that_stops_on_an_error_closes_every_env_it_made(agent, tokenizer, fail_at):
+    """A generator that fails mid-run (out of memory, a dead vLLM server) or an interrupt: every env the run made is
+    closed (the tasks' own, the forks of its paths and branches), and the error is raised as it was. They were left
+    open, each holding its sandbox's process, in a notebook or a trainer that goes on."""
+    make, made, closed = counted_envs()
 
     class Failing(HFGenerator):
         polls = 0
