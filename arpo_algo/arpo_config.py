@@ -20,6 +20,7 @@ algorithm          rollouts              advantages / loss
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -208,7 +209,7 @@ class ARPOConfig(GRPOConfig):
         problems = whole_problems({name: getattr(self, name) for name in counts
                                    if not (name == "num_global" and self.num_global is None)})
         problems += switch_problems({"speculative_branches": self.speculative_branches})
-        if isinstance(self.speculative_min_keep, bool) or not isinstance(self.speculative_min_keep, (int, float)):
+        if isinstance(self.speculative_min_keep, bool) or not isinstance(self.speculative_min_keep, numbers.Real):
             problems.append(f"speculative_min_keep must be a number, not {self.speculative_min_keep!r}")
         if problems:  # a config written from Python: the first step's rollout refused it, once the model had loaded
             raise ConfigError("ARPOConfig: " + "; ".join(problems))

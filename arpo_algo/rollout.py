@@ -405,7 +405,8 @@ class ARPORollout:
                 prompt = prompt_ids(self.generator.tokenizer, info["messages"])
                 states.append(_TaskState(info["task"], env, prompt, self.generator.new_path(prompt)))
             except BaseException:  # a task the env refuses: the envs made for the tasks before it are closed too
-                self._close_all(states, env)
+                self._made += [env] if env is not None else []
+                self._abandon(states, {})
                 raise
             self.prompt_tokens += len(prompt)
         trees: list[RolloutTree | None] = [None] * len(states)
@@ -696,17 +697,11 @@ class ARPORollout:
         (seed, task, stream, tool step): the same in any event order, and known before the segment it decides on."""
         return float(np.random.default_rng([self.config.seed, x.task, x.stream, x.steps]).random())
 
-    def _close_all(self, states: list[_TaskState], env: Any = None) -> None:
-        """Close the envs of a run that stopped before it started (a task its env refused): each task's, and `env`
-        (the one that refused). They were left open, each holding its sandbox until the process ended."""
-        for e in [state.root_env for state in states] + ([env] if env is not None else []):
-            with self._env_time():
-                e.close()
-
     def _abandon(self, states: list[_TaskState], generating: dict[int, _Live]) -> None:
-        """Close every env of a run that stopped on an error (the tasks' own and all their forks: closing one twice
-        does nothing) and drop the requests still generating. They were left open, each holding its sandbox's process
-        until the process ended: a notebook or a trainer that goes on after the error kept them all."""
+        """Close every env of a run that stopped on an error, or on a task its env refused (the tasks' own, the one
+        that refused, and all their forks: closing one twice does nothing) and drop the requests still generating.
+        They were left open, each holding its sandbox's process until the process ended: a notebook or a trainer that
+        goes on after the error kept them all."""
         for key in list(generating):
             try:
                 self.generator.cancel(key)
