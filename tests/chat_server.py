@@ -33,6 +33,8 @@ def serve_replies(replies, model="judge-model", listed=None):
                                                                                        "object": "model"}]})
 
         def do_POST(self):  # noqa: N802
+            if self.path != "/v1/chat/completions":  # as vLLM: the API is under /v1
+                return self.answer(404, {"detail": "Not Found"})
             request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             asked = request["model"]
             if asked != model:

@@ -364,6 +364,66 @@ def test_a_private_page_in_the_cache_is_not_served_to_a_tool_that_refuses_privat
     assert allowed.call(f"{server}/article").extra["cache"] == "hit"
 
 
+def summarizer_endpoint(replies):
+    from chat_server import serve_replies
+
+    chat = serve_replies(replies, model="condenser")
+    return chat, f"http://127.0.0.1:{chat.server_address[1]}"
+
+
+def test_a_summarizer_condenses_the_pages_main_text_at_an_endpoint_given_with_or_without_v1(server, tmp_path):
+    """browse_options={"summarizer": …} was never run by a test. It posted to BASE/chat/completions, so the endpoint
+    given as the judge's and `arpo eval`'s are (http://host:port, without /v1) was a 404 at every page."""
+    chat, base = summarizer_endpoint(["The Vasa sank in 1628 on its maiden voyage."] * 2)
+    try:
+        for url in (base, base + "/v1/"):
+            tool = browse_tool_factory({"summarizer": {"base_url": url, "model": "condenser"}, "private_hosts": True,
+                                        "cache": False})()
+            out = tool.call(f"{server}/article")
+            assert (out.text, out.failed) == ("The Vasa sank in 1628 on its maiden voyage.", False)
+            assert "sank after sailing about 1,300 metres" in chat.prompts[-1]  # the main text is what it condenses
+            assert "TRACKING-SCRIPT" not in chat.prompts[-1]
+    finally:
+        chat.shutdown()
+
+
+def test_a_summarizer_that_fails_costs_a_warning_and_its_raw_page_is_not_cached_as_the_summary(server, tmp_path):
+    """A summarizer that failed (its server down, a wrong model name) left the page's own text, silently, and that
+    text was cached under the summarizer's key: every later run read the raw page as the summary, from the cache."""
+    chat, base = summarizer_endpoint([400, "The Vasa sank in 1628."])
+    tool = browse_tool_factory({"summarizer": {"base_url": base, "model": "condenser"}, "private_hosts": True,
+                                "cache": str(tmp_path / "c.sqlite")})()
+    try:
+        with pytest.warns(RuntimeWarning, match=r"browse: the summarizer at .* failed \(.*answered 400.*\); pages are "
+                                                r"given as their own text"):
+            first = tool.call(f"{server}/article")
+        assert "sank after sailing about 1,300 metres" in first.text and not first.failed  # the page still helps
+        assert "answered 400" in first.extra["summarizer_error"]
+        second, third = tool.call(f"{server}/article"), tool.call(f"{server}/article")
+        assert second.text == third.text == "The Vasa sank in 1628."
+        assert (second.extra["cache"], third.extra["cache"]) == ("miss", "hit")
+    finally:
+        chat.shutdown()
+
+
+def test_a_summarizer_that_is_down_is_not_asked_again_at_every_page(server):
+    """As the judge: once its endpoint could not be reached, a summarizer is passed over for `down_s` seconds, so that
+    one that is down costs its retries once, not at every page an episode browses."""
+    chat, base = summarizer_endpoint([503, "The Vasa sank in 1628."])
+    tool = browse_tool_factory({"summarizer": {"base_url": base, "model": "condenser", "retries": 0, "down_s": 0.5},
+                                "private_hosts": True, "cache": False})()
+    try:
+        with pytest.warns(RuntimeWarning, match="answered 503"):
+            assert "Vasa Museum" in tool.call(f"{server}/article").text
+        second = tool.call(f"{server}/article")
+        assert "Vasa Museum" in second.text and "could not be reached a moment ago" in second.extra["summarizer_error"]
+        assert len(chat.prompts) == 1  # not asked
+        time.sleep(0.6)
+        assert tool.call(f"{server}/article").text == "The Vasa sank in 1628."
+    finally:
+        chat.shutdown()
+
+
 def test_a_cache_that_cannot_be_used_costs_a_warning_not_the_env(server, tmp_path):
     """A cache file that is not a database (a file of another program, one cut short) or whose folder cannot be made:
     making the env raised sqlite3.DatabaseError or an OSError. Now the tools run without the cache."""

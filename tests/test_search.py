@@ -381,6 +381,13 @@ def test_a_misspelt_option_is_named_not_ignored():
                                                          "1 and at most 1,099,511,627,776, not 0; live must be true or "
                                                          "false, not str 'no'"),
     ({"browse_options": {"summarizer": {"url": "http://127.0.0.1:9/v1"}}}, "browse_options: summarizer: "),
+    # every page's summary failed, silently
+    ({"browse_options": {"summarizer": {"base_url": "http://127.0.0.1:9", "model": "m", "max_tokens": "512"}}},
+     "browse_options: summarizer: max_tokens must be a whole number of at least 1 and at most 1,099,511,627,776, not "
+     "'512'"),
+    ({"browse_options": {"summarizer": {"base_url": "http://127.0.0.1:9", "model": 5, "timeout_s": -1}}},
+     "browse_options: summarizer: model must be a model's name, not int '5'; timeout_s must be a number of seconds "
+     "above 0"),
 ])
 def test_an_option_of_the_wrong_type_is_named_when_the_env_is_made(kwargs, words):
     with pytest.raises(ValueError, match=re.escape(words)):

@@ -34,6 +34,7 @@ import re
 import socket
 import threading
 import time
+import warnings
 import zlib
 from collections import OrderedDict
 from pathlib import Path
@@ -85,27 +86,50 @@ class PageStore:
 
 
 class Summarizer:
-    """Condense a page with a chat model behind an OpenAI-compatible endpoint (vLLM, SGLang, a hosted API)."""
+    """Condense a page with a chat model behind an OpenAI-compatible endpoint (vLLM, SGLang, a hosted API), through
+    the client the judge uses (`arpo_env.openai_chat.ChatClient`): the base URL with or without its ``/v1``, a
+    request that fails for a passing reason tried `retries` more times. A summary that fails raises `ChatError`;
+    `BrowseTool` then gives the page's own text, and says so once. Once the endpoint could not be reached (or
+    refused), it is not asked again for `down_s` seconds, so that a summarizer that is down costs its retries once,
+    not at every page (as the judge)."""
 
     def __init__(self, base_url: str, model: str, api_key: str | None = None, max_tokens: int = 512,
-                 timeout_s: float = 60.0) -> None:
-        self.base_url, self.model, self.max_tokens, self.timeout_s = base_url.rstrip("/"), model, max_tokens, timeout_s
-        self.api_key = api_key or os.environ.get("OPENAI_API_KEY", "EMPTY")
+                 timeout_s: float = 60.0, retries: int = 2, down_s: float = 30.0) -> None:
+        from arpo_env.openai_chat import ChatClient
+
+        # each was taken as given and failed every page's summary, silently
+        problems = [type_problem("model", model, "a model's name", str) or (None if model else "model must be named"),
+                    type_problem("api_key", api_key, "text", str),
+                    limit_problem("max_tokens", max_tokens, 1),
+                    limit_problem("timeout_s", timeout_s, None, MAX_SECONDS), limit_problem("retries", retries, 0, 100),
+                    limit_problem("down_s", down_s, 0.0, MAX_SECONDS)]
+        if any(problems):
+            raise ValueError("; ".join(p for p in problems if p))
+        self.model, self.max_tokens, self.down_s, self._down_until = model, max_tokens, down_s, 0.0
+        self.client = ChatClient(base_url, model, api_key or os.environ.get("OPENAI_API_KEY", "EMPTY"), timeout_s,
+                                 retries)
 
     def cache_id(self) -> str:
-        return f"{self.base_url}:{self.model}:{self.max_tokens}"
+        return f"{self.client.root}:{self.model}:{self.max_tokens}"
 
     def __call__(self, text: str) -> str:
-        import httpx
+        from arpo_env.openai_chat import ChatError, content_text
 
         prompt = ("Condense this web page to the facts it states, keeping names, numbers and dates exactly. "
                   "Write plain text, at most a few paragraphs.\n\n" + text)
-        reply = httpx.post(f"{self.base_url}/chat/completions", timeout=self.timeout_s,
-                           headers={"Authorization": f"Bearer {self.api_key}"},
-                           json={"model": self.model, "max_tokens": self.max_tokens, "temperature": 0.0,
-                                 "messages": [{"role": "user", "content": prompt}]})
-        reply.raise_for_status()
-        return reply.json()["choices"][0]["message"]["content"].strip()
+        if time.monotonic() < self._down_until:
+            raise ChatError(f"{self.client.root} could not be reached a moment ago; asked again after {self.down_s:g} s")
+        try:
+            reply = self.client.chat([{"role": "user", "content": prompt}], max_tokens=self.max_tokens,
+                                     temperature=0.0)
+        except ChatError as exc:
+            if exc.unreachable or exc.refused:
+                self._down_until = time.monotonic() + self.down_s
+            raise
+        summary = content_text(reply["choices"][0]["message"].get("content")).strip()
+        if not summary:
+            raise ChatError(f"{self.client.root}/chat/completions answered with no text")
+        return summary
 
 
 def is_text_type(ctype: str) -> bool:
@@ -160,6 +184,7 @@ _OVERRAN: OrderedDict[str, float] = OrderedDict()
 """Pages trafilatura gave up on, by the hash of their URL and HTML: the longest it ran on one in vain."""
 _OVERRAN_MAX = 1024
 _OVERRAN_LOCK = threading.Lock()
+_WARN_LOCK = threading.Lock()
 
 
 def main_text(html: str, url: str | None = None) -> str:
@@ -228,6 +253,7 @@ class BrowseTool(StatelessTool):
         self.extract_timeout_s = extract_timeout_s
         self.max_bytes, self.max_redirects, self.max_chars = max_bytes, max_redirects, max_chars
         self.summarizer, self.cache = summarizer, cache
+        self._summarizer_warned = False
 
     # The tool protocol ----------------------------------------------------------------------------------------------
     def call(self, query: str) -> ToolOutput:
@@ -248,7 +274,12 @@ class BrowseTool(StatelessTool):
             except Exception as exc:  # noqa: BLE001 - whatever breaks, the model reads why
                 return self._failed(f"{type(exc).__name__}: {exc}", start, extra)
             extra["extraction"] = how
-            if self.cache and how == "main":  # a stand-in is not stored: the next run tries the main text again
+            if self.summarizer is not None:
+                text = self._condensed(text, extra)
+            if len(text) > self.max_chars:
+                text = text[: self.max_chars] + f"\n[page truncated: {len(text) - self.max_chars:,} more characters]"
+            # a stand-in is not stored (the next run tries the main text again), nor a summary that failed
+            if self.cache and how == "main" and "summarizer_error" not in extra:
                 self.cache.put(key, text)
         if self.cache:
             extra.update(self.cache.stats())
@@ -279,14 +310,23 @@ class BrowseTool(StatelessTool):
         if how == "plain":
             text = (f"[the page's main text could not be extracted within {self.extract_timeout_s:g} s; "
                     f"this is all of its text]\n{text}")
-        if self.summarizer is not None:
-            try:
-                text = self.summarizer(text[: 4 * self.max_chars])
-            except Exception:  # noqa: BLE001 - without the summariser, the raw text (truncated) still helps
-                pass
-        if len(text) > self.max_chars:
-            text = text[: self.max_chars] + f"\n[page truncated: {len(text) - self.max_chars:,} more characters]"
         return text, how
+
+    def _condensed(self, text: str, extra: dict[str, Any]) -> str:
+        """The summarizer's summary of `text`; the text itself when the summary fails (the page still helps), with
+        the error in `extra` and, the first time, a warning: a summarizer that could not be reached (down, a wrong
+        address or model name) left every page unsummarised, silently."""
+        try:
+            return self.summarizer(text[: 4 * self.max_chars])  # type: ignore[misc]
+        except Exception as exc:  # noqa: BLE001 - ChatError, or a summarizer of the caller's own
+            extra["summarizer_error"] = error = f"{type(exc).__name__}: {exc}"
+            with _WARN_LOCK:
+                warn, self._summarizer_warned = not self._summarizer_warned, True
+            if warn:
+                where = getattr(getattr(self.summarizer, "client", None), "root", None) or repr(self.summarizer)
+                warnings.warn(f"browse: the summarizer at {where} failed ({error[:500]}); pages are given as their "
+                              "own text until it answers (warned once)", RuntimeWarning, stacklevel=4)
+            return text
 
     def fetch(self, url: str) -> str:
         """GET `url` within the deadline (`timeout_s` for the whole fetch: its redirects, every connect and read),
@@ -585,7 +625,7 @@ def browse_tool_factory(options: dict[str, Any] | None = None) -> Callable[[], B
     cache = resolve_cache(options.pop("cache", True))
     try:
         summarizer = Summarizer(**summarizer) if summarizer else None
-    except (TypeError, AttributeError) as exc:  # a key it does not take, none of its two, a URL that is no text
+    except (TypeError, ValueError) as exc:  # a key it does not take, none of its two, a value of the wrong type
         raise ValueError(f"browse_options: summarizer: {exc}") from None
     tool = BrowseTool(PageStore(store) if store is not None else None, summarizer=summarizer, cache=cache, **options)
     return lambda: tool
