@@ -520,8 +520,18 @@ def test_offline_page_store(tmp_path):
         assert "Gustavus Adolphus" in tool.call(written).text, written  # a fragment was "not in the page store"
     missing = tool.call("https://example.org/other")
     assert missing.failed and "live browsing is off" in missing.text
+    lost = BrowseTool(PageStore({"https://example.org/lost": str(tmp_path / "lost.html")}), live=False)
+    out = lost.call("https://example.org/lost")  # was FileNotFoundError with the host's path, for the model to read
+    assert out.failed and "the page store lists this page but has no file for it" in out.text
+    assert str(tmp_path) not in out.text
     for content, words in [('{"https://example.org/vasa": ', "is not JSON in UTF-8 (Expecting value"),
-                           ('["vasa.html"]', "is a JSON list, not an object of url → file name")]:
+                           ('["vasa.html"]', "is a JSON list, not an object of url → file name"),
+                           # each was "browse failed: TypeError: unsupported operand type(s) for /: 'PosixPath' and …"
+                           # at its page, in every episode that browsed it
+                           ('{"https://example.org/vasa": "vasa.html", "https://example.org/a": 5, '
+                            '"https://example.org/b": ["vasa.html"], "https://example.org/c": ""}',
+                            "holds 3 entries that are not url → file name: 'https://example.org/a': 5, "
+                            "'https://example.org/b': ['vasa.html'], 'https://example.org/c': ''")]:
         (tmp_path / "index.json").write_text(content)  # was json's message naming no file; an AttributeError later
         with pytest.raises(ValueError, match=f"page store index {tmp_path / 'index.json'} {re.escape(words)}"):
             gym.make("ARPO-DeepSearch-v0", browse_options={"page_store": str(tmp_path)})

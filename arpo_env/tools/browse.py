@@ -73,6 +73,13 @@ class PageStore:
             if not isinstance(self.index, dict):
                 raise ValueError(f"page store index {index} is a JSON {type(self.index).__name__}, not an object of "
                                  "url → file name")
+        bad = [(url, name) for url, name in self.index.items() if not (isinstance(name, str) and name)]
+        if bad:  # each was a TypeError at its page, in every episode that browsed it
+            where = "page_store" if isinstance(source, dict) else f"page store index {self.root / 'index.json'}"
+            listed = ", ".join(f"{url!r}: {name!r}"[:200] for url, name in bad[:5])
+            raise ValueError(f"{where} holds {len(bad)} {'entry that is' if len(bad) == 1 else 'entries that are'} not "
+                             f"url → file name: {listed}"
+                             + (", …" if len(bad) > 5 else ""))
 
     def get(self, url: str) -> str | None:
         """The page stored for `url`: under the URL as written, or without its fragment (``#History``, a place in
@@ -82,7 +89,10 @@ class PageStore:
                     None)
         if name is None:
             return None
-        return decode_page((self.root / name).read_bytes())
+        try:
+            return decode_page((self.root / name).read_bytes())
+        except OSError:  # its message holds the host's path, which is not the model's to read
+            raise BrowseError("the page store lists this page but has no file for it") from None
 
 
 class Summarizer:
@@ -118,7 +128,8 @@ class Summarizer:
         prompt = ("Condense this web page to the facts it states, keeping names, numbers and dates exactly. "
                   "Write plain text, at most a few paragraphs.\n\n" + text)
         if time.monotonic() < self._down_until:
-            raise ChatError(f"{self.client.root} could not be reached a moment ago; asked again after {self.down_s:g} s")
+            raise ChatError(f"{self.client.root} could not be reached a moment ago; asked again after "
+                            f"{self.down_s:g} s")
         try:
             reply = self.client.chat([{"role": "user", "content": prompt}], max_tokens=self.max_tokens,
                                      temperature=0.0)
