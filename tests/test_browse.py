@@ -424,6 +424,28 @@ def test_a_summarizer_that_is_down_is_not_asked_again_at_every_page(server):
         chat.shutdown()
 
 
+def test_a_page_store_copy_and_the_live_page_at_its_url_are_cached_apart(server, tmp_path):
+    """The cache outlives the run and is shared by every run on the machine: a page store's copy of a page (an
+    offline snapshot, a test's stand-in) was cached under the page's URL alone, and so served to live runs as the
+    page, from the cache; a live page cached first was served in place of the store's copy, and an old copy in
+    place of a newer one."""
+    def copy(words):
+        (tmp_path / "copy.html").write_text(f"<html><body><p>{words} " * 5 + "</p></body></html>")
+
+    copy("An offline copy of the page about the ship.")
+    (tmp_path / "index.json").write_text(f'{{"{server}/article": "copy.html"}}')
+    options = {"cache": str(tmp_path / "c.sqlite"), "private_hosts": True}
+    stored = browse_tool_factory({**options, "page_store": str(tmp_path)})()
+    live = browse_tool_factory(options)()
+    assert "An offline copy" in stored.call(f"{server}/article").text
+    assert "Gustavus Adolphus" in live.call(f"{server}/article").text
+    again = stored.call(f"{server}/article")
+    assert "An offline copy" in again.text and again.extra["cache"] == "hit"
+    copy("A newer copy, of another length.")
+    newer = stored.call(f"{server}/article")
+    assert "A newer copy" in newer.text and newer.extra["cache"] == "miss"
+
+
 def test_a_cache_that_cannot_be_used_costs_a_warning_not_the_env(server, tmp_path):
     """A cache file that is not a database (a file of another program, one cut short) or whose folder cannot be made:
     making the env raised sqlite3.DatabaseError or an OSError. Now the tools run without the cache."""

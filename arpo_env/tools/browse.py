@@ -10,8 +10,8 @@ linear time) stands in, and the model is told so. A page that overran is remembe
 so another visit reads its plain text at once instead of waiting out the bound again. An offline page store
 (``{url: html file}``) serves pages without network; live fetching can be switched off. Results are cached in the shared
 SQLite tool cache, a plain-text stand-in excepted: the cache outlives the run, and an overrun can be the machine's load
-of the moment. Pages read with ``private_hosts`` are cached under keys of their own. Every failure is an observation
-(``browse failed: …``).
+of the moment. Pages read with ``private_hosts`` are cached under keys of their own, and so are a page store's copies.
+Every failure is an observation (``browse failed: …``).
 
 The URL is the model's, so by default only public addresses are fetched: a host that resolves to a loopback, private,
 link-local or otherwise non-global address (``127.0.0.1:8000``, a vLLM server; ``169.254.169.254``, a cloud's
@@ -78,19 +78,35 @@ class PageStore:
             where = "page_store" if isinstance(source, dict) else f"page store index {self.root / 'index.json'}"
             listed = ", ".join(f"{url!r}: {name!r}"[:200] for url, name in bad[:5])
             raise ValueError(f"{where} holds {len(bad)} {'entry that is' if len(bad) == 1 else 'entries that are'} not "
-                             f"url → file name: {listed}"
-                             + (", …" if len(bad) > 5 else ""))
+                             f"url → file name: {listed}" + (", …" if len(bad) > 5 else ""))
 
-    def get(self, url: str) -> str | None:
-        """The page stored for `url`: under the URL as written, or without its fragment (``#History``, a place in
-        the page, which a server never sees), with or without a slash at the end."""
+    def path(self, url: str) -> Path | None:
+        """The file stored for `url`: under the URL as written, or without its fragment (``#History``, a place in
+        the page, which a server never sees), with or without a slash at the end. None: not in the store."""
         page = url.split("#", 1)[0]
         name = next((self.index[u] for u in (url, page, page.rstrip("/"), page.rstrip("/") + "/") if u in self.index),
                     None)
-        if name is None:
+        return None if name is None else self.root / name
+
+    def version(self, url: str) -> tuple[Any, ...] | None:
+        """What tells this store's copy of `url` from the live page and from another copy (the file, its size and
+        time), for the tool cache's key; None when the store has no copy."""
+        path = self.path(url)
+        if path is None:
             return None
         try:
-            return decode_page((self.root / name).read_bytes())
+            stat = path.stat()
+        except OSError:  # missing: `get` says so, and a failure is not cached
+            return ("page store", str(path))
+        return ("page store", str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+
+    def get(self, url: str) -> str | None:
+        """The page stored for `url` (see `path`), or None."""
+        path = self.path(url)
+        if path is None:
+            return None
+        try:
+            return decode_page(path.read_bytes())
         except OSError:  # its message holds the host's path, which is not the model's to read
             raise BrowseError("the page store lists this page but has no file for it") from None
 
@@ -272,9 +288,11 @@ class BrowseTool(StatelessTool):
         url = written_url(query)
         extra: dict[str, Any] = {}
         # Pages read with private_hosts have keys of their own: a run that refuses local and private addresses must
-        # not be served an intranet page (or a local server's) that another run, which allowed them, cached.
+        # not be served an intranet page (or a local server's) that another run, which allowed them, cached. So have
+        # a page store's copies: the cache is shared by every run on the machine, live ones too.
+        stored = self.page_store.version(url) if self.page_store else None
         key = ToolCache.key("browse", url, self.max_chars, self.summarizer.cache_id() if self.summarizer else None,
-                            *(("private hosts",) if self.private_hosts else ()))
+                            *(("private hosts",) if self.private_hosts else ()), *(stored or ()))
         text = self.cache.get(key) if self.cache else None
         extra["cache"] = ("hit" if text is not None else "miss") if self.cache else "off"
         if text is None:
