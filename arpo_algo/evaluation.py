@@ -679,12 +679,40 @@ def make_runner(args: argparse.Namespace) -> Any:
     return RolloutRunner(make_generator(args.model, args.backend))
 
 
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+
+
+def model_files(model: str, backend: str) -> str | None:
+    """What tells the model evaluated from another under the same name: for a local folder, its config and weight
+    files with their sizes and times (a model trained or saved again into the folder is another model); for the
+    embedded model, the package and file it is made from; None for a hub id or a served model (the name is all there
+    is of it here)."""
+    import hashlib
+
+    from arpo_algo.models import EMBEDDED, embedded_source
+
+    if backend == "openai":
+        return None
+    if model.lower() in EMBEDDED:
+        return embedded_source(model.lower())
+    folder = Path(model).expanduser()
+    if not folder.is_dir():
+        return None
+    files = []
+    for path in sorted(folder.iterdir()):
+        if path.is_file() and (path.suffix in WEIGHT_SUFFIXES or path.name == "config.json"):
+            stat = path.stat()
+            files.append((path.name, stat.st_size, stat.st_mtime_ns))
+    return hashlib.sha256(json.dumps(files).encode()).hexdigest()[:16] if files else None
+
+
 def same_settings(out: Path, settings: dict[str, Any]) -> None:
     """Samples already in `out` are reused (a run resumes), so they must have been made the same way: the model and
     every setting that changes a sample (`Settings`; not the backend, the batch or how many items and runs) are kept in
     ``out/settings.json`` by the run that began the samples, and while there are samples a run with others is refused,
     saying which differ. Before, a run with ``--mode direct`` or another temperature into the folder of an earlier one
-    reported its samples as its own."""
+    reported its samples as its own; and so did a run of a model trained again into the folder of the one evaluated
+    before (`model_files`)."""
     path, samples = out / "settings.json", out / "samples.jsonl"
     if path.exists() and samples.exists() and samples.stat().st_size:
         try:
@@ -692,7 +720,10 @@ def same_settings(out: Path, settings: dict[str, Any]) -> None:
         except ValueError:
             kept = None
         if isinstance(kept, dict):
-            differ = [f"{k} {kept.get(k)!r} → {v!r}" for k, v in settings.items() if k in kept and kept[k] != v]
+            differ = [f"the files of {settings.get('model')} changed since (trained or saved again)"
+                      if k == "model_files" else f"{k} {kept.get(k)!r} → {v!r}"
+                      for k, v in settings.items() if k in kept and kept[k] != v
+                      and not (k == "model_files" and kept.get("model") != settings.get("model"))]
             if differ:
                 raise SystemExit(f"arpo eval: {out} holds samples made with other settings ({', '.join(differ)}): "
                                  f"give another --out, or delete {out / 'samples.jsonl'} to start again")
@@ -759,7 +790,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     start = time.perf_counter()
     # read before the model loads: data that is missing or unreadable is a line, not a wait for one
     questions = {b.name: dataset_questions(b, env_kwargs(b, args.data_dir, settings)) for b in benchmarks}
-    same_settings(out, {"model": args.model, **asdict(settings)})
+    same_settings(out, {"model": args.model, **asdict(settings), "model_files": model_files(args.model, args.backend)})
     runner = make_runner(args)
     saved = out / "samples.jsonl"
     before = _line_count(saved)

