@@ -81,15 +81,51 @@ def warmed_model(name: str = "smollm2-135m", steps: int = 8, batch: int = 2, lr:
     The default is gentle on purpose: 8 steps at 2e-5 teach the tags (the model calls tools and answers in the
     format most of the time) but leave it uncertain (ΔH at tool steps spreads over about −1.5 … +4.5, and rewards
     vary within a group). At 1e-4 the imitation loss reaches 0 and the entropy collapses: every P is α."""
+    import os
+    import shutil
+    import uuid
+
     from arpo_algo.models import load_model
 
     target = warmed_path(name, steps, batch, lr, family)
-    if (target / "config.json").is_file():
+    if warmed_ready(name, steps, batch, lr, family):
         return load_model(str(target))
     model, tokenizer = load_model(name)
     print(f"warming {name} up on scripted {family} episodes ({steps} steps, once; cached in {target}) …", flush=True)
     losses = warm_up(model, tokenizer, steps=steps, batch=batch, lr=lr, family=family)
     print(f"imitation loss {losses[0]:.3f} → {losses[-1]:.3f}", flush=True)
-    model.save_pretrained(target)
-    tokenizer.save_pretrained(target)
+    # written whole or not at all (a kill during the write left a config without weights, taken for the model), and
+    # stamped with what it was warmed from
+    fresh = target.with_name(f".{target.name}.new.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+    try:
+        model.save_pretrained(fresh)
+        tokenizer.save_pretrained(fresh)
+        (fresh / WARMED_SOURCE).write_text(_base_source(name), encoding="utf-8")
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(fresh, target)
+    finally:
+        shutil.rmtree(fresh, ignore_errors=True)
     return model, tokenizer
+
+
+WARMED_SOURCE = "arpo_warmed_from.json"
+"""Written into a warmed-up folder: what the base model was made from (`_base_source`)."""
+
+
+def _base_source(name: str) -> str:
+    from arpo_algo.models import EMBEDDED, embedded_source
+
+    return (embedded_source(name) if name in EMBEDDED else None) or name
+
+
+def warmed_ready(name: str = "smollm2-135m", steps: int = 8, batch: int = 2, lr: float = 2e-5,
+                 family: str = "arithmetic") -> bool:
+    """Whether `warmed_path` holds a whole warm-up of the base model as it is now (the embedded model's package
+    updated since: warmed again)."""
+    target = warmed_path(name, steps, batch, lr, family)
+    try:
+        return ((target / "config.json").is_file() and (target / "model.safetensors").is_file()
+                and (target / WARMED_SOURCE).read_text(encoding="utf-8") == _base_source(name))
+    except OSError:
+        return False

@@ -64,7 +64,7 @@ import sys
 import time
 
 import gymnasium as gym
-from _warmup import family_spec, family_tasks, warmed_model, warmed_path
+from _warmup import family_spec, family_tasks, warmed_model, warmed_path, warmed_ready
 
 import arpo_env  # noqa: F401
 from arpo_env.procedural import scripted_episode
@@ -83,7 +83,7 @@ def make_generator(backend: str, block_size: int | None = None, schedule: str = 
         model, tokenizer = warmed_model(**warm)
         return HFGenerator(model.to(device), tokenizer, continuous=schedule == "continuous",
                            steps_per_poll=steps_per_poll, packed_weights=False if default_kernel else None)
-    if not (warmed_path(**warm) / "config.json").is_file():
+    if not warmed_ready(**warm):
         warmed_model(**warm)
     return vllm_generator(str(warmed_path(**warm)), block_size)
 
