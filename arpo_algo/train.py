@@ -269,9 +269,14 @@ def build_trainer(script_args: ARPOScriptArguments, args: ARPOConfig, model_args
     if script_args.cold_start:
         from accelerate import PartialState
 
-        with PartialState().main_process_first():  # one process runs the cold start; the others then find it done
+        from arpo_algo.models import EMBEDDED
+
+        state = PartialState()
+        with state.main_process_first():  # one process runs the cold start; the others then find it done
             if not holds_model(model_name):
                 cold_start_s = run_cold_start(script_args.cold_start, model_name)
+            elif state.is_main_process and model_name.lower() not in EMBEDDED:
+                print(reused_cold_start(model_name, script_args.cold_start), file=sys.stderr)
     path = resolve(model_name)
     model_init_kwargs = dict(args.model_init_kwargs or {})
     if model_args.dtype and model_args.dtype != "auto":
@@ -296,6 +301,29 @@ def holds_model(path: str) -> bool:
     folder = Path(path)
     return ((folder / "config.json").is_file() or (folder / "adapter_config.json").is_file()) and \
         (folder / "tokenizer_config.json").is_file()
+
+
+COLD_START_RECIPE = "arpo_cold_start.yaml"
+"""The cold-start recipe as it was when it made the model, kept in the model's folder (`reused_cold_start`)."""
+
+
+def reused_cold_start(model: str, recipe: str) -> str:
+    """The line `arpo train` writes when the cold start's model is there already and is used as it is: a recipe
+    edited since (more synthetic tasks, another family) was not run again, and nothing said so."""
+    try:
+        then: str | None = (Path(model) / COLD_START_RECIPE).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        then = None
+    try:
+        now: str | None = Path(recipe).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        now = None
+    if then is None:
+        return f"arpo train: starting from {model}, which exists: the cold start {recipe} is not run"
+    if then != now:
+        return (f"arpo train: starting from {model}, which the cold start made from an earlier version of {recipe}: "
+                f"delete {model} to run the cold start again on the recipe as it is now")
+    return f"arpo train: starting from {model}, made by the cold start {recipe} (delete it to run that again)"
 
 
 def beside_recipe(path: str | None, recipe: str | None) -> str | None:
@@ -330,6 +358,10 @@ def run_cold_start(recipe: str, output_dir: str) -> float:
                              output_dir] + (["--resume_from_checkpoint", resume] if resume else []))
     if result.returncode != 0:
         raise SystemExit(f"arpo train: the cold start ({recipe}) failed with exit status {result.returncode}")
+    try:  # what the model was made from, for the runs that find it there (`reused_cold_start`)
+        (Path(output_dir) / COLD_START_RECIPE).write_text(Path(recipe).read_text(encoding="utf-8"), encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        pass
     return time.perf_counter() - started
 
 

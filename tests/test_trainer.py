@@ -511,6 +511,17 @@ def test_a_cold_start_that_was_stopped_runs_again(undecided, tokenizer, tmp_path
     second = subprocess.run([*cmd, "--output_dir", str(tmp_path / "run2")], cwd=ROOT, capture_output=True, text=True,
                             timeout=600)
     assert second.returncode == 0 and "cold-start" not in second.stderr, second.stderr[-3000:]
+    # and it says so (a recipe edited since was not run again, and nothing said that either)
+    assert f"arpo train: starting from {sft_model}, made by the cold start {sft_recipe} (delete it to run that " \
+        "again)" in second.stderr
+    from arpo_algo.train import reused_cold_start
+
+    sft_recipe.write_text(sft_recipe.read_text().replace("synthetic_tasks: 2", "synthetic_tasks: 200"))
+    assert reused_cold_start(str(sft_model), str(sft_recipe)) == (
+        f"arpo train: starting from {sft_model}, which the cold start made from an earlier version of {sft_recipe}: "
+        f"delete {sft_model} to run the cold start again on the recipe as it is now")
+    assert reused_cold_start(str(tmp_path / "tiny"), str(sft_recipe)) == (
+        f"arpo train: starting from {tmp_path / 'tiny'}, which exists: the cold start {sft_recipe} is not run")
 
 
 def test_the_cold_start_is_found_beside_the_recipe_and_skipped_for_the_embedded_model(tmp_path, monkeypatch):
