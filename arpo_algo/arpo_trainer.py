@@ -18,7 +18,8 @@ server without CUDA) by vLLM's in-place reload (`arpo_algo.vllm_weights`).
 
 Each step logs reward and its parts, accuracy, tool calls per trajectory, branches per question, ΔH and entropy
 statistics and tokens generated (under ``arpo/``), and appends the step's trees, with their advantages, to
-``output_dir/rollouts.jsonl``.
+``output_dir/rollouts.jsonl``. A run that starts over (``train()`` without ``resume_from_checkpoint``) first moves
+the logs an earlier run left in ``output_dir`` to ``output_dir/earlier-runs/TIME/`` (`set_aside_earlier_logs`).
 """
 
 from __future__ import annotations
@@ -158,6 +159,20 @@ class ARPOTrainer(GRPOTrainer):
         self._trained: list[Any] | None = None
         self._server_client: Any = None
         self.add_callback(MetricsFile())
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any) -> Any:
+        """TRL's `train`. A run that starts over (no `resume_from_checkpoint`) into an ``output_dir`` that holds the
+        logs of an earlier run first moves them aside (`set_aside_earlier_logs`): they were appended to, so `arpo
+        view` showed the two runs as one (the later run's steps over the earlier's, their trees mixed)."""
+        if not resume_from_checkpoint and self.accelerator.is_main_process:
+            moved = set_aside_earlier_logs(self.args.output_dir, ["metrics.jsonl", self.args.rollout_log or ""])
+            if moved:
+                from transformers.utils import logging
+
+                logging.get_logger(__name__).warning(
+                    f"{self.args.output_dir} held the logs of an earlier run; this run starts over, so they were "
+                    f"moved to {moved} (resume_from_checkpoint goes on from a checkpoint instead)")
+        return super().train(resume_from_checkpoint, *args, **kwargs)
 
     @staticmethod
     def env_kwargs(args: ARPOConfig) -> dict[str, Any]:
@@ -452,6 +467,30 @@ class ARPOTrainer(GRPOTrainer):
         if self.accelerator.is_main_process:
             os.makedirs(self.args.output_dir, exist_ok=True)
             write_jsonl(everything, os.path.join(self.args.output_dir, self.args.rollout_log))
+
+
+def set_aside_earlier_logs(output_dir: str, names: list[str]) -> str | None:
+    """Move the files `names` (the run's logs, relative to `output_dir`) that are there to a new folder
+    ``output_dir/earlier-runs/TIME`` and return it; None when there was none to move. Nothing is lost, and `arpo view
+    output_dir/earlier-runs/TIME` shows that run."""
+    found = []
+    for name in dict.fromkeys(n for n in names if n):
+        path = os.path.join(output_dir, name)
+        inside = os.path.commonpath([os.path.abspath(output_dir), os.path.abspath(path)]) == os.path.abspath(output_dir)
+        if inside and os.path.isfile(path):
+            found.append((name, path))
+    if not found:
+        return None
+    base = os.path.join(output_dir, "earlier-runs", time.strftime("%Y%m%d-%H%M%S"))
+    folder, n = base, 1
+    while os.path.exists(folder):
+        n += 1
+        folder = f"{base}-{n}"
+    for name, path in found:
+        target = os.path.join(folder, name)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.replace(path, target)
+    return folder
 
 
 class MetricsFile(TrainerCallback):

@@ -453,6 +453,32 @@ def test_arpo_train_killed_midway_resumes_from_its_checkpoint(undecided, tokeniz
     assert [m["step"] for m in read_metrics(run / "metrics.jsonl")] == [1, 2, 3]
 
 
+def test_a_run_that_starts_over_moves_the_earlier_runs_logs_aside(undecided, tokenizer, tmp_path):
+    """A second run into the same output_dir without resume_from_checkpoint appended to the first's metrics.jsonl and
+    rollouts.jsonl: `arpo view` drew its steps over the first run's and mixed their trees. The earlier logs are moved
+    to earlier-runs/TIME/ (kept, and viewable); a resumed run goes on appending."""
+    from arpo_algo.arpo_trainer import ARPOTrainer
+    from arpo_algo.viewer import find_source
+
+    run = tmp_path / "run"
+
+    def train(**kwargs):
+        trainer = ARPOTrainer(copy.deepcopy(undecided), args=config(tmp_path, max_steps=1), train_dataset=dataset(),
+                              processing_class=tokenizer)
+        trainer.train(**kwargs)
+
+    train()
+    first = {name: (run / name).read_text() for name in ("metrics.jsonl", "rollouts.jsonl")}
+    train()
+    (earlier,) = (run / "earlier-runs").iterdir()
+    assert {name: (earlier / name).read_text() for name in first} == first
+    assert len((run / "rollouts.jsonl").read_text().splitlines()) == len(first["rollouts.jsonl"].splitlines())
+    assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [
+        json.loads(line)["step"] for line in first["metrics.jsonl"].splitlines()]
+    assert [p.name for p in find_source(str(run)).rollout_files] == ["rollouts.jsonl"]  # the new run's alone
+    assert find_source(str(earlier)).metrics_file == earlier / "metrics.jsonl"
+
+
 def test_resuming_from_last_skips_a_checkpoint_the_kill_cut_short(tmp_path, capsys):
     """Killed while saving checkpoint-N, a run leaves it without its trainer_state.json (written last) or its
     weights; `--resume_from_checkpoint last` took it and died on it (or restarted at step 0 on its weights). It now
