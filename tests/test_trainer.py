@@ -462,10 +462,9 @@ def test_a_run_that_starts_over_moves_the_earlier_runs_logs_aside(undecided, tok
 
     run = tmp_path / "run"
 
-    def train(**kwargs):
-        trainer = ARPOTrainer(copy.deepcopy(undecided), args=config(tmp_path, max_steps=1), train_dataset=dataset(),
-                              processing_class=tokenizer)
-        trainer.train(**kwargs)
+    def train():
+        ARPOTrainer(copy.deepcopy(undecided), args=config(tmp_path, max_steps=1), train_dataset=dataset(),
+                    processing_class=tokenizer).train()
 
     train()
     first = {name: (run / name).read_text() for name in ("metrics.jsonl", "rollouts.jsonl")}
