@@ -19,7 +19,8 @@ server without CUDA) by vLLM's in-place reload (`arpo_algo.vllm_weights`).
 Each step logs reward and its parts, accuracy, tool calls per trajectory, branches per question, ΔH and entropy
 statistics and tokens generated (under ``arpo/``), and appends the step's trees, with their advantages, to
 ``output_dir/rollouts.jsonl``. A run that starts over (``train()`` without ``resume_from_checkpoint``) first moves
-the logs an earlier run left in ``output_dir`` to ``output_dir/earlier-runs/TIME/`` (`set_aside_earlier_logs`).
+the logs an earlier run left in ``output_dir`` to ``output_dir/earlier-runs/TIME/`` (`set_aside_earlier_logs`); a
+resumed run moves there the lines of the steps after its checkpoint, which it trains and logs again.
 """
 
 from __future__ import annotations
@@ -163,15 +164,25 @@ class ARPOTrainer(GRPOTrainer):
     def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any) -> Any:
         """TRL's `train`. A run that starts over (no `resume_from_checkpoint`) into an ``output_dir`` that holds the
         logs of an earlier run first moves them aside (`set_aside_earlier_logs`): they were appended to, so `arpo
-        view` showed the two runs as one (the later run's steps over the earlier's, their trees mixed)."""
-        if not resume_from_checkpoint and self.accelerator.is_main_process:
-            moved = set_aside_earlier_logs(self.args.output_dir, ["metrics.jsonl", self.args.rollout_log or ""])
-            if moved:
-                from transformers.utils import logging
+        view` showed the two runs as one (the later run's steps over the earlier's, their trees mixed). A resumed run
+        moves aside the lines of the steps after its checkpoint, which it trains and logs again."""
+        if self.accelerator.is_main_process:
+            from transformers.utils import logging
 
-                logging.get_logger(__name__).warning(
-                    f"{self.args.output_dir} held the logs of an earlier run; this run starts over, so they were "
-                    f"moved to {moved} (resume_from_checkpoint goes on from a checkpoint instead)")
+            logs, out = ["metrics.jsonl", self.args.rollout_log or ""], self.args.output_dir
+            if not resume_from_checkpoint:
+                moved = set_aside_earlier_logs(out, logs)
+                if moved:
+                    logging.get_logger(__name__).warning(
+                        f"{out} held the logs of an earlier run; this run starts over, so they were moved to {moved} "
+                        "(resume_from_checkpoint goes on from a checkpoint instead)")
+            else:
+                step = checkpoint_step(out, resume_from_checkpoint)
+                moved = None if step is None else set_aside_earlier_logs(out, logs, after_step=step)
+                if moved:
+                    logging.get_logger(__name__).warning(
+                        f"the logs of the steps after {step} (the earlier run went on past its checkpoint, and this "
+                        f"run trains those steps again) were moved to {moved}")
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
     @staticmethod
@@ -469,16 +480,61 @@ class ARPOTrainer(GRPOTrainer):
             write_jsonl(everything, os.path.join(self.args.output_dir, self.args.rollout_log))
 
 
-def set_aside_earlier_logs(output_dir: str, names: list[str]) -> str | None:
+def checkpoint_step(output_dir: str, resume_from_checkpoint: str | bool) -> int | None:
+    """The step a run resumed from `resume_from_checkpoint` (a folder, or True: the last one in `output_dir`, as
+    transformers takes it) goes on after; None when it cannot be read (transformers then says why)."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    folder = get_last_checkpoint(output_dir) if resume_from_checkpoint is True else resume_from_checkpoint
+    try:
+        with open(os.path.join(str(folder), "trainer_state.json"), encoding="utf-8") as f:
+            step = json.load(f)["global_step"]
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+def _line_step(line: str) -> Any:
+    """The step a log line belongs to: a metrics entry's ``step``, a rollout tree's ``stats.step``; None for a line
+    that is no JSON object (one a killed writer cut short)."""
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    stats = value.get("stats")
+    return value.get("step", stats.get("step") if isinstance(stats, dict) else None)
+
+
+def set_aside_earlier_logs(output_dir: str, names: list[str], after_step: int | None = None) -> str | None:
     """Move the files `names` (the run's logs, relative to `output_dir`) that are there to a new folder
     ``output_dir/earlier-runs/TIME`` and return it; None when there was none to move. Nothing is lost, and `arpo view
-    output_dir/earlier-runs/TIME` shows that run."""
+    output_dir/earlier-runs/TIME` shows that run.
+
+    With `after_step` (a run resumed from the checkpoint of that step), only the lines of later steps move, and lines
+    cut short by a kill: the earlier run trained those steps past its last checkpoint, and the resumed run trains and
+    logs them again (`arpo view` showed both copies of their trees)."""
     found = []
     for name in dict.fromkeys(n for n in names if n):
         path = os.path.join(output_dir, name)
         inside = os.path.commonpath([os.path.abspath(output_dir), os.path.abspath(path)]) == os.path.abspath(output_dir)
         if inside and os.path.isfile(path):
             found.append((name, path))
+
+    def kept(line: str) -> bool:  # a line of a step up to after_step (blank lines go with neither)
+        step = _line_step(line)
+        return isinstance(step, (int, float)) and step <= after_step  # type: ignore[operator]
+
+    def lines(path: str, mode: str = "r") -> Any:  # lines end at "\n" alone (see `jsonl`)
+        return open(path, mode, encoding="utf-8", errors="surrogateescape", newline="\n")
+
+    if after_step is not None:
+        def has_later(path: str) -> bool:
+            with lines(path) as f:
+                return any(line.strip() and not kept(line) for line in f)
+
+        found = [(name, path) for name, path in found if has_later(path)]
     if not found:
         return None
     base = os.path.join(output_dir, "earlier-runs", time.strftime("%Y%m%d-%H%M%S"))
@@ -489,7 +545,14 @@ def set_aside_earlier_logs(output_dir: str, names: list[str]) -> str | None:
     for name, path in found:
         target = os.path.join(folder, name)
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        os.replace(path, target)
+        if after_step is None:
+            os.replace(path, target)
+            continue
+        with lines(path) as src, lines(target, "w") as later, lines(path + ".kept", "w") as earlier:
+            for line in src:
+                if line.strip():
+                    (earlier if kept(line) else later).write(line if line.endswith("\n") else line + "\n")
+        os.replace(path + ".kept", path)
     return folder
 
 

@@ -112,8 +112,8 @@ def _each_tree(source: Source) -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 def read_metrics(path: Path | None) -> list[dict[str, Any]]:
-    """The training log, one entry per step (a resumed run logs the steps after its last checkpoint twice; the later
-    entry is the one that trained)."""
+    """The training log, one entry per step (logs of runs resumed before ARPOTrainer set aside the steps after the
+    checkpoint hold those steps twice; the later entry is the one that trained)."""
     if path is None:
         return []
     by_step: dict[int, dict[str, Any]] = {}

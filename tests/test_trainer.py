@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import copy
 import json
 import math
@@ -438,9 +439,10 @@ def test_arpo_train_killed_midway_resumes_from_its_checkpoint(undecided, tokeniz
     final = json.loads((run / "checkpoint-3" / "trainer_state.json").read_text())
     assert final["global_step"] == 3
     after = (run / "rollouts.jsonl").read_text()
-    assert after.startswith(logged) and len(after) > len(logged)  # appended, never rewritten
+    kept = [line for line in logged.splitlines() if json.loads(line)["stats"]["step"] <= done]
+    assert after.startswith("\n".join(kept)) and len(after) > len(logged)  # appended; the steps after done set aside
     steps = [json.loads(line)["stats"]["step"] for line in after.splitlines()]
-    assert steps[-1] == 3
+    assert steps[-1] == 3 and len(set(collections.Counter(steps).values())) == 1  # each step's trees once
     assert "ARPO finished 3 steps" in result.stdout
 
     # The run directory is what `arpo view` reads: trees, training curves from metrics.jsonl (steps deduplicated).
@@ -476,6 +478,39 @@ def test_a_run_that_starts_over_moves_the_earlier_runs_logs_aside(undecided, tok
         json.loads(line)["step"] for line in first["metrics.jsonl"].splitlines()]
     assert [p.name for p in find_source(str(run)).rollout_files] == ["rollouts.jsonl"]  # the new run's alone
     assert find_source(str(earlier)).metrics_file == earlier / "metrics.jsonl"
+
+
+def test_a_resumed_run_sets_aside_the_logs_of_the_steps_it_trains_again(undecided, tokenizer, tmp_path):
+    """A run resumed from checkpoint-1 trains step 2 again, which the earlier run had logged: its metrics and trees
+    were in metrics.jsonl and rollouts.jsonl twice (`arpo view` showed both copies of the step's trees). The lines of
+    the steps after the checkpoint, and a line a kill cut short, move to earlier-runs/TIME/: each step is logged once."""
+    from arpo_algo.arpo_trainer import ARPOTrainer
+
+    run = tmp_path / "run"
+
+    def train(resume=None):
+        ARPOTrainer(copy.deepcopy(undecided), args=config(tmp_path, max_steps=2, save_strategy="steps", save_steps=1),
+                    train_dataset=dataset(), processing_class=tokenizer).train(resume_from_checkpoint=resume)
+
+    def steps(text, tree=False):
+        return [(entry["stats"] if tree else entry)["step"] for entry in map(json.loads, text.splitlines())]
+
+    train()
+    first = {name: (run / name).read_text() for name in ("metrics.jsonl", "rollouts.jsonl")}
+    with open(run / "rollouts.jsonl", "a") as f:
+        f.write('{"task": {"question": "cut sho')  # the kill's last line
+    train(str(run / "checkpoint-1"))
+    (earlier,) = (run / "earlier-runs").iterdir()
+    trees = steps(first["rollouts.jsonl"], tree=True)
+    assert steps((run / "rollouts.jsonl").read_text(), tree=True) == trees  # step 1's once, then the new step 2's
+    moved = (earlier / "rollouts.jsonl").read_text().splitlines()
+    assert moved[:-1] == [line for line, step in zip(first["rollouts.jsonl"].splitlines(), trees) if step == 2]
+    assert moved[-1] == '{"task": {"question": "cut sho'
+    logged = steps((run / "metrics.jsonl").read_text())
+    assert sorted(logged) == sorted(steps(first["metrics.jsonl"]))  # 1 and 2, and the end-of-training summary's 2
+    assert all(s == 2 for s in steps((earlier / "metrics.jsonl").read_text()))
+    train(str(run / "checkpoint-2"))  # nothing after step 2: nothing moves
+    assert len(list((run / "earlier-runs").iterdir())) == 1
 
 
 def test_resuming_from_last_skips_a_checkpoint_the_kill_cut_short(tmp_path, capsys):
