@@ -706,13 +706,31 @@ def model_files(model: str, backend: str) -> str | None:
     return hashlib.sha256(json.dumps(files).encode()).hexdigest()[:16] if files else None
 
 
+def judge_served(s: Settings, benchmarks: list[Benchmark]) -> str | None:
+    """The model the judge's endpoint serves when ``--judge-model`` names none and a selected benchmark is judged:
+    asked before any sample, so that `same_settings` tells a run judged by another model at the same URL from this
+    one (it was asked at the first judged sample and kept nowhere). None when it cannot be asked now (the judge is
+    down: its samples are scored by F1 until it is up)."""
+    if not s.judge or s.judge_model or not any(b.metric == "judge" for b in benchmarks):
+        return None
+    from arpo_env.openai_chat import ChatError
+    from arpo_env.qa_metrics import shared_judge
+
+    try:
+        return shared_judge(s.judge, None).client.model
+    except ChatError as exc:
+        print(f"arpo eval: the judge at {s.judge} could not say which model it serves ({exc}); its samples are scored "
+              "by F1 while it is down", file=sys.stderr)
+        return None
+
+
 def same_settings(out: Path, settings: dict[str, Any]) -> None:
     """Samples already in `out` are reused (a run resumes), so they must have been made the same way: the model and
     every setting that changes a sample (`Settings`; not the backend, the batch or how many items and runs) are kept in
     ``out/settings.json`` by the run that began the samples, and while there are samples a run with others is refused,
     saying which differ. Before, a run with ``--mode direct`` or another temperature into the folder of an earlier one
     reported its samples as its own; and so did a run of a model trained again into the folder of the one evaluated
-    before (`model_files`)."""
+    before (`model_files`), and one judged by another model served at the same URL (`judge_served`)."""
     path, samples = out / "settings.json", out / "samples.jsonl"
     if path.exists() and samples.exists() and samples.stat().st_size:
         try:
@@ -720,10 +738,17 @@ def same_settings(out: Path, settings: dict[str, Any]) -> None:
         except ValueError:
             kept = None
         if isinstance(kept, dict):
-            differ = [f"the files of {settings.get('model')} changed since (trained or saved again)"
-                      if k == "model_files" else f"{k} {kept.get(k)!r} → {v!r}"
-                      for k, v in settings.items() if k in kept and kept[k] != v
-                      and not (k == "model_files" and kept.get("model") != settings.get("model"))]
+            def said(k: str, v: Any) -> str:
+                if k == "model_files":
+                    return f"the files of {settings.get('model')} changed since (trained or saved again)"
+                if k == "judge_served":
+                    return f"the judge at {settings.get('judge')} serves {v!r}, not {kept[k]!r}"
+                return f"{k} {kept.get(k)!r} → {v!r}"
+
+            same_source = {"model_files": "model", "judge_served": "judge"}  # else the name or URL differs already
+            differ = [said(k, v) for k, v in settings.items() if k in kept and kept[k] != v
+                      and not (k in same_source and kept.get(same_source[k]) != settings.get(same_source[k]))
+                      and not (k == "judge_served" and None in (v, kept[k]))]  # None: the judge was down
             if differ:
                 raise SystemExit(f"arpo eval: {out} holds samples made with other settings ({', '.join(differ)}): "
                                  f"give another --out, or delete {out / 'samples.jsonl'} to start again")
@@ -790,7 +815,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     start = time.perf_counter()
     # read before the model loads: data that is missing or unreadable is a line, not a wait for one
     questions = {b.name: dataset_questions(b, env_kwargs(b, args.data_dir, settings)) for b in benchmarks}
-    same_settings(out, {"model": args.model, **asdict(settings), "model_files": model_files(args.model, args.backend)})
+    same_settings(out, {"model": args.model, **asdict(settings), "model_files": model_files(args.model, args.backend),
+                        "judge_served": judge_served(settings, benchmarks)})
     runner = make_runner(args)
     saved = out / "samples.jsonl"
     before = _line_count(saved)

@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 
 
-def serve_replies(replies, model="judge-model", listed=None):
+def serve_replies(replies, model="judge-model", listed=None, port=0):
     """An OpenAI-compatible chat endpoint on 127.0.0.1 serving `model` (listed at /v1/models; a request for another
     model is answered 404, as vLLM does) that answers each chat request with the next scripted reply: a string is the
     message (cut at the request's ``max_tokens``, a word a token), an int an error status (with ``Retry-After: 0``), a
-    dict the whole answer (a server's odd one). `listed`, if given, is the whole answer to /v1/models."""
+    dict the whole answer (a server's odd one). `listed`, if given, is the whole answer to /v1/models; `port`, the
+    port to take (0: a free one)."""
     import http.server
     import threading
 
@@ -51,7 +52,7 @@ def serve_replies(replies, model="judge-model", listed=None):
         def log_message(self, *args):
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
     server.prompts = asked_prompts  # what each chat request asked, in order
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server

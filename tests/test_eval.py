@@ -365,6 +365,50 @@ def test_a_base_url_that_is_a_web_site_stops_the_run_with_its_words(web_page_ser
                                                               "/v1/chat/completions")
 
 
+def test_a_judge_serving_another_model_at_the_same_url_is_another_setting(tmp_path, monkeypatch):
+    """With --judge and no --judge-model, the model the endpoint serves was asked at the first judged sample and kept
+    nowhere: a run resumed while another judge model served the same URL added its verdicts to the first one's. It is
+    asked before any sample and kept in settings.json; a judge that is down then is no reason to refuse."""
+    from chat_server import serve_replies
+
+    from arpo_algo import evaluation
+    from arpo_env import qa_metrics
+
+    (tmp_path / "data" / "webwalker").mkdir(parents=True)
+    (tmp_path / "data" / "webwalker" / "test.jsonl").write_text(
+        "".join(json.dumps({"question": f"Which city is number {i}?", "answer": "Paris"}) + "\n" for i in range(2)))
+    policy = serve_replies(["<answer>\\boxed{Paris}</answer>"] * 2, model="m")
+    judge = serve_replies(["Correct"], model="judge-a")
+    url, out = f"http://127.0.0.1:{judge.server_port}/v1", tmp_path / "eval"
+    argv = ["--model", "m", "--backend", "openai", "--base-url", f"http://127.0.0.1:{policy.server_port}", "--mode",
+            "direct", "--benchmarks", "webwalker", "--data-dir", str(tmp_path / "data"), "--judge", url, "--out",
+            str(out)]
+    try:
+        monkeypatch.setattr(qa_metrics, "_JUDGES", {})
+        evaluation.main(argv + ["--limit", "1"])
+        assert json.loads((out / "settings.json").read_text())["judge_served"] == "judge-a"
+        (sample,) = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+        assert sample["judged"] is True and sample["score"] == 1.0
+        judge.shutdown()
+        judge.server_close()
+        judge = serve_replies(["Correct"], model="judge-b", port=judge.server_port)  # another model, the same URL
+        monkeypatch.setattr(qa_metrics, "_JUDGES", {})  # a new process's
+        with pytest.raises(SystemExit, match=f"other settings \\(the judge at {url} serves 'judge-b', not "
+                                             "'judge-a'\\)"):
+            evaluation.main(argv)
+        assert len((out / "samples.jsonl").read_text().splitlines()) == 1
+    finally:
+        for server in (policy, judge):
+            server.shutdown()
+            server.server_close()
+    settings = json.loads((out / "settings.json").read_text())
+    evaluation.same_settings(out, {**settings, "judge_served": None})  # the judge down at this run's start
+    (out / "settings.json").write_text(json.dumps({**settings, "judge_served": None}))  # or at the first run's
+    evaluation.same_settings(out, {**settings, "judge_served": "judge-b"})
+    with pytest.raises(SystemExit, match=r"other settings \(judge 'http[^,]*'\)"):  # another URL: said once
+        evaluation.same_settings(out, {**settings, "judge": url + "/x", "judge_served": "judge-b"})
+
+
 def test_closing_an_openai_runner_closes_its_connections_and_a_later_request_opens_new_ones(web_page_server):
     from arpo_algo import evaluation
     from arpo_env.openai_chat import ChatError
