@@ -53,7 +53,8 @@ def _rollout_parser(sub: Any) -> None:
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-tasks", type=int, default=4, help="tasks rolled out together (one generation batch)")
-    p.add_argument("--out", default="trees.jsonl", help="JSONL file the trees are appended to ('-': standard output)")
+    p.add_argument("--out", default="trees.jsonl", help="JSONL file the trees are appended to; the same command "
+                   "again (after a kill) rolls out only the tasks whose trees it lacks ('-': standard output)")
 
 
 GPU_BUDGET = (512, 4096)
@@ -87,6 +88,41 @@ def writable(path: str) -> None:
                           "for standard output") from None
     if not existed:
         os.remove(path)
+
+
+def rollout_run_id(args: argparse.Namespace, config: Any) -> str:
+    """What tells one `arpo rollout`'s trees from another's in a trees file: a digest of the env, its arguments and
+    data, the model (and, for a folder, its weight files' sizes and times), the backend and every rollout setting
+    (not which tasks, the batch or ``--out``). A digest, since ``--env-kwargs`` may hold a key."""
+    import hashlib
+    from dataclasses import asdict
+
+    from arpo_algo import json_object
+    from arpo_algo.evaluation import model_files
+
+    run = {"env": args.env, "env_kwargs": json_object("--env-kwargs", args.env_kwargs, "{}"), "dataset": args.dataset,
+           "data_dir": args.data_dir, "algo": args.algo, "model": args.model, "backend": args.backend,
+           "model_files": model_files(args.model, args.backend), **asdict(config)}
+    return hashlib.sha256(json.dumps(run, sort_keys=True, default=repr).encode()).hexdigest()[:16]
+
+
+def rolled_out(path: str, run: str) -> tuple[set[int], int]:
+    """The tasks whose trees `path` holds from the rollout `run` (`rollout_run_id`), and how many trees it holds of
+    other rollouts (or that record no run: written before runs were)."""
+    from arpo_algo import jsonl
+
+    done, others = set(), 0
+    try:
+        with open(path, encoding="utf-8", errors="replace", newline="\n") as f:
+            for _, tree in jsonl.records(f):
+                stats = tree.get("stats") if isinstance(tree, dict) else None
+                if isinstance(stats, dict) and stats.get("run") == run and isinstance(stats.get("index"), int):
+                    done.add(stats["index"])
+                elif isinstance(stats, dict):
+                    others += 1
+    except FileNotFoundError:
+        pass
+    return done, others
 
 
 def make_generator(model: str, backend: str = "hf") -> Any:
@@ -148,6 +184,19 @@ def rollout_main(args: argparse.Namespace) -> int:
                            min_spare_samples=args.min_spare_samples,
                            speculative_branches=args.speculative_branches,
                            speculative_min_keep=args.speculative_min_keep)
+    run = rollout_run_id(args, config)
+    todo = list(range(args.start, args.start + n_tasks))
+    if args.out != "-":  # the same command again (after a kill) does only the tasks the file lacks
+        done, others = rolled_out(args.out, run)
+        if done & set(todo):
+            print(f"{args.out} holds the trees of {len(done & set(todo))} of these {n_tasks} tasks from this same "
+                  "rollout: the others are rolled out", file=sys.stderr)
+            todo = [i for i in todo if i not in done]
+        if others:
+            print(f"{args.out} holds {others} trees of other rollouts (other settings, model or env): this one's are "
+                  "appended after them, and `arpo view` shows them all (another --out keeps them apart)",
+                  file=sys.stderr)
+        n_tasks = len(todo)
     print(f"loading {args.model} ({args.backend}) …; {max_new} tokens per turn, {max_completion} per trajectory "
           f"({why}; --max-new-tokens / --max-completion-tokens change it)", file=sys.stderr)
     generator = make_generator(args.model, args.backend)
@@ -156,8 +205,9 @@ def rollout_main(args: argparse.Namespace) -> int:
     rewards, correct, tools, branches = [], 0, 0, 0
     with tqdm(total=n_tasks * args.num_generations, unit="traj", desc=f"{args.algo} rollouts") as bar:
         engine = cls(generator, lambda: gym.make(args.env, **env_kwargs).unwrapped, config, progress=bar.update)
-        def finished(_: int, tree: Any) -> None:  # written as soon as it is complete: a killed run keeps its work
+        def finished(i: int, tree: Any) -> None:  # written as soon as it is complete: a killed run keeps its work
             nonlocal correct, tools, branches
+            tree.stats = {**tree.stats, "index": batch[i], "run": run}
             if args.out == "-":  # a pipe: `arpo rollout … --out - | arpo sft --from_rollouts -`
                 sys.stdout.write(json.dumps(tree.to_dict(), ensure_ascii=False) + "\n")
                 sys.stdout.flush()
@@ -170,8 +220,9 @@ def rollout_main(args: argparse.Namespace) -> int:
             bar.set_postfix(reward=f"{sum(rewards) / len(rewards):+.2f}")
 
         try:
-            for first in range(args.start, args.start + n_tasks, args.batch_tasks):
-                engine.run(list(range(first, min(first + args.batch_tasks, args.start + n_tasks))), on_tree=finished)
+            for first in range(0, n_tasks, args.batch_tasks):
+                batch = todo[first:first + args.batch_tasks]
+                engine.run(batch, on_tree=finished)
         finally:
             generator.close()  # a vLLM engine of its own ends now, not at the interpreter's exit
     n = max(1, len(rewards))

@@ -38,6 +38,20 @@ def test_arpo_rollout_writes_trees(tiny_model_dir, tmp_path):
     lines = out.read_text().splitlines()
     assert len(lines) == 2 and all(len(json.loads(line)["trajectories"]) == 3 for line in lines)
     assert "2 tasks, 6 trajectories" in result.stdout and "arpo rollouts" in result.stderr
+    # The same command again (a killed run started again) rolls out only the tasks the file lacks: it rolled them all
+    # out again and appended them, each task's trees twice. Another rollout (here another seed) is appended.
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    again = subprocess.run([*cmd, "--tasks", "3"], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"{out} holds the trees of 2 of these 3 tasks from this same rollout" in again.stderr
+    assert "1 task, 3 trajectories" in again.stdout and "other rollouts" not in again.stderr
+    trees = [json.loads(line) for line in out.read_text().splitlines()]
+    assert out.read_text().startswith("\n".join(lines)) and [t["stats"]["index"] for t in trees] == [0, 1, 2]
+    other = subprocess.run([*cmd, "--tasks", "1", "--seed", "1"], capture_output=True, text=True, timeout=600,
+                           cwd=ROOT, env=env)
+    assert other.returncode == 0 and "1 task, 3 trajectories" in other.stdout, other.stderr[-2000:]
+    assert f"{out} holds 3 trees of other rollouts" in other.stderr and "same rollout" not in other.stderr
+    assert len(out.read_text().splitlines()) == 4
 
 
 def test_unknown_env_is_a_clear_error():
