@@ -1058,11 +1058,32 @@ def math_equal_unbounded(prediction: str, golds: list[str]) -> bool:
         pred = parse(_as_latex(prediction), extraction_config=configs, parsing_timeout=timeout)
         for g in golds:
             target = parse(_as_latex(g), extraction_config=configs, parsing_timeout=timeout)
-            if target and pred and verify(target, pred, timeout_seconds=timeout, allow_set_relation_comp=True):
+            if target and pred and not _numbers_apart(target[0], pred[0]) and verify(
+                    target, pred, timeout_seconds=timeout, allow_set_relation_comp=True):
                 return True
     except Exception:  # noqa: BLE001 - an answer math-verify cannot handle is not equal
         return False
     return False
+
+
+def _numbers_apart(gold: Any, prediction: Any) -> bool:
+    r"""Whether a gold with a logarithm (``\log 3``, ``\log_3 7``, ``\log x``) and a predicted number (``10^{30}``)
+    plainly differ: apart by more than a thousandth of the number (or of 1), at two points where the gold has
+    unknowns. math-verify, finding them not equal as numbers, asks SymPy's ``simplify`` last, which spent the whole
+    bound on such a pair (a 30-digit integer against ``2\log 3``: ``logcombine`` raises 10 to the integer), 5 s of a
+    scoring worker. Numbers this far apart are equal neither way; ``\log_2 8`` and 3 are not apart, and math-verify
+    decides."""
+    from sympy import Expr, log
+
+    if not (isinstance(prediction, Expr) and isinstance(gold, Expr) and prediction.is_number and gold.has(log)):
+        return False
+    try:
+        scale = max(1, abs(prediction.evalf(30)))
+        unknowns = sorted(gold.free_symbols, key=str)
+        points = [{u: value + i for i, u in enumerate(unknowns)} for value in (2.718, 7.389)] if unknowns else [{}]
+        return all(bool(abs((gold - prediction).evalf(30, subs=at)) > 1e-3 * scale) for at in points)
+    except Exception:  # noqa: BLE001 - math-verify decides
+        return False
 
 
 def math_score(prediction: str | None, gold: Any, meta: Mapping[str, Any] | None = None) -> float:

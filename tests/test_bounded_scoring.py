@@ -147,3 +147,20 @@ def test_the_same_answer_is_decided_once_however_many_samples_end_on_it(monkeypa
     for answer in ("1", "2", "3"):
         rewards.math_equal(answer, "7")
     assert len(rewards._verdicts) == 2
+
+
+def test_a_number_against_a_logarithm_is_decided_within_the_bound(caplog):
+    r"""A long integer or a power of ten against a gold with a logarithm (``2\log 3``, ``\log_3 7``, ``\log x``)
+    took math-verify its whole bound (SymPy's ``logcombine`` raised 10 to the integer), 5 s of a worker for each such
+    answer. Numbers plainly apart are not equal at once; a logarithm that is the number (``\log_2 8`` and 3) is still
+    math-verify's to decide."""
+    import logging
+
+    cases = [("7" * 30, r"2\log 3"), ("1" * 60, r"\log_3 7"), ("1" * 200, r"\log 2"),
+             ("123456789" * 4, r"\frac{\log 5}{2}"), ("10^{30}", r"2\log 3"), ("7" * 30, r"\log x"),
+             ("3", r"\log_2 8"), ("2", r"\log 100"), ("0.30103", r"\log 2"), ("-1", r"\log_2 \frac12"),
+             ("0.5", r"\log_4 2")]
+    with caplog.at_level(logging.WARNING, logger="arpo_env.rewards"):
+        verdicts = [rewards.math_equal(answer, gold, timeout_s=BOUND_S) for answer, gold in cases]
+    assert verdicts == [False] * 6 + [True] * 5
+    assert not [r.getMessage() for r in caplog.records if "gave up" in r.getMessage()]
