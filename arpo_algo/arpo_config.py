@@ -299,7 +299,7 @@ def checkpointing_alias(args: Any) -> None:
 
 def training_problems(args: Any) -> list[str]:
     """What in TrainingArguments transformers accepts but cannot train with: a negative learning rate (it climbs the
-    loss, silently) or weight decay, batches of no sample (torch's sampler failed once the model was loaded), and a
+    loss, silently) or weight decay, a max_grad_norm that is NaN (no clipping, silently), batches of no sample (torch's sampler failed once the model was loaded), and a
     seed numpy cannot take (the trainer failed with numpy's traceback once the model was loaded)."""
     import math
 
@@ -308,6 +308,8 @@ def training_problems(args: Any) -> list[str]:
         problems.append(f"learning_rate must be at least 0, not {args.learning_rate}")
     if not args.weight_decay >= 0:
         problems.append(f"weight_decay must be at least 0, not {args.weight_decay}")
+    if args.max_grad_norm is not None and math.isnan(args.max_grad_norm):  # transformers then clipped nothing, silently
+        problems.append("max_grad_norm must be a number (0 or less: no clipping), not nan")
     if args.per_device_train_batch_size < 1 or args.gradient_accumulation_steps < 1:
         problems.append(f"per_device_train_batch_size and gradient_accumulation_steps must be at least 1, not "
                         f"{args.per_device_train_batch_size} and {args.gradient_accumulation_steps}")

@@ -310,6 +310,10 @@ def test_settings_the_rollout_cannot_honour_are_refused(tmp_path):
         ColdStartConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", learning_rate=-2e-5)
     with pytest.raises(ValueError, match="seed must be"):  # arpo sft too: numpy's traceback once the model had loaded
         ColdStartConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", seed=-3)
+    with pytest.raises(ValueError, match="max_grad_norm must be a number"):  # transformers clipped nothing, silently
+        ARPOConfig(**common, max_grad_norm=float("nan"))
+    with pytest.raises(ValueError, match="max_grad_norm must be a number"):
+        ColdStartConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", max_grad_norm=float("nan"))
     assert ARPOConfig(**common, eval_temperature=0.0).eval_temperature == 0.0  # greedy evaluation stays
     # the help's "None disables it", as a command line writes it: it wrote the trees to a file named None
     assert [ARPOConfig(**common, rollout_log=v).rollout_log for v in ("None", "none", "", "trees.jsonl")] == [
