@@ -190,6 +190,7 @@ def totals(trees: list[dict[str, Any]]) -> dict[str, Any]:
     decisions = [d for t in trajs for d in t["decisions"] if d.get("delta_h") is not None]
     rewards = [t["reward"] for t in trajs if t["reward"] is not None]  # NaN (a reward function's) is null on the page
     steps = sorted({c["stats"]["step"] for c in trees if c["stats"].get("step") is not None})
+    runs = {str(c["stats"]["run"]) for c in trees if c["stats"].get("run") is not None}  # `arpo rollout`'s digest
     return {"tasks": len(trees), "trajectories": len(trajs), "nodes": sum(len(c["nodes"]) for c in trees),
             "mean reward": sum(rewards) / len(rewards) if rewards else 0.0,
             "accuracy": sum(bool(t["parts"].get("correct")) for t in trajs) / n,
@@ -198,7 +199,8 @@ def totals(trees: list[dict[str, Any]]) -> dict[str, Any]:
             "branches / task": sum(n.get("kind") == "branch" for c in trees for n in c["nodes"]) / max(1, len(trees)),
             "mean ΔH at tool steps": (sum(d["delta_h"] for d in decisions) / len(decisions)) if decisions else None,
             "algorithms": ", ".join(sorted({str(c["algo"]) for c in trees})),
-            "steps": f"{steps[0]}–{steps[-1]}" if len(steps) > 1 else (str(steps[0]) if steps else None)}
+            "steps": f"{steps[0]}–{steps[-1]}" if len(steps) > 1 else (str(steps[0]) if steps else None),
+            "rollouts in the file": len(runs) if len(runs) > 1 else None}  # several `arpo rollout`s into one --out
 
 
 # Plots --------------------------------------------------------------------------------------------------------------

@@ -175,6 +175,18 @@ def test_cut_lines_and_bad_paths(trees_file, tmp_path):
         viewer.build(tmp_path / "empty", tmp_path / "x.html")
 
 
+def test_a_file_several_rollouts_wrote_says_how_many(trees_file, tmp_path):
+    """`arpo rollout` appends to --out: trees of other rollouts in the file (another seed, model or setting) were
+    shown as one rollout's. Each tree records its rollout's digest, and the page says how many rollouts it shows."""
+    lines = trees_file.read_text().splitlines()
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text("".join(json.dumps({**tree, "stats": {**tree["stats"], "run": run}}) + "\n"
+                             for tree, run in zip(map(json.loads, lines), ("a" * 16, "a" * 16, "b" * 16))))
+    assert viewer.build(mixed, tmp_path / "r.html")["totals"]["rollouts in the file"] == 2
+    assert "<b>2</b><span>rollouts in the file</span>" in (tmp_path / "r.html").read_text()
+    assert viewer.build(trees_file, tmp_path / "one.html")["totals"]["rollouts in the file"] is None
+
+
 def test_text_from_the_model_cannot_break_the_page(trees_file, tmp_path):
     """Model output is hostile: a closing script tag or a template placeholder in it stays text."""
     tree = json.loads(trees_file.read_text().splitlines()[0])
