@@ -197,6 +197,10 @@ def rollout_main(args: argparse.Namespace) -> int:
                   "appended after them, and `arpo view` shows them all (another --out keeps them apart)",
                   file=sys.stderr)
         n_tasks = len(todo)
+        if not todo:
+            print(f"nothing to roll out: {args.out} holds the trees of all of these tasks (another --out, or --start, "
+                  "rolls out more)", file=sys.stderr)
+            return 0
     print(f"loading {args.model} ({args.backend}) …; {max_new} tokens per turn, {max_completion} per trajectory "
           f"({why}; --max-new-tokens / --max-completion-tokens change it)", file=sys.stderr)
     generator = make_generator(args.model, args.backend)

@@ -52,6 +52,9 @@ def test_arpo_rollout_writes_trees(tiny_model_dir, tmp_path):
     assert other.returncode == 0 and "1 task, 3 trajectories" in other.stdout, other.stderr[-2000:]
     assert f"{out} holds 3 trees of other rollouts" in other.stderr and "same rollout" not in other.stderr
     assert len(out.read_text().splitlines()) == 4
+    done = subprocess.run([*cmd, "--tasks", "3"], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+    assert done.returncode == 0 and "nothing to roll out" in done.stderr and "loading" not in done.stderr, done.stderr
+    assert len(out.read_text().splitlines()) == 4
 
 
 def test_unknown_env_is_a_clear_error():
