@@ -165,11 +165,17 @@ class ARPOTrainer(GRPOTrainer):
         """TRL's `train`. A run that starts over (no `resume_from_checkpoint`) into an ``output_dir`` that holds the
         logs of an earlier run first moves them aside (`set_aside_earlier_logs`): they were appended to, so `arpo
         view` showed the two runs as one (the later run's steps over the earlier's, their trees mixed). A resumed run
-        moves aside the lines of the steps after its checkpoint, which it trains and logs again."""
+        moves aside the lines of the steps after its checkpoint, which it trains and logs again; one resumed from a
+        checkpoint at ``max_steps`` or past it is refused (transformers trained a step past ``max_steps``)."""
+        out = self.args.output_dir
+        step = checkpoint_step(out, resume_from_checkpoint) if resume_from_checkpoint else None
+        if step is not None and 0 < self.args.max_steps <= step:  # on every process: transformers trained one more
+            raise ConfigError(f"the checkpoint is at step {step} and max_steps is {self.args.max_steps}: that run is "
+                              "finished; give a larger max_steps to train on from it")
         if self.accelerator.is_main_process:
             from transformers.utils import logging
 
-            logs, out = ["metrics.jsonl", self.args.rollout_log or ""], self.args.output_dir
+            logs = ["metrics.jsonl", self.args.rollout_log or ""]
             if not resume_from_checkpoint:
                 moved = set_aside_earlier_logs(out, logs)
                 if moved:
@@ -177,7 +183,6 @@ class ARPOTrainer(GRPOTrainer):
                         f"{out} held the logs of an earlier run; this run starts over, so they were moved to {moved} "
                         "(resume_from_checkpoint goes on from a checkpoint instead)")
             else:
-                step = checkpoint_step(out, resume_from_checkpoint)
                 moved = None if step is None else set_aside_earlier_logs(out, logs, after_step=step)
                 if moved:
                     logging.get_logger(__name__).warning(
@@ -485,8 +490,8 @@ def checkpoint_step(output_dir: str, resume_from_checkpoint: str | bool) -> int 
     transformers takes it) goes on after; None when it cannot be read (transformers then says why)."""
     from transformers.trainer_utils import get_last_checkpoint
 
-    folder = get_last_checkpoint(output_dir) if resume_from_checkpoint is True else resume_from_checkpoint
     try:
+        folder = get_last_checkpoint(output_dir) if resume_from_checkpoint is True else resume_from_checkpoint
         with open(os.path.join(str(folder), "trainer_state.json"), encoding="utf-8") as f:
             step = json.load(f)["global_step"]
     except (OSError, ValueError, TypeError, KeyError):

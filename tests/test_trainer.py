@@ -513,8 +513,16 @@ def test_a_resumed_run_sets_aside_the_logs_of_the_steps_it_trains_again(undecide
     logged = steps((run / "metrics.jsonl").read_text())
     assert sorted(logged) == sorted(steps(first["metrics.jsonl"]))  # 1 and 2, and the end-of-training summary's 2
     assert all(s == 2 for s in steps((earlier / "metrics.jsonl").read_text()))
-    train(str(run / "checkpoint-2"))  # nothing after step 2: nothing moves
-    assert len(list((run / "earlier-runs").iterdir())) == 1
+    from arpo_algo import ConfigError
+
+    # From the checkpoint at max_steps, transformers trained a step more (its check follows each step): refused
+    with pytest.raises(ConfigError, match="the checkpoint is at step 2 and max_steps is 2: that run is finished"):
+        train(True)  # True: the last checkpoint, as transformers takes it
+    assert len(list((run / "earlier-runs").iterdir())) == 1 and not (run / "checkpoint-3").exists()
+    from arpo_algo.arpo_trainer import checkpoint_step
+
+    assert checkpoint_step(str(run), True) == 2
+    assert checkpoint_step(str(tmp_path / "nowhere"), True) is None  # transformers says why (it was our traceback)
 
 
 def test_resuming_from_last_skips_a_checkpoint_the_kill_cut_short(tmp_path, capsys):
