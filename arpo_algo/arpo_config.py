@@ -299,8 +299,9 @@ def checkpointing_alias(args: Any) -> None:
 
 def training_problems(args: Any) -> list[str]:
     """What in TrainingArguments transformers accepts but cannot train with: a negative learning rate (it climbs the
-    loss, silently) or weight decay, a max_grad_norm that is NaN (no clipping, silently), batches of no sample (torch's sampler failed once the model was loaded), and a
-    seed numpy cannot take (the trainer failed with numpy's traceback once the model was loaded)."""
+    loss, silently) or weight decay, a max_grad_norm that is NaN (no clipping, silently), batches of no sample (torch's
+    sampler failed once the model was loaded), and a seed numpy cannot take (the trainer failed with numpy's traceback
+    once the model was loaded)."""
     import math
 
     problems = []

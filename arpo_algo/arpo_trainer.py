@@ -527,19 +527,27 @@ def set_aside_earlier_logs(output_dir: str, names: list[str], after_step: int | 
         if inside and os.path.isfile(path):
             found.append((name, path))
 
-    def kept(line: str) -> bool:  # a line of a step up to after_step (blank lines go with neither)
-        step = _line_step(line)
-        return isinstance(step, (int, float)) and step <= after_step  # type: ignore[operator]
-
     def lines(path: str, mode: str = "r") -> Any:  # lines end at "\n" alone (see `jsonl`)
         return open(path, mode, encoding="utf-8", errors="surrogateescape", newline="\n")
 
-    if after_step is not None:
-        def has_later(path: str) -> bool:
-            with lines(path) as f:
-                return any(line.strip() and not kept(line) for line in f)
-
-        found = [(name, path) for name, path in found if has_later(path)]
+    if after_step is not None:  # each file split in one pass: the lines up to after_step stay, the others move
+        split = []
+        for name, path in found:
+            moving = 0
+            with lines(path) as src, lines(path + ".kept", "w") as kept, lines(path + ".later", "w") as later:
+                for line in filter(str.strip, src):
+                    step = _line_step(line)
+                    if isinstance(step, (int, float)) and step <= after_step:
+                        kept.write(line if line.endswith("\n") else line + "\n")
+                    else:
+                        moving += 1
+                        later.write(line if line.endswith("\n") else line + "\n")
+            if moving:
+                split.append((name, path))
+            else:
+                os.remove(path + ".kept")
+                os.remove(path + ".later")
+        found = split
     if not found:
         return None
     base = os.path.join(output_dir, "earlier-runs", time.strftime("%Y%m%d-%H%M%S"))
@@ -552,12 +560,9 @@ def set_aside_earlier_logs(output_dir: str, names: list[str], after_step: int | 
         os.makedirs(os.path.dirname(target), exist_ok=True)
         if after_step is None:
             os.replace(path, target)
-            continue
-        with lines(path) as src, lines(target, "w") as later, lines(path + ".kept", "w") as earlier:
-            for line in src:
-                if line.strip():
-                    (earlier if kept(line) else later).write(line if line.endswith("\n") else line + "\n")
-        os.replace(path + ".kept", path)
+        else:
+            os.replace(path + ".later", target)
+            os.replace(path + ".kept", path)
     return folder
 
 
