@@ -713,15 +713,13 @@ def judge_served(s: Settings, benchmarks: list[Benchmark]) -> str | None:
     down: its samples are scored by F1 until it is up)."""
     if not s.judge or s.judge_model or not any(b.metric == "judge" for b in benchmarks):
         return None
-    from arpo_env.openai_chat import ChatError
     from arpo_env.qa_metrics import shared_judge
 
-    try:
-        return shared_judge(s.judge, None).client.model
-    except ChatError as exc:
-        print(f"arpo eval: the judge at {s.judge} could not say which model it serves ({exc}); its samples are scored "
+    model, why = shared_judge(s.judge, None).served_model()
+    if model is None:
+        print(f"arpo eval: the judge at {s.judge} could not say which model it serves ({why}); its samples are scored "
               "by F1 while it is down", file=sys.stderr)
-        return None
+    return model
 
 
 def same_settings(out: Path, settings: dict[str, Any]) -> None:

@@ -299,6 +299,21 @@ class LLMJudge:
     def __call__(self, prediction: str | None, gold: Any, meta: Mapping[str, Any] | None = None) -> float:
         return self.judge(prediction, gold, meta)[0]
 
+    def served_model(self) -> tuple[str | None, str | None]:
+        """``(model, None)``: the model this judge asks for (the one given, or the one its endpoint serves, asked once);
+        ``(None, why)`` when the endpoint cannot say now, which counts as the judge being down for `down_s`, as in
+        `judge` (so a judge that is down costs its retries once)."""
+        from arpo_env.openai_chat import ChatError
+
+        if time.monotonic() >= self._down_until:
+            try:
+                return self.client.model, None
+            except ChatError as exc:
+                if exc.unreachable or exc.refused:
+                    self._down_until = time.monotonic() + self.down_s
+                return None, str(exc)
+        return None, f"it was unreachable less than {self.down_s:g} s ago"
+
     def judge(self, prediction: str | None, gold: Any, meta: Mapping[str, Any] | None = None) -> tuple[float, bool]:
         """``(score, judged)``: judged is False when the judge was unreachable or said neither correct nor
         incorrect, and the score is then F1 (`qa_score`)."""

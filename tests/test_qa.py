@@ -99,6 +99,26 @@ def test_judge_falls_back_to_f1_when_unreachable():
     assert judge("Eiffel Tower", ["Eiffel Tower"], {"question": "q"}) == 1.0 and judge.fallbacks == 1
 
 
+def test_a_judge_asked_its_model_while_down_is_down_for_its_samples_too():
+    """`arpo eval` asks the judge which model it serves before any sample; when it could not say, the first sample
+    asked again and paid the retries (and timeouts) a second time. It is down for `down_s`, as after a sample."""
+    judge = qm.LLMJudge("http://127.0.0.1:9", timeout_s=1, retries=0)
+    asked = []
+    request = judge.client._request
+    judge.client._request = lambda *a, **k: asked.append(a[1]) or request(*a, **k)
+    model, why = judge.served_model()
+    assert model is None and "127.0.0.1:9/v1/models" in why and asked == ["/models"]
+    assert judge.judge("Eiffel Tower", ["Eiffel Tower"], {"question": "q"}) == (1.0, False) and asked == ["/models"]
+    assert judge.served_model() == (None, "it was unreachable less than 30 s ago") and asked == ["/models"]
+    server = serve_replies([], model="judge-b")
+    try:
+        up = qm.LLMJudge(f"http://127.0.0.1:{server.server_port}", timeout_s=10, retries=0)
+        assert up.served_model() == ("judge-b", None)
+        assert qm.LLMJudge("http://127.0.0.1:9", model="named", retries=0).served_model() == ("named", None)
+    finally:
+        server.shutdown()
+
+
 def test_judge_asks_the_endpoint_for_its_model_and_retries_passing_errors():
     """A judge served by vLLM answers 404 to the model "default": the judge asks which model is served. An
     overloaded endpoint (503) is asked again; one that stays down is not asked again for a while."""
