@@ -154,12 +154,10 @@ def rollout_env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 def rollout_main(args: argparse.Namespace) -> int:
     import gymnasium as gym
-    from tqdm.auto import tqdm
 
     import arpo_env  # noqa: F401
-    from arpo_algo import ConfigError, env_arguments
-    from arpo_algo.rollout import ARPORollout, GRPORollout, RolloutConfig
-    from arpo_algo.tree import write_jsonl
+    from arpo_algo import ConfigError, env_arguments, jsonl
+    from arpo_algo.rollout import RolloutConfig
 
     env_kwargs = rollout_env_kwargs(args)
     with env_arguments(args.env):  # fail early on a bad env, dataset or argument, with its message
@@ -184,6 +182,23 @@ def rollout_main(args: argparse.Namespace) -> int:
                            min_spare_samples=args.min_spare_samples,
                            speculative_branches=args.speculative_branches,
                            speculative_min_keep=args.speculative_min_keep)
+    if args.out == "-":
+        return roll_out(args, env_kwargs, config, n_tasks, (max_new, max_completion), why)
+    with jsonl.sole_writer(args.out, f"another arpo rollout is writing {args.out} now: wait for it to end (then this "
+                           "command rolls out only the tasks it lacks), or give another --out"):
+        return roll_out(args, env_kwargs, config, n_tasks, (max_new, max_completion), why)
+
+
+def roll_out(args: argparse.Namespace, env_kwargs: dict[str, Any], config: Any, n_tasks: int,
+             budget: tuple[int, int], why: str) -> int:
+    """`rollout_main` past its checks, with ``--out`` held by this process alone (`jsonl.sole_writer`)."""
+    import gymnasium as gym
+    from tqdm.auto import tqdm
+
+    from arpo_algo.rollout import ARPORollout, GRPORollout
+    from arpo_algo.tree import write_jsonl
+
+    max_new, max_completion = budget
     run = rollout_run_id(args, config)
     todo = list(range(args.start, args.start + n_tasks))
     if args.out != "-":  # the same command again (after a kill) does only the tasks the file lacks

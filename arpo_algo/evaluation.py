@@ -755,8 +755,13 @@ def same_settings(out: Path, settings: dict[str, Any]) -> None:
         out.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(settings, indent=1) + "\n", encoding="utf-8")
     except OSError as exc:  # a file where the folder should be, no permission: one line, before any sample is made
-        what = "is a file, not a folder" if out.is_file() else f"cannot be written ({exc.strerror or exc})"
-        raise SystemExit(f"arpo eval: --out {out} {what}: give a folder for the results") from None
+        raise unwritable(out, exc) from None
+
+
+def unwritable(out: Path, exc: OSError) -> SystemExit:
+    """Why the folder `out` cannot take the results, as `arpo eval`'s one line."""
+    what = "is a file, not a folder" if out.is_file() else f"cannot be written ({exc.strerror or exc})"
+    return SystemExit(f"arpo eval: --out {out} {what}: give a folder for the results")
 
 
 def _line_count(path: Path) -> int:
@@ -808,6 +813,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = Settings(args.mode, args.temperature, args.top_p, args.max_tool_calls, max_new, max_completion,
                         args.judge, args.search, args.seed, args.judge_model)
     out = Path(args.out) if args.out else default_out(args.model)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file where the folder should be, no permission: one line, before any sample is made
+        raise unwritable(out, exc) from None
+    with jsonl.sole_writer(out, f"another arpo eval is writing to {out} now: wait for it to end (then this command "
+                           "makes only the samples it lacks), or give another --out"):
+        return run_evaluation(args, benchmarks, settings, out, compare, (max_new, max_completion))
+
+
+def run_evaluation(args: argparse.Namespace, benchmarks: list[Benchmark], settings: Settings, out: Path,
+                   compare: list[tuple[str, dict[str, float]]], budget: tuple[int, int]) -> int:
+    """`main` past its checks, with ``out`` held by this process alone (`jsonl.sole_writer`)."""
+    max_new, max_completion = budget
     print(f"arpo eval → {out} | {args.backend} | temperature {settings.temperature}, top-p {settings.top_p}, "
           f"{max_new} tokens per turn, {max_completion} per episode", file=sys.stderr)
     start = time.perf_counter()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import contextmanager
 from typing import IO, Any, Callable, Iterable, Iterator
 
 
@@ -50,3 +51,31 @@ def records(lines: Iterable[str], skipped: Callable[[int, str, ValueError], None
                 skipped(n, line, exc)
             continue
         yield n, value
+
+
+@contextmanager
+def sole_writer(path: str | os.PathLike, busy: str) -> Iterator[None]:
+    """Hold `path` (a log file, or the folder of a command's logs) for this process alone while it appends to it:
+    a second command into the same place at once read the first's log when it began, so each made the work under
+    way in the other again and appended it too (``arpo rollout``'s trees of the same tasks, ``arpo eval``'s samples,
+    even made with other settings). ConfigError(`busy`) when another process holds it. The lock is the kernel's
+    (``flock``): a writer killed releases it. A log file that was not there is made to hold the lock and removed
+    again if nothing was written to it."""
+    import fcntl
+
+    from arpo_algo import ConfigError
+
+    made = not os.path.exists(path)
+    fd = os.open(path, os.O_RDONLY | (0 if os.path.isdir(path) else os.O_CREAT), 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(busy) from None
+        try:
+            yield
+        finally:
+            if made and os.path.isfile(path) and not os.path.getsize(path):
+                os.remove(path)
+    finally:
+        os.close(fd)  # the lock with it

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -460,3 +461,68 @@ def test_transformers_generates_on_the_gpu_where_there_is_one(tiny_model_dir, mo
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     make_generator(str(tiny_model_dir))
     assert placed == ["cuda", None]
+
+
+def _held_by_a_stopped_run(cmd: list[str], ready: str) -> subprocess.Popen:
+    """`cmd` started and stopped (SIGSTOP) once it has printed `ready` on stderr: a run under way, for as long as the
+    test needs."""
+    first = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    for line in first.stderr:
+        if ready in line:
+            break
+    first.send_signal(signal.SIGSTOP)
+    return first
+
+
+def test_a_second_rollout_into_the_same_file_at_once_is_refused(tiny_model_dir, tmp_path):
+    """Two `arpo rollout` into one --out at once each read the file at start, so each rolled out the tasks the other
+    had under way and appended them: every tree twice."""
+    out = tmp_path / "trees.jsonl"
+    args = ["rollout", "--model", str(tiny_model_dir), "--dataset", "arithmetic:4:3", "--tasks", "2", "-M", "2", "-N",
+            "1", "--max-new-tokens", "8", "--max-completion-tokens", "32", "--out", str(out)]
+    first = _held_by_a_stopped_run([sys.executable, "-m", "arpo_algo.cli", *args], "loading")
+    try:
+        second = run_cli(*args)
+    finally:
+        first.send_signal(signal.SIGCONT)
+        first.communicate(timeout=600)
+    assert second.returncode == 2 and "Traceback" not in second.stderr, second.stderr[-2000:]
+    assert f"arpo rollout: another arpo rollout is writing {out} now: wait for it to end" in second.stderr
+    assert first.returncode == 0 and [json.loads(t)["stats"]["index"] for t in out.read_text().splitlines()] == [0, 1]
+    again = run_cli(*args)  # once the first has ended, the file is free
+    assert again.returncode == 0 and "nothing to roll out" in again.stderr, again.stderr[-2000:]
+
+
+def test_a_second_eval_into_the_same_folder_at_once_is_refused(tiny_model_dir, tmp_path, data_dir):
+    """Two `arpo eval` into one --out at once (the same model's default folder, one with --mode direct) each read the
+    settings and samples at start: the second wrote its settings over the first's, and both appended samples."""
+    out = tmp_path / "eval"
+    args = ["eval", "--model", str(tiny_model_dir), "--benchmarks", "gsm8k", "--data-dir", str(data_dir / "eval"),
+            "--limit", "1", "--max-new-tokens", "8", "--max-completion-tokens", "32", "--out", str(out)]
+    first = _held_by_a_stopped_run([sys.executable, "-m", "arpo_algo.cli", *args], "arpo eval →")
+    try:
+        second = run_cli(*args, "--mode", "direct")
+    finally:
+        first.send_signal(signal.SIGCONT)
+        first.communicate(timeout=600)
+    assert second.returncode == 2 and "Traceback" not in second.stderr, second.stderr[-2000:]
+    assert f"arpo eval: another arpo eval is writing to {out} now: wait for it to end" in second.stderr
+    assert first.returncode == 0 and json.loads((out / "settings.json").read_text())["mode"] != "direct"
+    assert len((out / "samples.jsonl").read_text().splitlines()) == 1
+
+
+def test_sole_writer_removes_the_log_it_made_only_if_nothing_was_written(tmp_path):
+    from arpo_algo import ConfigError, jsonl
+
+    empty, written = tmp_path / "empty.jsonl", tmp_path / "written.jsonl"
+    with jsonl.sole_writer(empty, "busy"):
+        assert empty.exists()
+        with pytest.raises(ConfigError, match="busy"):  # another open file description: as another process
+            with jsonl.sole_writer(empty, "busy"):
+                pass
+    with jsonl.sole_writer(written, "busy"):
+        written.write_text("{}\n")
+    assert not empty.exists() and written.read_text() == "{}\n"
+    with jsonl.sole_writer(written, "busy"):  # released at the end
+        pass
