@@ -750,6 +750,13 @@ def same_settings(out: Path, settings: dict[str, Any]) -> None:
             if differ:
                 raise SystemExit(f"arpo eval: {out} holds samples made with other settings ({', '.join(differ)}): "
                                  f"give another --out, or delete {out / 'samples.jsonl'} to start again")
+            if kept.get("judge_served", "") is None and settings.get("judge_served") is not None \
+                    and kept.get("judge") == settings.get("judge"):  # down when the samples began: known from now on
+                try:
+                    path.write_text(json.dumps({**kept, "judge_served": settings["judge_served"]}, indent=1) + "\n",
+                                    encoding="utf-8")
+                except OSError as exc:
+                    raise unwritable(out, exc) from None
             return
     try:
         out.mkdir(parents=True, exist_ok=True)

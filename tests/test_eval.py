@@ -405,6 +405,10 @@ def test_a_judge_serving_another_model_at_the_same_url_is_another_setting(tmp_pa
     evaluation.same_settings(out, {**settings, "judge_served": None})  # the judge down at this run's start
     (out / "settings.json").write_text(json.dumps({**settings, "judge_served": None}))  # or at the first run's
     evaluation.same_settings(out, {**settings, "judge_served": "judge-b"})
+    # kept from then on: a judge down at the first run's start left it null for good, so no later change was told
+    assert json.loads((out / "settings.json").read_text())["judge_served"] == "judge-b"
+    with pytest.raises(SystemExit, match="serves 'judge-c', not 'judge-b'"):
+        evaluation.same_settings(out, {**settings, "judge_served": "judge-c"})
     with pytest.raises(SystemExit, match=r"other settings \(judge 'http[^,]*'\)"):  # another URL: said once
         evaluation.same_settings(out, {**settings, "judge": url + "/x", "judge_served": "judge-b"})
 
