@@ -825,7 +825,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # a file where the folder should be, no permission: one line, before any sample is made
         raise unwritable(out, exc) from None
     with jsonl.sole_writer(out, f"another arpo eval is writing to {out} now: wait for it to end (then this command "
-                           "makes only the samples it lacks), or give another --out"):
+                           "makes only the samples it lacks), or give another --out", folder=True):
         return run_evaluation(args, benchmarks, settings, out, compare, (max_new, max_completion))
 
 

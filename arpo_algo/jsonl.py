@@ -54,28 +54,38 @@ def records(lines: Iterable[str], skipped: Callable[[int, str, ValueError], None
 
 
 @contextmanager
-def sole_writer(path: str | os.PathLike, busy: str) -> Iterator[None]:
-    """Hold `path` (a log file, or the folder of a command's logs) for this process alone while it appends to it:
-    a second command into the same place at once read the first's log when it began, so each made the work under
-    way in the other again and appended it too (``arpo rollout``'s trees of the same tasks, ``arpo eval``'s samples,
-    even made with other settings). ConfigError(`busy`) when another process holds it. The lock is the kernel's
-    (``flock``): a writer killed releases it. A log file that was not there is made to hold the lock and removed
-    again if nothing was written to it."""
+def sole_writer(path: str | os.PathLike, busy: str, folder: bool = False, wait: bool = False
+                ) -> Iterator[None]:
+    """Hold `path` (a log file, or with `folder` the folder of a command's logs) for this process alone while it
+    writes there: a second command into the same place at once read the first's logs when it began, so each made the
+    work under way in the other again and appended it too (``arpo rollout``'s trees of the same tasks, ``arpo eval``'s
+    samples, even made with other settings; ``arpo train``'s checkpoints). ConfigError(`busy`) when another process
+    holds it; with `wait`, `busy` is said on stderr and the lock waited for. The lock is the kernel's (``flock``): a
+    writer killed releases it. A file or folder that was not there is made to hold the lock, and removed again if
+    it is still empty at the end."""
     import fcntl
+    import sys
 
     from arpo_algo import ConfigError
 
     made = not os.path.exists(path)
-    fd = os.open(path, os.O_RDONLY | (0 if os.path.isdir(path) else os.O_CREAT), 0o666)
+    if made and folder:
+        os.makedirs(path)
+    fd = os.open(path, os.O_RDONLY | (0 if folder else os.O_CREAT), 0o666)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise ConfigError(busy) from None
+            if not wait:
+                raise ConfigError(busy) from None
+            print(busy, file=sys.stderr)
+            fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            if made and os.path.isfile(path) and not os.path.getsize(path):
+            if made and folder and not os.listdir(path):
+                os.rmdir(path)
+            elif made and os.path.isfile(path) and not os.path.getsize(path):
                 os.remove(path)
     finally:
         os.close(fd)  # the lock with it

@@ -340,29 +340,40 @@ def beside_recipe(path: str | None, recipe: str | None) -> str | None:
     return path
 
 
-def run_cold_start(recipe: str, output_dir: str) -> float:
+def run_cold_start(recipe: str, output_dir: str) -> float | None:
     """Run the ``arpo sft`` recipe in a child process (its memory is all given back before RL starts; a cold start
     in this process kept its model and optimizer alive beside the RL ones) and return its wall time. A cold start
-    that was stopped (the folder is there without a model) runs again, from its last checkpoint if it saved one."""
+    that was stopped (the folder is there without a model) runs again, from its last checkpoint if it saved one.
+    None when another run made the model while this one waited for it."""
     import subprocess
     import time
 
+    from arpo_algo import jsonl
+
     if not Path(recipe).is_file():
         raise FileNotFoundError(f"cold-start recipe {recipe} not found")
-    resume = newest_checkpoint(output_dir)  # one the kill cut short is skipped (get_last_checkpoint took it)
     why = "does not exist" if not Path(output_dir).exists() else "holds no finished model (a cold start stopped?)"
-    print(f"arpo train: {output_dir} {why}; running the cold-start SFT recipe {recipe} first"
-          + (f", resuming from {resume}" if resume else ""), file=sys.stderr)
-    started = time.perf_counter()
-    result = subprocess.run([sys.executable, "-m", "arpo_algo.cli", "sft", "--config", recipe, "--output_dir",
-                             output_dir] + (["--resume_from_checkpoint", resume] if resume else []))
-    if result.returncode != 0:
-        raise SystemExit(f"arpo train: the cold start ({recipe}) failed with exit status {result.returncode}")
-    try:  # what the model was made from, for the runs that find it there (`reused_cold_start`)
-        (Path(output_dir) / COLD_START_RECIPE).write_text(Path(recipe).read_text(encoding="utf-8"), encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        pass
-    return time.perf_counter() - started
+    # two runs of one recipe at once (other output_dirs) each ran the cold start into the same folder: the second
+    # waits for the first's, then finds the model made
+    with jsonl.sole_writer(output_dir, f"arpo train: another arpo train is making the cold-start model in {output_dir} "
+                           "now; waiting for it", folder=True, wait=True):
+        if holds_model(output_dir):
+            print(reused_cold_start(output_dir, recipe), file=sys.stderr)
+            return None
+        resume = newest_checkpoint(output_dir)  # one the kill cut short is skipped (get_last_checkpoint took it)
+        print(f"arpo train: {output_dir} {why}; running the cold-start SFT recipe {recipe} first"
+              + (f", resuming from {resume}" if resume else ""), file=sys.stderr)
+        started = time.perf_counter()
+        result = subprocess.run([sys.executable, "-m", "arpo_algo.cli", "sft", "--config", recipe, "--output_dir",
+                                 output_dir] + (["--resume_from_checkpoint", resume] if resume else []))
+        if result.returncode != 0:
+            raise SystemExit(f"arpo train: the cold start ({recipe}) failed with exit status {result.returncode}")
+        try:  # what the model was made from, for the runs that find it there (`reused_cold_start`)
+            (Path(output_dir) / COLD_START_RECIPE).write_text(Path(recipe).read_text(encoding="utf-8"),
+                                                              encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            pass
+        return time.perf_counter() - started
 
 
 def summary(trainer: Any, seconds: float) -> str:
@@ -436,8 +447,6 @@ def short_help() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    import time
-
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--help-all" in argv:
         argv = [a for a in argv if a != "--help-all"] + ["--help"]
@@ -452,6 +461,23 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"towards it); ARPO's β, the slope of P = α + β·ΔH, is branch_beta (here {args.branch_beta})",
               file=sys.stderr)
     check_output_dir(args.output_dir)
+    from contextlib import nullcontext
+
+    from arpo_algo import jsonl
+
+    # held by the launch's first process (the others are its own); a second `arpo train` into the folder at once
+    # saved its checkpoints over this one's, appended to its logs and moved them aside as an earlier run's
+    held = jsonl.sole_writer(args.output_dir, f"another arpo train is writing to {args.output_dir} now: wait for it "
+                             "to end (resume_from_checkpoint: last then goes on from its checkpoint), or give another "
+                             "output_dir", folder=True) if os.environ.get("RANK", "0") == "0" else nullcontext()
+    with held:
+        return run_training(script_args, args, model_args)
+
+
+def run_training(script_args: Any, args: Any, model_args: Any) -> int:
+    """`main` past its checks, with ``output_dir`` held by this launch alone (`jsonl.sole_writer`)."""
+    import time
+
     resume = resolve_resume(args.resume_from_checkpoint, args.output_dir)
     trainer = build_trainer(script_args, args, model_args)
     start = time.perf_counter()  # the RL phase; the cold start (if it ran) is timed in build_trainer

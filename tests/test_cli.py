@@ -5,12 +5,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import stopped_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -463,30 +463,17 @@ def test_transformers_generates_on_the_gpu_where_there_is_one(tiny_model_dir, mo
     assert placed == ["cuda", None]
 
 
-def _held_by_a_stopped_run(cmd: list[str], ready: str) -> subprocess.Popen:
-    """`cmd` started and stopped (SIGSTOP) once it has printed `ready` on stderr: a run under way, for as long as the
-    test needs."""
-    first = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
-                             env={**os.environ, "PYTHONPATH": str(ROOT)})
-    for line in first.stderr:
-        if ready in line:
-            break
-    first.send_signal(signal.SIGSTOP)
-    return first
-
-
 def test_a_second_rollout_into_the_same_file_at_once_is_refused(tiny_model_dir, tmp_path):
     """Two `arpo rollout` into one --out at once each read the file at start, so each rolled out the tasks the other
     had under way and appended them: every tree twice."""
     out = tmp_path / "trees.jsonl"
     args = ["rollout", "--model", str(tiny_model_dir), "--dataset", "arithmetic:4:3", "--tasks", "2", "-M", "2", "-N",
             "1", "--max-new-tokens", "8", "--max-completion-tokens", "32", "--out", str(out)]
-    first = _held_by_a_stopped_run([sys.executable, "-m", "arpo_algo.cli", *args], "loading")
+    first = stopped_run.stopped([sys.executable, "-m", "arpo_algo.cli", *args], "loading")
     try:
         second = run_cli(*args)
     finally:
-        first.send_signal(signal.SIGCONT)
-        first.communicate(timeout=600)
+        stopped_run.resume_and_wait(first)
     assert second.returncode == 2 and "Traceback" not in second.stderr, second.stderr[-2000:]
     assert f"arpo rollout: another arpo rollout is writing {out} now: wait for it to end" in second.stderr
     assert first.returncode == 0 and [json.loads(t)["stats"]["index"] for t in out.read_text().splitlines()] == [0, 1]
@@ -500,12 +487,11 @@ def test_a_second_eval_into_the_same_folder_at_once_is_refused(tiny_model_dir, t
     out = tmp_path / "eval"
     args = ["eval", "--model", str(tiny_model_dir), "--benchmarks", "gsm8k", "--data-dir", str(data_dir / "eval"),
             "--limit", "1", "--max-new-tokens", "8", "--max-completion-tokens", "32", "--out", str(out)]
-    first = _held_by_a_stopped_run([sys.executable, "-m", "arpo_algo.cli", *args], "arpo eval →")
+    first = stopped_run.stopped([sys.executable, "-m", "arpo_algo.cli", *args], "arpo eval →")
     try:
         second = run_cli(*args, "--mode", "direct")
     finally:
-        first.send_signal(signal.SIGCONT)
-        first.communicate(timeout=600)
+        stopped_run.resume_and_wait(first)
     assert second.returncode == 2 and "Traceback" not in second.stderr, second.stderr[-2000:]
     assert f"arpo eval: another arpo eval is writing to {out} now: wait for it to end" in second.stderr
     assert first.returncode == 0 and json.loads((out / "settings.json").read_text())["mode"] != "direct"
@@ -526,3 +512,8 @@ def test_sole_writer_removes_the_log_it_made_only_if_nothing_was_written(tmp_pat
     assert not empty.exists() and written.read_text() == "{}\n"
     with jsonl.sole_writer(written, "busy"):  # released at the end
         pass
+    folder, run = tmp_path / "new", tmp_path / "run"
+    with jsonl.sole_writer(folder, "busy", folder=True), jsonl.sole_writer(run, "busy", folder=True):
+        assert folder.is_dir()
+        (run / "metrics.jsonl").write_text("{}\n")
+    assert not folder.exists() and (run / "metrics.jsonl").is_file()

@@ -596,6 +596,35 @@ def test_a_cold_start_that_was_stopped_runs_again(undecided, tokenizer, tmp_path
         f"arpo train: starting from {tmp_path / 'tiny'}, which exists: the cold start {sft_recipe} is not run")
 
 
+def test_a_second_train_into_the_same_folder_at_once_is_refused_and_one_of_the_same_cold_start_waits(
+        undecided, tokenizer, tmp_path):
+    """The README's command run twice at once: the second saved its checkpoints over the first's, appended to its
+    logs and moved them aside as an earlier run's; and two runs of one recipe into other folders each ran the cold
+    start into the same model folder. Now the second is refused, and a run that needs the cold start under way waits
+    for it and starts from the model it made."""
+    import stopped_run
+
+    recipe, run = write_recipe(tmp_path, undecided, tokenizer, max_steps=1, save_strategy="'no'")
+    sft_model, sft_recipe = tmp_path / "sft", tmp_path / "sft.yaml"
+    sft_recipe.write_text(f"model_name_or_path: {tmp_path / 'tiny'}\noutput_dir: {sft_model}\nsynthetic_tasks: 2\n"
+                          "max_steps: 1\nper_device_train_batch_size: 1\nsave_strategy: 'no'\nreport_to: none\n"
+                          "use_cpu: true\ngradient_checkpointing: false\n")
+    cmd = [sys.executable, "-m", "arpo_algo.cli", "train", "--config", str(recipe), "--model_name_or_path",
+           str(sft_model), "--cold_start", str(sft_recipe)]
+    first = stopped_run.stopped(cmd, "running the cold-start SFT recipe")  # holds run and sft
+    try:
+        second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+        third = stopped_run.start([*cmd, "--output_dir", str(tmp_path / "run2")], "waiting for it")
+    finally:
+        _, first_err = stopped_run.resume_and_wait(first)
+    _, third_err = third.communicate(timeout=600)
+    assert second.returncode == 2 and "Traceback" not in second.stderr, second.stderr[-3000:]
+    assert f"arpo train: another arpo train is writing to {run} now: wait for it to end" in second.stderr
+    assert first.returncode == 0 and third.returncode == 0, (first_err[-3000:], third_err[-3000:])
+    assert "running the cold-start" not in third_err and f"starting from {sft_model}, made by the cold start" in third_err
+    assert (run / "metrics.jsonl").is_file() and not (run / "earlier-runs").exists()
+
+
 def test_the_cold_start_is_found_beside_the_recipe_and_skipped_for_the_embedded_model(tmp_path, monkeypatch):
     """Run from another folder, the shipped recipe's ``cold_start: examples/recipes/smollm2_sft_cpu.yaml`` was "not
     found"; with ``--model_name_or_path smollm2-135m`` the cold start ran anyway, into a folder ./smollm2-135m that
