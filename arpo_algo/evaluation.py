@@ -451,6 +451,8 @@ def evaluate(benchmarks: list[Benchmark], runner: Any, data_dir: str | None, lim
         if other:
             print(f"arpo eval: {bench.name}: {_count(len(other), 'sample')} in {path} answered other questions than "
                   "the data's items now hold (another --data-dir, or changed data): made again", file=sys.stderr)
+        if bench.metric == "judge" and s.judge:
+            rejudge(path, bench.name, [rec for key, rec in done.items() if key[0] == bench.name and key[1] < n], s)
         todo = [(i, r) for i in range(n) for r in range(runs) if (bench.name, i, r) not in done]
         make_env = _maker(bench.env_id, kwargs)
         with tqdm(total=n * runs, initial=n * runs - len(todo), desc=bench.name, unit="sample") as bar, \
@@ -475,6 +477,30 @@ def evaluate(benchmarks: list[Benchmark], runner: Any, data_dir: str | None, lim
                                                                   "score": 0.0, "tool_calls": 0, "error": "failed"}
                                for i in range(n) for r in range(runs)]
     return results
+
+
+def rejudge(path: Path, name: str, records: list[dict[str, Any]], s: Settings) -> None:
+    """Ask the judge again about the samples of `records` it could not judge (the F1 score stood in: it was down,
+    or its reply said neither): a resumed run kept them so, though the same command again makes what is missing. A
+    sample the judge judges now is updated in place in `records` and appended to `path` (the later line is the one
+    read); one it still cannot judge is kept as it was."""
+    from arpo_env.qa_metrics import shared_judge
+
+    stale = [rec for rec in records if rec.get("judged") is False and isinstance(rec.get("prediction"), str)]
+    if not stale:
+        return
+    judge, judged = shared_judge(s.judge, s.judge_model), 0
+    with jsonl.append(path) as sink:
+        for rec in stale:
+            score, ok = judge.judge(rec["prediction"], rec.get("gold"), {"question": rec.get("question") or ""})
+            if ok:
+                rec.update(score=score, correct=score >= 1.0, judged=True)
+                sink.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                sink.flush()
+                judged += 1
+    print(f"arpo eval: {name}: {judged} of the {_count(len(stale), 'sample')} scored by F1 when the judge could not "
+          "judge them judged now" + ("" if judged == len(stale) else "; the others keep their F1 score"),
+          file=sys.stderr)
 
 
 def _run_chunk(runner: Any, bench: Benchmark, make_env: Callable[[], Any], indices: list[int], runs: list[int],

@@ -413,6 +413,48 @@ def test_a_judge_serving_another_model_at_the_same_url_is_another_setting(tmp_pa
         evaluation.same_settings(out, {**settings, "judge": url + "/x", "judge_served": "judge-b"})
 
 
+def test_samples_scored_by_f1_while_the_judge_was_down_are_judged_when_a_run_resumes(tmp_path, monkeypatch):
+    """A sample scored by F1 because the judge could not be reached stayed so when the same command ran again with
+    the judge back: its F1 score was mixed into the judged column for good (only `--out` elsewhere judged it)."""
+    from chat_server import serve_replies
+
+    from arpo_algo import evaluation
+    from arpo_env import qa_metrics
+
+    (tmp_path / "data" / "webwalker").mkdir(parents=True)
+    (tmp_path / "data" / "webwalker" / "test.jsonl").write_text(
+        "".join(json.dumps({"question": f"Which city is number {i}?", "answer": "Paris"}) + "\n" for i in range(2)))
+    policy = serve_replies(["<answer>\\boxed{Paris}</answer>"] * 2, model="m")
+    judge = serve_replies(["Incorrect"], model="judge-a")
+    port = judge.server_port
+    judge.shutdown()
+    judge.server_close()  # down for the first run
+    url, out = f"http://127.0.0.1:{port}/v1", tmp_path / "eval"
+    argv = ["--model", "m", "--backend", "openai", "--base-url", f"http://127.0.0.1:{policy.server_port}", "--mode",
+            "direct", "--benchmarks", "webwalker", "--data-dir", str(tmp_path / "data"), "--judge", url, "--out",
+            str(out), "--limit", "2"]
+    samples = out / "samples.jsonl"
+    try:
+        monkeypatch.setattr(qa_metrics, "_JUDGES", {})
+        evaluation.main(argv)
+        assert [(r["judged"], r["score"]) for r in map(json.loads, samples.read_text().splitlines())] == [
+            (False, 1.0)] * 2
+        monkeypatch.setattr(qa_metrics, "_JUDGES", {})  # a new process's
+        evaluation.main(argv)  # still down: kept as they were
+        assert len(samples.read_text().splitlines()) == 2
+        judge = serve_replies(["Incorrect"] * 2, model="judge-a", port=port)
+        monkeypatch.setattr(qa_metrics, "_JUDGES", {})
+        evaluation.main(argv)
+    finally:
+        for server in (policy, judge):
+            server.shutdown()
+            server.server_close()
+    lines = [json.loads(line) for line in samples.read_text().splitlines()]
+    assert len(lines) == 4 and [(r["judged"], r["score"], r["correct"]) for r in lines[2:]] == [(True, 0.0, False)] * 2
+    assert json.loads((out / "summary.json").read_text())["benchmarks"]["webwalker"]["pass@1"] == 0.0
+    assert json.loads((out / "settings.json").read_text())["judge_served"] == "judge-a"
+
+
 def test_closing_an_openai_runner_closes_its_connections_and_a_later_request_opens_new_ones(web_page_server):
     from arpo_algo import evaluation
     from arpo_env.openai_chat import ChatError
