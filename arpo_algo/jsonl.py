@@ -58,11 +58,12 @@ def sole_writer(path: str | os.PathLike, busy: str, folder: bool = False, wait: 
                 ) -> Iterator[None]:
     """Hold `path` (a log file, or with `folder` the folder of a command's logs) for this process alone while it
     writes there: a second command into the same place at once read the first's logs when it began, so each made the
-    work under way in the other again and appended it too (``arpo rollout``'s trees of the same tasks, ``arpo eval``'s
-    samples, even made with other settings; ``arpo train``'s checkpoints). ConfigError(`busy`) when another process
-    holds it; with `wait`, `busy` is said on stderr and the lock waited for. The lock is the kernel's (``flock``): a
-    writer killed releases it. A file or folder that was not there is made to hold the lock, and removed again if
-    it is still empty at the end."""
+    work under way in the other again and appended it too (``arpo rollout``'s trees of the same tasks, ``arpo
+    eval``'s samples, even made with other settings; ``arpo train``'s checkpoints). ConfigError(`busy`) when another
+    process holds it; with `wait`, `busy` is said on stderr and the lock waited for. The lock is the kernel's
+    (``flock``): a writer killed releases it; on a file system that has no locks the command runs without one. A
+    file or folder that was not there is made to hold the lock, and removed again if it is still empty at the
+    end."""
     import fcntl
     import sys
 
@@ -80,6 +81,8 @@ def sole_writer(path: str | os.PathLike, busy: str, folder: bool = False, wait: 
                 raise ConfigError(busy) from None
             print(busy, file=sys.stderr)
             fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:  # a file system without locks (ENOLCK, EOPNOTSUPP): the command runs unguarded, as before
+            pass
         try:
             yield
         finally:

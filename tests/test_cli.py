@@ -517,3 +517,18 @@ def test_sole_writer_removes_the_log_it_made_only_if_nothing_was_written(tmp_pat
         assert folder.is_dir()
         (run / "metrics.jsonl").write_text("{}\n")
     assert not folder.exists() and (run / "metrics.jsonl").is_file()
+
+
+def test_sole_writer_runs_unguarded_on_a_file_system_without_locks(tmp_path, monkeypatch):
+    import errno
+    import fcntl
+
+    from arpo_algo import jsonl
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with jsonl.sole_writer(tmp_path / "trees.jsonl", "busy"):
+        (tmp_path / "trees.jsonl").write_text("{}\n")
+    assert (tmp_path / "trees.jsonl").read_text() == "{}\n"
