@@ -533,12 +533,13 @@ def run_sft_recipe(recipe: str, output_dir: str | None = None, extra: Sequence[s
 def main(argv: Sequence[str] | None = None) -> int:
     import time
 
-    from arpo_algo.train import check_output_dir, parse_recipe
+    from arpo_algo.train import check_output_dir, held_output_dir, parse_recipe
 
     start = time.perf_counter()
     script, args, model_args = parse_recipe(make_parser(), list(argv) if argv is not None else None)
     check_output_dir(args.output_dir)
-    trainer = train(script, args, model_args)
+    with held_output_dir(args.output_dir):
+        trainer = train(script, args, model_args)
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     if trainer.accelerator.is_main_process:
         first = f"{losses[0]:.3f} → {losses[-1]:.3f}" if losses else "n/a"

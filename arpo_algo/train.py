@@ -188,6 +188,26 @@ def check_output_dir(output_dir: str) -> None:
         raise ConfigError(f"output_dir {output_dir} cannot be made: {blocking} is a file")
 
 
+HELD_ENV = "ARPO_HELD_OUTPUT_DIR"
+"""Set by `run_cold_start` for its ``arpo sft``: the folder its ``arpo train`` holds for it."""
+
+
+def held_output_dir(output_dir: str) -> Any:
+    """``output_dir`` held by this launch alone while it runs (`jsonl.sole_writer`): a second ``arpo train`` or
+    ``arpo sft`` into the folder at once saved its checkpoints over the first's, appended to its logs and moved them
+    aside as an earlier run's. Held by the launch's first process (the others are its own), and not by the ``arpo
+    sft`` of a cold start, whose ``arpo train`` holds the folder for it."""
+    from contextlib import nullcontext
+
+    from arpo_algo import jsonl
+
+    if os.environ.get("RANK", "0") != "0" or os.environ.get(HELD_ENV) == os.path.abspath(output_dir):
+        return nullcontext()
+    return jsonl.sole_writer(output_dir, f"another run is writing to {output_dir} now: wait for it to end "
+                             "(resume_from_checkpoint: last then goes on from its checkpoint), or give another "
+                             "output_dir", folder=True)
+
+
 def resolve_resume(value: Any, output_dir: str, command: str = "arpo train") -> str | None:
     """``last``/``true`` → the newest complete ``checkpoint-N`` in ``output_dir`` (None when there is none yet). A
     checkpoint is complete once its ``trainer_state.json``, which transformers writes last, reads: a run killed while
@@ -365,7 +385,8 @@ def run_cold_start(recipe: str, output_dir: str) -> float | None:
               + (f", resuming from {resume}" if resume else ""), file=sys.stderr)
         started = time.perf_counter()
         result = subprocess.run([sys.executable, "-m", "arpo_algo.cli", "sft", "--config", recipe, "--output_dir",
-                                 output_dir] + (["--resume_from_checkpoint", resume] if resume else []))
+                                 output_dir] + (["--resume_from_checkpoint", resume] if resume else []),
+                                env={**os.environ, HELD_ENV: os.path.abspath(output_dir)})
         if result.returncode != 0:
             raise SystemExit(f"arpo train: the cold start ({recipe}) failed with exit status {result.returncode}")
         try:  # what the model was made from, for the runs that find it there (`reused_cold_start`)
@@ -461,16 +482,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"towards it); ARPO's β, the slope of P = α + β·ΔH, is branch_beta (here {args.branch_beta})",
               file=sys.stderr)
     check_output_dir(args.output_dir)
-    from contextlib import nullcontext
-
-    from arpo_algo import jsonl
-
-    # held by the launch's first process (the others are its own); a second `arpo train` into the folder at once
-    # saved its checkpoints over this one's, appended to its logs and moved them aside as an earlier run's
-    held = jsonl.sole_writer(args.output_dir, f"another arpo train is writing to {args.output_dir} now: wait for it "
-                             "to end (resume_from_checkpoint: last then goes on from its checkpoint), or give another "
-                             "output_dir", folder=True) if os.environ.get("RANK", "0") == "0" else nullcontext()
-    with held:
+    with held_output_dir(args.output_dir):
         return run_training(script_args, args, model_args)
 
 

@@ -614,12 +614,15 @@ def test_a_second_train_into_the_same_folder_at_once_is_refused_and_one_of_the_s
     first = stopped_run.stopped(cmd, "running the cold-start SFT recipe")  # holds run and sft
     try:
         second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+        sft = subprocess.run([sys.executable, "-m", "arpo_algo.cli", "sft", "--config", str(sft_recipe)], cwd=ROOT,
+                             capture_output=True, text=True, timeout=600)  # and an `arpo sft` into the cold start's
         third = stopped_run.start([*cmd, "--output_dir", str(tmp_path / "run2")], "waiting for it")
     finally:
         _, first_err = stopped_run.resume_and_wait(first)
     _, third_err = third.communicate(timeout=600)
     assert second.returncode == 2 and "Traceback" not in second.stderr, second.stderr[-3000:]
-    assert f"arpo train: another arpo train is writing to {run} now: wait for it to end" in second.stderr
+    assert f"arpo train: another run is writing to {run} now: wait for it to end" in second.stderr
+    assert sft.returncode == 2 and f"arpo sft: another run is writing to {sft_model} now" in sft.stderr, sft.stderr
     assert first.returncode == 0 and third.returncode == 0, (first_err[-3000:], third_err[-3000:])
     assert "running the cold-start" not in third_err and f"starting from {sft_model}, made by the cold start" in third_err
     assert (run / "metrics.jsonl").is_file() and not (run / "earlier-runs").exists()
