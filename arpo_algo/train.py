@@ -18,9 +18,10 @@ import os
 import re
 import sys
 import textwrap
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from trl import ModelConfig, ScriptArguments, TrlParser
 
@@ -189,23 +190,33 @@ def check_output_dir(output_dir: str) -> None:
 
 
 HELD_ENV = "ARPO_HELD_OUTPUT_DIR"
-"""Set by `run_cold_start` for its ``arpo sft``: the folder its ``arpo train`` holds for it."""
+"""The folder this process (or, for a cold start's ``arpo sft``, its ``arpo train``) holds (`held_output_dir`)."""
 
 
-def held_output_dir(output_dir: str) -> Any:
+@contextmanager
+def held_output_dir(output_dir: str, busy: str | None = None) -> Iterator[None]:
     """``output_dir`` held by this launch alone while it runs (`jsonl.sole_writer`): a second ``arpo train`` or
     ``arpo sft`` into the folder at once saved its checkpoints over the first's, appended to its logs and moved them
-    aside as an earlier run's. Held by the launch's first process (the others are its own), and not by the ``arpo
-    sft`` of a cold start, whose ``arpo train`` holds the folder for it."""
-    from contextlib import nullcontext
-
+    aside as an earlier run's. Held by the launch's first process (the others are its own), and not again where it
+    is held already (`HELD_ENV`): by the ``arpo sft`` of a cold start, whose ``arpo train`` holds the folder for it,
+    or by a cold start into the run's own ``output_dir``. With `busy`, wait for the folder, saying so."""
     from arpo_algo import jsonl
 
-    if os.environ.get("RANK", "0") != "0" or os.environ.get(HELD_ENV) == os.path.abspath(output_dir):
-        return nullcontext()
-    return jsonl.sole_writer(output_dir, f"another run is writing to {output_dir} now: wait for it to end "
-                             "(resume_from_checkpoint: last then goes on from its checkpoint), or give another "
-                             "output_dir", folder=True)
+    where = os.path.abspath(output_dir)
+    if os.environ.get("RANK", "0") != "0" or os.environ.get(HELD_ENV) == where:
+        yield
+        return
+    with jsonl.sole_writer(output_dir, busy or f"another run is writing to {output_dir} now: wait for it to end "
+                           "(resume_from_checkpoint: last then goes on from its checkpoint), or give another "
+                           "output_dir", folder=True, wait=busy is not None):
+        before, os.environ[HELD_ENV] = os.environ.get(HELD_ENV), where  # seen by a cold start's child and this process
+        try:
+            yield
+        finally:
+            if before is None:
+                del os.environ[HELD_ENV]
+            else:
+                os.environ[HELD_ENV] = before
 
 
 def resolve_resume(value: Any, output_dir: str, command: str = "arpo train") -> str | None:
@@ -368,15 +379,13 @@ def run_cold_start(recipe: str, output_dir: str) -> float | None:
     import subprocess
     import time
 
-    from arpo_algo import jsonl
-
     if not Path(recipe).is_file():
         raise FileNotFoundError(f"cold-start recipe {recipe} not found")
     why = "does not exist" if not Path(output_dir).exists() else "holds no finished model (a cold start stopped?)"
     # two runs of one recipe at once (other output_dirs) each ran the cold start into the same folder: the second
     # waits for the first's, then finds the model made
-    with jsonl.sole_writer(output_dir, f"arpo train: another arpo train is making the cold-start model in {output_dir} "
-                           "now; waiting for it", folder=True, wait=True):
+    with held_output_dir(output_dir, f"arpo train: another run is making the cold-start model in {output_dir} now; "
+                         "waiting for it"):
         if holds_model(output_dir):
             print(reused_cold_start(output_dir, recipe), file=sys.stderr)
             return None
@@ -385,8 +394,7 @@ def run_cold_start(recipe: str, output_dir: str) -> float | None:
               + (f", resuming from {resume}" if resume else ""), file=sys.stderr)
         started = time.perf_counter()
         result = subprocess.run([sys.executable, "-m", "arpo_algo.cli", "sft", "--config", recipe, "--output_dir",
-                                 output_dir] + (["--resume_from_checkpoint", resume] if resume else []),
-                                env={**os.environ, HELD_ENV: os.path.abspath(output_dir)})
+                                 output_dir] + (["--resume_from_checkpoint", resume] if resume else []))
         if result.returncode != 0:
             raise SystemExit(f"arpo train: the cold start ({recipe}) failed with exit status {result.returncode}")
         try:  # what the model was made from, for the runs that find it there (`reused_cold_start`)

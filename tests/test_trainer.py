@@ -628,6 +628,25 @@ def test_a_second_train_into_the_same_folder_at_once_is_refused_and_one_of_the_s
     assert (run / "metrics.jsonl").is_file() and not (run / "earlier-runs").exists()
 
 
+def test_a_folder_held_by_the_run_is_not_waited_for_again_by_it(tmp_path, monkeypatch):
+    """A cold start into the run's own output_dir (model_name_or_path and output_dir the same folder) waited for the
+    lock its own run held: for ever. Held once per process, and for the cold start's child."""
+    from arpo_algo.train import HELD_ENV, held_output_dir
+
+    monkeypatch.delenv(HELD_ENV, raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    run = tmp_path / "run"
+    with held_output_dir(str(run)):
+        with held_output_dir(str(run)):  # (without the check, ConfigError here; with a wait, as a cold start: a hang)
+            assert os.environ[HELD_ENV] == str(run)
+        child = subprocess.run([sys.executable, "-c", f"from arpo_algo.train import held_output_dir\n"
+                                f"with held_output_dir({str(run)!r}): pass"], cwd=ROOT, capture_output=True,
+                               text=True, timeout=120)
+        assert child.returncode == 0, child.stderr  # a cold start's arpo sft: told by the environment
+        assert os.environ[HELD_ENV] == str(run)
+    assert HELD_ENV not in os.environ
+
+
 def test_the_cold_start_is_found_beside_the_recipe_and_skipped_for_the_embedded_model(tmp_path, monkeypatch):
     """Run from another folder, the shipped recipe's ``cold_start: examples/recipes/smollm2_sft_cpu.yaml`` was "not
     found"; with ``--model_name_or_path smollm2-135m`` the cold start ran anyway, into a folder ./smollm2-135m that
