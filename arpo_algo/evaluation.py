@@ -452,7 +452,8 @@ def evaluate(benchmarks: list[Benchmark], runner: Any, data_dir: str | None, lim
             print(f"arpo eval: {bench.name}: {_count(len(other), 'sample')} in {path} answered other questions than "
                   "the data's items now hold (another --data-dir, or changed data): made again", file=sys.stderr)
         if bench.metric == "judge" and s.judge:
-            rejudge(path, bench.name, [rec for key, rec in done.items() if key[0] == bench.name and key[1] < n], s)
+            rejudge(path, bench.name, [rec for key, rec in done.items() if key[0] == bench.name and key[1] < n], s,
+                    workers=chunk)
         todo = [(i, r) for i in range(n) for r in range(runs) if (bench.name, i, r) not in done]
         make_env = _maker(bench.env_id, kwargs)
         with tqdm(total=n * runs, initial=n * runs - len(todo), desc=bench.name, unit="sample") as bar, \
@@ -479,20 +480,27 @@ def evaluate(benchmarks: list[Benchmark], runner: Any, data_dir: str | None, lim
     return results
 
 
-def rejudge(path: Path, name: str, records: list[dict[str, Any]], s: Settings) -> None:
+def rejudge(path: Path, name: str, records: list[dict[str, Any]], s: Settings, workers: int = 16) -> None:
     """Ask the judge again about the samples of `records` it could not judge (the F1 score stood in: it was down,
     or its reply said neither): a resumed run kept them so, though the same command again makes what is missing. A
     sample the judge judges now is updated in place in `records` and appended to `path` (the later line is the one
-    read); one it still cannot judge is kept as it was."""
+    read); one it still cannot judge is kept as it was. `workers` questions at a time."""
     from arpo_env.qa_metrics import shared_judge
 
     stale = [rec for rec in records if rec.get("judged") is False and isinstance(rec.get("prediction"), str)]
     if not stale:
         return
+    from tqdm.auto import tqdm
+
     judge, judged = shared_judge(s.judge, s.judge_model), 0
-    with jsonl.append(path) as sink:
-        for rec in stale:
-            score, ok = judge.judge(rec["prediction"], rec.get("gold"), {"question": rec.get("question") or ""})
+
+    def ask(rec: dict[str, Any]) -> tuple[dict[str, Any], float, bool]:
+        return rec, *judge.judge(rec["prediction"], rec.get("gold"), {"question": rec.get("question") or ""})
+
+    with jsonl.append(path) as sink, ThreadPoolExecutor(max_workers=workers) as pool, \
+            tqdm(total=len(stale), desc=f"{name}: judging again", unit="sample") as bar:
+        for rec, score, ok in (f.result() for f in as_completed([pool.submit(ask, rec) for rec in stale])):
+            bar.update(1)
             if ok:
                 rec.update(score=score, correct=score >= 1.0, judged=True)
                 sink.write(json.dumps(rec, ensure_ascii=False) + "\n")
