@@ -424,6 +424,38 @@ def test_a_summarizer_that_is_down_is_not_asked_again_at_every_page(server):
         chat.shutdown()
 
 
+def test_a_summarizer_without_a_model_named_asks_the_one_its_endpoint_serves_and_caches_under_it(server, tmp_path):
+    """As the judge: a summarizer without its "model" was refused ("model must be named"). Its endpoint is asked
+    which model it serves; while it cannot say (down), the page's own text is given and nothing is cached or served
+    from the cache (the page cached without a summarizer is not this summarizer's summary)."""
+    import socket
+
+    from chat_server import serve_replies
+
+    with socket.socket() as probe:  # a port nothing listens on, yet
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    cache = str(tmp_path / "c.sqlite")
+    assert not browse_tool_factory({"cache": cache, "private_hosts": True})().call(f"{server}/article").failed
+    tool = browse_tool_factory({"summarizer": {"base_url": f"http://127.0.0.1:{port}", "retries": 0, "down_s": 0.3},
+                                "private_hosts": True, "cache": cache})()
+    with pytest.warns(RuntimeWarning, match="the summarizer at .* failed"):
+        down = tool.call(f"{server}/article")
+    assert "sank after sailing about 1,300 metres" in down.text and not down.failed
+    assert down.extra["cache"] == "off" and "summarizer_error" in down.extra
+    chat = serve_replies(["The Vasa sank in 1628."], model="condenser", port=port)
+    try:
+        time.sleep(0.4)  # past down_s
+        first, second = tool.call(f"{server}/article"), tool.call(f"{server}/article")
+        assert first.text == second.text == "The Vasa sank in 1628."
+        assert (first.extra["cache"], second.extra["cache"]) == ("miss", "hit") and len(chat.prompts) == 1
+        named = browse_tool_factory({"summarizer": {"base_url": f"http://127.0.0.1:{port}", "model": "condenser"},
+                                     "private_hosts": True, "cache": cache})()
+        assert named.call(f"{server}/article").extra["cache"] == "hit"  # the same summarizer, named or asked
+    finally:
+        chat.shutdown()
+
+
 def test_a_page_store_copy_and_the_live_page_at_its_url_are_cached_apart(server, tmp_path):
     """The cache outlives the run and is shared by every run on the machine: a page store's copy of a page (an
     offline snapshot, a test's stand-in) was cached under the page's URL alone, and so served to live runs as the

@@ -117,14 +117,16 @@ class Summarizer:
     request that fails for a passing reason tried `retries` more times. A summary that fails raises `ChatError`;
     `BrowseTool` then gives the page's own text, and says so once. Once the endpoint could not be reached (or
     refused), it is not asked again for `down_s` seconds, so that a summarizer that is down costs its retries once,
-    not at every page (as the judge)."""
+    not at every page (as the judge). `model`: the model's name; None (the default) asks the endpoint which model it
+    serves, once, as the judge does."""
 
-    def __init__(self, base_url: str, model: str, api_key: str | None = None, max_tokens: int = 512,
+    def __init__(self, base_url: str, model: str | None = None, api_key: str | None = None, max_tokens: int = 512,
                  timeout_s: float = 60.0, retries: int = 2, down_s: float = 30.0) -> None:
         from arpo_env.openai_chat import ChatClient
 
         # each was taken as given and failed every page's summary, silently
-        problems = [type_problem("model", model, "a model's name", str) or (None if model else "model must be named"),
+        problems = [type_problem("model", model, "a model's name", str)
+                    or (None if model or model is None else "model is a name, or None to ask the endpoint"),
                     type_problem("api_key", api_key, "text", str),
                     limit_problem("max_tokens", max_tokens, 1),
                     limit_problem("timeout_s", timeout_s, None, MAX_SECONDS), limit_problem("retries", retries, 0, 100),
@@ -135,24 +137,38 @@ class Summarizer:
         self.client = ChatClient(base_url, model, api_key or os.environ.get("OPENAI_API_KEY", "EMPTY"), timeout_s,
                                  retries)
 
-    def cache_id(self) -> str:
-        return f"{self.client.root}:{self.model}:{self.max_tokens}"
+    def cache_id(self) -> str | None:
+        """What tells this summarizer's summaries from another's, for the tool cache's key: the endpoint, the model
+        and `max_tokens`; None while the endpoint cannot say which model it serves (nothing is cached then: the
+        summary fails, and the page's own text is given)."""
+        from arpo_env.openai_chat import ChatError
+
+        try:
+            return f"{self.client.root}:{self._asked(lambda: self.client.model)}:{self.max_tokens}"
+        except ChatError:
+            return None
+
+    def _asked(self, ask: Callable[[], Any]) -> Any:
+        """`ask`'s answer from the endpoint; ChatError without asking within `down_s` of its being unreachable."""
+        from arpo_env.openai_chat import ChatError
+
+        if time.monotonic() < self._down_until:
+            raise ChatError(f"{self.client.root} could not be reached a moment ago; asked again after "
+                            f"{self.down_s:g} s")
+        try:
+            return ask()
+        except ChatError as exc:
+            if exc.unreachable or exc.refused:
+                self._down_until = time.monotonic() + self.down_s
+            raise
 
     def __call__(self, text: str) -> str:
         from arpo_env.openai_chat import ChatError, content_text
 
         prompt = ("Condense this web page to the facts it states, keeping names, numbers and dates exactly. "
                   "Write plain text, at most a few paragraphs.\n\n" + text)
-        if time.monotonic() < self._down_until:
-            raise ChatError(f"{self.client.root} could not be reached a moment ago; asked again after "
-                            f"{self.down_s:g} s")
-        try:
-            reply = self.client.chat([{"role": "user", "content": prompt}], max_tokens=self.max_tokens,
-                                     temperature=0.0)
-        except ChatError as exc:
-            if exc.unreachable or exc.refused:
-                self._down_until = time.monotonic() + self.down_s
-            raise
+        reply = self._asked(lambda: self.client.chat([{"role": "user", "content": prompt}], max_tokens=self.max_tokens,
+                                                     temperature=0.0))
         summary = content_text(reply["choices"][0]["message"].get("content")).strip()
         if not summary:
             raise ChatError(f"{self.client.root}/chat/completions answered with no text")
@@ -291,10 +307,14 @@ class BrowseTool(StatelessTool):
         # not be served an intranet page (or a local server's) that another run, which allowed them, cached. So have
         # a page store's copies: the cache is shared by every run on the machine, live ones too.
         stored = self.page_store.version(url) if self.page_store else None
-        key = ToolCache.key("browse", url, self.max_chars, self.summarizer.cache_id() if self.summarizer else None,
+        summarized_by = self.summarizer.cache_id() if self.summarizer else None
+        # a summarizer that cannot say which model it asks has no key: its page (its own text, the summary failing)
+        # was served the page without summary from the cache, as a hit
+        cache = self.cache if self.summarizer is None or summarized_by is not None else None
+        key = ToolCache.key("browse", url, self.max_chars, summarized_by,
                             *(("private hosts",) if self.private_hosts else ()), *(stored or ()))
-        text = self.cache.get(key) if self.cache else None
-        extra["cache"] = ("hit" if text is not None else "miss") if self.cache else "off"
+        text = cache.get(key) if cache else None
+        extra["cache"] = ("hit" if text is not None else "miss") if cache else "off"
         if text is None:
             try:
                 text, how = self._read(url)
@@ -308,8 +328,8 @@ class BrowseTool(StatelessTool):
             if len(text) > self.max_chars:
                 text = text[: self.max_chars] + f"\n[page truncated: {len(text) - self.max_chars:,} more characters]"
             # a stand-in is not stored (the next run tries the main text again), nor a summary that failed
-            if self.cache and how == "main" and "summarizer_error" not in extra:
-                self.cache.put(key, text)
+            if cache and how == "main" and "summarizer_error" not in extra:
+                cache.put(key, text)
         if self.cache:
             extra.update(self.cache.stats())
         return ToolOutput(text, latency_s=time.perf_counter() - start, extra=extra)
@@ -627,8 +647,9 @@ def browse_tool_factory(options: dict[str, Any] | None = None) -> Callable[[], B
 
     `options` (the env's ``browse_options``): ``page_store`` (a folder with index.json, or a dict), ``live`` (True),
     ``timeout_s`` (the fetch's deadline), ``extract_timeout_s`` (the main text's, 5 s), ``max_bytes``,
-    ``max_redirects``, ``max_chars``, ``summarizer`` (``{"base_url", "model"}``), ``cache`` (a path, True for the
-    default file, False for none; default on), ``private_hosts`` (False: only public addresses are fetched).
+    ``max_redirects``, ``max_chars``, ``summarizer`` (``{"base_url", "model"}``; without ``"model"``, the one the
+    endpoint serves), ``cache`` (a path, True for the default file, False for none; default on), ``private_hosts``
+    (False: only public addresses are fetched).
     """
     options = dict(options or {})
     tool_arguments = [name for name in inspect.signature(BrowseTool).parameters if name not in ("page_store", "cache",
