@@ -122,11 +122,12 @@ def env_kwargs(bench: Benchmark, data_dir: str | None, s: Settings, out: Path | 
     """gym.make keyword arguments for a benchmark; `out`, the output folder, is hidden from the sandbox (its samples
     hold the gold answers)."""
     kwargs: dict[str, Any] = {"dataset": bench.name, "data_dir": data_dir}
+    kwargs["max_tool_calls"] = s.max_tool_calls or (5 if bench.group == "mathematical" else 10)
+    if s.mode == "direct":  # no tools, nor their options
+        kwargs["tools"] = ()
+        return kwargs
     if out is not None:
         kwargs["sandbox_options"] = {"hidden_paths": (str(Path(out).resolve()),)}
-    kwargs["max_tool_calls"] = s.max_tool_calls or (5 if bench.group == "mathematical" else 10)
-    if s.mode == "direct":
-        kwargs["tools"] = ()
     if bench.group != "mathematical":  # the judge scores here, in `score_sample`, not in the env's reward
         from arpo_env.tools.search import search_spec
 

@@ -62,6 +62,7 @@ class MathEnv(ToolEnv):
     * ``sandbox`` (``"local"``) and ``sandbox_options`` (`arpo_env.tools.sandbox.SandboxLimits` fields, e.g.
       ``{"timeout_s": 10, "memory_mb": 1024}``); ``"e2b"`` runs the interpreter in an E2B cloud sandbox.
     * ``search`` / ``search_options``: the search backend when search is enabled; ``browse_options`` when browse is.
+      A tool's options given without the tool are not used, and a warning says so.
     * ``max_tool_calls`` (5), ``max_turns`` (``max_tool_calls + 2``), ``max_chars`` (32000): the budgets.
     * ``strict_think`` (False): the reference code's stricter ``<think>`` format check. ``tool_bonus`` (0.1).
     * ``tasks``: a list of `arpo_env.datasets.Task`, or of records as a dataset file holds them (``{"question": …,

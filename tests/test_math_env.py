@@ -299,7 +299,8 @@ def test_a_dataset_given_as_a_path_is_read_and_arguments_of_the_wrong_type_are_n
 
     (tmp_path / "mine.jsonl").write_text(json.dumps({"question": "What is 2 + 2?", "answer": "4"}) + "\n")
     for env_id in ("ARPO-Math-v0", "ARPO-QA-v0"):
-        env = gym.make(env_id, dataset=Path(tmp_path / "mine.jsonl"), search_options={"cache": False})
+        env = gym.make(env_id, dataset=Path(tmp_path / "mine.jsonl"),
+                       **({"search_options": {"cache": False}} if env_id == "ARPO-QA-v0" else {}))
         assert [(t.question, t.answer) for t in env.unwrapped.tasks] == [("What is 2 + 2?", "4")]
         env.close()
     assert load_tasks(tmp_path / "mine.jsonl")[0].answer == "4"
@@ -840,6 +841,31 @@ def test_keyword_arguments_as_a_user_would_write_them():
     with pytest.raises(ValueError, match=re.escape("sandbox_options: unknown timeout (did you mean timeout_s?), nope; "
                                                    "the options are timeout_s, cpu_s,")):
         gym.make("ARPO-Math-v0", sandbox_options={"timeout": 5, "nope": 1})  # was a TypeError naming every kwarg
+
+
+def test_options_for_a_tool_the_env_lacks_are_a_warning_and_the_runs_own_are_not_given_to_such_envs(tmp_path):
+    """search_options to ARPO-Math-v0 (python alone), sandbox_options to a QA env without python: passed over in
+    silence, as if the tool were on. The commands' own (the output folder hidden from the sandbox) are not given
+    where there is no sandbox, so that a run warns only of the user's."""
+    import warnings
+
+    from arpo_algo import hide_from_sandbox
+
+    for env_id, kwargs, words in [
+            ("ARPO-Math-v0", {"search_options": {"top_k": 3}}, "search_options given, but the env has no tool they "
+                                                               "are for (its tools: python): not used"),
+            ("ARPO-QA-v0", {"tools": "search", "sandbox": "e2b", "sandbox_options": {"timeout_s": 5}},
+             "sandbox and sandbox_options given, but the env has no tool they are for (its tools: search)"),
+            ("ARPO-Math-v0", {"tools": (), "browse_options": {"live": False}}, "(its tools: none)")]:
+        with pytest.warns(UserWarning, match=re.escape(words)):
+            gym.make(env_id, **kwargs).close()
+    for env_id, kwargs in [("ARPO-Math-v0", {"tools": "search", "search_options": {"top_k": 3}}),
+                           ("ARPO-QA-v0", {"tools": ["search"]}), ("ARPO-Math-v0", {})]:
+        given = hide_from_sandbox(env_id, kwargs, str(tmp_path / "run"))
+        assert ("sandbox_options" in given) == ("tools" not in kwargs)  # the default tools have python
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            gym.make(env_id, **given).close()
 
 
 def test_a_sandbox_path_or_module_given_as_one_string_is_one(tmp_path):

@@ -65,19 +65,10 @@ def build_tools(tools: Sequence[str], sandbox: str = "local", sandbox_options: d
                 browse_options: dict[str, Any] | None = None,
                 hide: Sequence[str] = ()) -> dict[str, Callable[[], Tool]]:
     """Tool factories by tag, from the tool names and backend options an environment was given; `hide`: paths the
-    local sandbox may not read (the files of the environment's tasks). A string names one tool, or several with
-    commas (``"python"``, ``"search,python"``: it was read letter by letter, "unknown tool 'p'")."""
-    given = tools
-    if isinstance(tools, str):
-        tools = [name.strip() for name in tools.split(",") if name.strip()]
-    elif isinstance(tools, Iterable) and not isinstance(tools, (bytes, bytearray, Mapping)):
-        tools = list(tools)
-    else:
-        tools = [given]  # refused below
-    if not all(isinstance(t, str) for t in tools):
-        # 5 was "'int' object is not iterable", [5] an unknown tool 5, b"python" the tools 112, 121, …
-        raise ValueError(f"tools are tool names (python, search, browse) as a list or one string, not "
-                         f"{type(given).__name__} {str(given)[:100]!r}")
+    local sandbox may not read (the files of the environment's tasks). `tools` as `tool_names` reads them. Options
+    or a backend given for a tool that is not among them are a warning: they are not used (``search_options`` to
+    an env without ``search`` were passed over silently, as if search were on)."""
+    tools = tool_names(tools)
     for what, options in (("sandbox_options", sandbox_options), ("search_options", search_options),
                           ("browse_options", browse_options)):
         if options is not None and not isinstance(options, Mapping):  # "dictionary update sequence element #0 …"
@@ -96,4 +87,33 @@ def build_tools(tools: Sequence[str], sandbox: str = "local", sandbox_options: d
             factories[name] = browse_tool_factory(browse_options)
         else:
             raise ValueError(f"unknown tool {name!r}; known: python, search, browse")
+    unused = [what for what, tool, given in (("sandbox", "python", sandbox not in ("local", None)),
+                                             ("sandbox_options", "python", bool(sandbox_options)),
+                                             ("search", "search", search not in ("local", None)),
+                                             ("search_options", "search", bool(search_options)),
+                                             ("browse_options", "browse", bool(browse_options)))
+              if given and tool not in tools]
+    if unused:
+        import warnings
+
+        warnings.warn(f"{' and '.join(unused)} given, but the env has no tool they are for (its tools: "
+                      f"{', '.join(tools) or 'none'}): not used. Add the tool to tools= to use them", stacklevel=2)
     return factories
+
+
+def tool_names(tools: Any) -> list[str]:
+    """The tool names an environment's ``tools`` argument gives: a list (any iterable) of names, or a string naming
+    one tool or several with commas (``"python"``, ``"search,python"``: it was read letter by letter, "unknown tool
+    'p'"); anything else a `ValueError`."""
+    given = tools
+    if isinstance(tools, str):
+        tools = [name.strip() for name in tools.split(",") if name.strip()]
+    elif isinstance(tools, Iterable) and not isinstance(tools, (bytes, bytearray, Mapping)):
+        tools = list(tools)
+    else:
+        tools = [given]  # refused below
+    if not all(isinstance(t, str) for t in tools):
+        # 5 was "'int' object is not iterable", [5] an unknown tool 5, b"python" the tools 112, 121, …
+        raise ValueError(f"tools are tool names (python, search, browse) as a list or one string, not "
+                         f"{type(given).__name__} {str(given)[:100]!r}")
+    return tools
