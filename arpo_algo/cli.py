@@ -77,9 +77,20 @@ def rollout_budget(args: argparse.Namespace) -> tuple[tuple[int, int], str]:
 
 def writable(path: str) -> None:
     """Fail now, in one line, when the trees file cannot be appended to (a folder, a missing folder, no permission),
-    not after the first batch's rollouts, which were lost with a traceback. Leaves no file behind."""
+    not after the first batch's rollouts, which were lost with a traceback. Leaves no file behind. A named pipe is
+    refused: the file is read again to resume, and opening a pipe waits for its other end (the command hung,
+    silently)."""
+    import stat
+
     from arpo_algo import ConfigError, jsonl
 
+    try:
+        kind = os.stat(path).st_mode
+    except OSError:
+        kind = 0
+    if stat.S_ISFIFO(kind) or stat.S_ISSOCK(kind):
+        raise ConfigError(f"--out {path} is a pipe: the trees go to a file (read again to resume), or with - to "
+                          "standard output (arpo rollout --out - | arpo sft --from_rollouts -)")
     existed = os.path.lexists(path)
     try:
         jsonl.append(path).close()

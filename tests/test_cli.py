@@ -366,6 +366,11 @@ def test_a_trees_file_that_cannot_be_written_is_one_clear_line_before_any_work(t
         assert "Traceback" not in result.stderr and "loading" not in result.stderr  # before the model, and any rollout
     result = run_cli("rollout", "--model", "nobody/nothing", "--out", str(tmp_path / "new.jsonl"))
     assert result.returncode == 2 and not (tmp_path / "new.jsonl").exists()  # the check leaves no file behind
+    os.mkfifo(tmp_path / "pipe")  # its opening waited for a reader, silently, for ever (the resume reads it first)
+    result = run_cli("rollout", "--model", str(tiny_model_dir), "--tasks", "1", "--out", str(tmp_path / "pipe"),
+                     timeout=60)
+    assert result.returncode == 2 and f"arpo rollout: --out {tmp_path / 'pipe'} is a pipe: the trees go to a file" \
+        in result.stderr
 
 
 def test_an_eval_output_that_is_a_file_is_one_clear_line_before_any_work(tiny_model_dir, tmp_path, data_dir):
