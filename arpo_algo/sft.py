@@ -389,8 +389,27 @@ class SFTScriptArguments:
     def __post_init__(self) -> None:
         """The synthetic tasks' settings, checked before the model loads and named as the flags they are: they were
         refused once the weights had loaded, as "dataset 'arithmetic:-1:1:': N must be …"."""
+        import os
+
         from arpo_env.procedural import FAMILIES, MAX_LEVEL, MAX_TASKS
 
+        if isinstance(self.trajectories, (str, os.PathLike)):  # a recipe's one file: it was read letter by letter
+            self.trajectories = [os.fspath(self.trajectories)]
+        # a file that is not there was said once the model had loaded (minutes, for a 7B model)
+        files = [("trajectories", p) for p in self.trajectories or ()] + [("from_rollouts", self.from_rollouts)]
+        for flag, path in files:
+            if path is None or path == "-":
+                continue
+            if not os.path.exists(path):
+                why = "does not exist"
+            elif os.path.isdir(path):
+                why = "is a folder"
+            elif not os.access(path, os.R_OK):
+                why = "cannot be read"
+            else:
+                continue
+            given = " (arpo rollout's trees), or - for standard input" if flag == "from_rollouts" else ""
+            raise ValueError(f"{flag} {path} {why}: give a JSONL file{given}")
         if self.min_reward is not None and math.isnan(self.min_reward):  # every reward compared false: all kept
             raise ValueError("min_reward must be a number (a reward to reach), not nan")
         count = self.synthetic_tasks

@@ -402,3 +402,18 @@ def test_a_file_that_is_not_rollout_trees_is_one_clear_line(tokenizer, tmp_path)
                                 capture_output=True, text=True, cwd=ROOT, timeout=600)
         assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
         assert f"arpo sft: {tmp_path / 'trees.jsonl'}" in result.stderr and message in result.stderr, result.stderr
+
+
+def test_a_trees_or_trajectories_file_that_is_not_there_is_said_before_the_model_loads(tmp_path):
+    """`arpo sft --from_rollouts typo.jsonl` loaded the model (minutes for a 7B one), then said "[Errno 2] No such
+    file"; a recipe's ``trajectories: one.jsonl`` was read letter by letter ("No such file: 'o'")."""
+    (tmp_path / "one.jsonl").write_text("{}\n")
+    assert SFTScriptArguments(trajectories=str(tmp_path / "one.jsonl")).trajectories == [str(tmp_path / "one.jsonl")]
+    for flag, path, why in [("--from_rollouts", tmp_path / "typo.jsonl", "does not exist"),
+                            ("--from_rollouts", tmp_path, "is a folder"),
+                            ("--trajectories", tmp_path / "typo.jsonl", "does not exist")]:
+        result = subprocess.run([sys.executable, "-m", "arpo_algo.cli", "sft", "--model_name_or_path",
+                                 str(tmp_path / "no-model"), flag, str(path), "--output_dir", str(tmp_path / "out")],
+                                capture_output=True, text=True, cwd=ROOT, timeout=300)
+        assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+        assert f"arpo sft: {flag[2:]} {path} {why}: give a JSONL file" in result.stderr, result.stderr[-3000:]
