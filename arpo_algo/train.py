@@ -283,7 +283,18 @@ def build_trainer(script_args: ARPOScriptArguments, args: ARPOConfig, model_args
     from arpo_algo.models import load_tokenizer, resolve
     from arpo_env.datasets import task_dataset
 
+    from arpo_algo import ConfigError
+
     env_kwargs = dict(args.env_kwargs or {})
+    # both given, and apart: the recipe's dataset_name won over --env_kwargs '{"dataset": …}' in silence (and the
+    # other way round for a recipe's env_kwargs), so a run trained on other tasks than the ones asked for
+    both = [f"{flag} {given!r} and env_kwargs' {key} {env_kwargs[key]!r}"
+            for flag, key, given in (("dataset_name", "dataset", script_args.dataset_name),
+                                     ("data_dir", "data_dir", script_args.data_dir))
+            if given and env_kwargs.get(key) not in (None, given)]
+    if both:
+        raise ConfigError(f"{'; '.join(both)} differ: name each once (--dataset_name and --data_dir override the "
+                          "recipe's)")
     if script_args.dataset_name:
         env_kwargs["dataset"] = script_args.dataset_name
     if script_args.data_dir:

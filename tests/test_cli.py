@@ -253,6 +253,19 @@ def test_a_recipe_beta_is_named_as_trls_kl_weight(tmp_path):
     assert "KL weight" not in run_cli("train", "--config", str(tmp_path / "recipe.yaml")).stderr
 
 
+def test_a_dataset_named_twice_and_apart_is_one_clear_line(tmp_path):
+    """The recipe's ``dataset_name: arithmetic`` won over ``--env_kwargs '{"dataset": "mine.jsonl"}'`` in silence:
+    the run trained on the recipe's tasks, not the ones asked for."""
+    result = run_cli("train", "--config", str(ROOT / "examples" / "recipes" / "smollm2_cpu.yaml"), "--env_kwargs",
+                     '{"dataset": "mine.jsonl", "data_dir": "here"}', "--data_dir", "there",
+                     "--output_dir", str(tmp_path / "run"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert ("arpo train: dataset_name 'arithmetic' and env_kwargs' dataset 'mine.jsonl'; data_dir 'there' and "
+            "env_kwargs' data_dir 'here' differ: name each once (--dataset_name and --data_dir override the "
+            "recipe's)") in result.stderr, result.stderr[-2000:]
+    assert "cold start" not in result.stderr and not (tmp_path / "run").exists()  # before anything runs
+
+
 @pytest.mark.parametrize("recipe", sorted(p.name for p in (ROOT / "examples" / "recipes").glob("*.yaml")))
 def test_every_shipped_recipe_parses(recipe):
     """The 7B recipes run only on a GPU node: a key misspelt in one would show there first, after the model's
