@@ -395,7 +395,9 @@ class SFTScriptArguments:
 
         if isinstance(self.trajectories, (str, os.PathLike)):  # a recipe's one file: it was read letter by letter
             self.trajectories = [os.fspath(self.trajectories)]
-        # a file that is not there was said once the model had loaded (minutes, for a 7B model)
+        # nothing to train on, or a file that is not there, was said once the model had loaded (minutes, for a 7B one)
+        if not (self.trajectories or self.from_rollouts or self.synthetic_tasks):
+            raise ValueError("no trajectories: give --trajectories, --from_rollouts or --synthetic_tasks")
         files = [("trajectories", p) for p in self.trajectories or ()] + [("from_rollouts", self.from_rollouts)]
         for flag, path in files:
             if path is None or path == "-":

@@ -405,15 +405,18 @@ def test_a_file_that_is_not_rollout_trees_is_one_clear_line(tokenizer, tmp_path)
 
 
 def test_a_trees_or_trajectories_file_that_is_not_there_is_said_before_the_model_loads(tmp_path):
-    """`arpo sft --from_rollouts typo.jsonl` loaded the model (minutes for a 7B one), then said "[Errno 2] No such
-    file"; a recipe's ``trajectories: one.jsonl`` was read letter by letter ("No such file: 'o'")."""
+    """`arpo sft --from_rollouts typo.jsonl` (or no source at all) loaded the model (minutes for a 7B one), then said
+    "[Errno 2] No such file"; a recipe's ``trajectories: one.jsonl`` was read letter by letter ("No such file: 'o'")."""
     (tmp_path / "one.jsonl").write_text("{}\n")
     assert SFTScriptArguments(trajectories=str(tmp_path / "one.jsonl")).trajectories == [str(tmp_path / "one.jsonl")]
-    for flag, path, why in [("--from_rollouts", tmp_path / "typo.jsonl", "does not exist"),
-                            ("--from_rollouts", tmp_path, "is a folder"),
-                            ("--trajectories", tmp_path / "typo.jsonl", "does not exist")]:
+    for given, words in [(["--from_rollouts", str(tmp_path / "typo.jsonl")], f"from_rollouts {tmp_path / 'typo.jsonl'} "
+                                                                              "does not exist: give a JSONL file"),
+                         (["--from_rollouts", str(tmp_path)], f"from_rollouts {tmp_path} is a folder: give a JSONL"),
+                         (["--trajectories", str(tmp_path / "typo.jsonl")], f"trajectories {tmp_path / 'typo.jsonl'} "
+                                                                             "does not exist: give a JSONL file"),
+                         ([], "no trajectories: give --trajectories, --from_rollouts or --synthetic_tasks")]:
         result = subprocess.run([sys.executable, "-m", "arpo_algo.cli", "sft", "--model_name_or_path",
-                                 str(tmp_path / "no-model"), flag, str(path), "--output_dir", str(tmp_path / "out")],
+                                 str(tmp_path / "no-model"), *given, "--output_dir", str(tmp_path / "out")],
                                 capture_output=True, text=True, cwd=ROOT, timeout=300)
         assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
-        assert f"arpo sft: {flag[2:]} {path} {why}: give a JSONL file" in result.stderr, result.stderr[-3000:]
+        assert f"arpo sft: {words}" in result.stderr, result.stderr[-3000:]
