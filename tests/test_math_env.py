@@ -849,8 +849,10 @@ def test_options_for_a_tool_the_env_lacks_are_a_warning_and_the_runs_own_are_not
     where there is no sandbox, so that a run warns only of the user's."""
     import warnings
 
+    import arpo_env.tools
     from arpo_algo import hide_from_sandbox
 
+    arpo_env.tools._WARNED.clear()  # said once a process
     for env_id, kwargs, words in [
             ("ARPO-Math-v0", {"search_options": {"top_k": 3}}, "search_options given, but the env has no tool they "
                                                                "are for (its tools: python): not used"),
@@ -859,6 +861,9 @@ def test_options_for_a_tool_the_env_lacks_are_a_warning_and_the_runs_own_are_not
             ("ARPO-Math-v0", {"tools": (), "browse_options": {"live": False}}, "(its tools: none)")]:
         with pytest.warns(UserWarning, match=re.escape(words)):
             gym.make(env_id, **kwargs).close()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            gym.make(env_id, **kwargs).close()  # once
     for env_id, kwargs in [("ARPO-Math-v0", {"tools": "search", "search_options": {"top_k": 3}}),
                            ("ARPO-QA-v0", {"tools": ["search"]}), ("ARPO-Math-v0", {})]:
         given = hide_from_sandbox(env_id, kwargs, str(tmp_path / "run"))

@@ -93,12 +93,17 @@ def build_tools(tools: Sequence[str], sandbox: str = "local", sandbox_options: d
                                              ("search_options", "search", bool(search_options)),
                                              ("browse_options", "browse", bool(browse_options)))
               if given and tool not in tools]
-    if unused:
+    message = (f"{' and '.join(unused)} given, but the env has no tool they are for (its tools: "
+               f"{', '.join(tools) or 'none'}): not used. Add the tool to tools= to use them")
+    if unused and message not in _WARNED:  # once a process: a run makes many envs of the same arguments
         import warnings
 
-        warnings.warn(f"{' and '.join(unused)} given, but the env has no tool they are for (its tools: "
-                      f"{', '.join(tools) or 'none'}): not used. Add the tool to tools= to use them", stacklevel=2)
+        _WARNED.add(message)
+        warnings.warn(message, stacklevel=2)
     return factories
+
+
+_WARNED: set[str] = set()
 
 
 def tool_names(tools: Any) -> list[str]:
