@@ -98,7 +98,7 @@ def hide_from_sandbox(env_id: str, kwargs: dict[str, Any], path: str) -> dict[st
     if kwargs.get("sandbox", "local") != "local" or not takes_sandbox_options(env_id):
         return kwargs
     try:
-        if "tools" in kwargs and "python" not in tool_names(kwargs["tools"]):
+        if kwargs.get("tools") is not None and "python" not in tool_names(kwargs["tools"]):  # None: the default
             return kwargs
     except ValueError:  # the env says what is wrong with them
         return kwargs

@@ -865,9 +865,10 @@ def test_options_for_a_tool_the_env_lacks_are_a_warning_and_the_runs_own_are_not
             warnings.simplefilter("error")
             gym.make(env_id, **kwargs).close()  # once
     for env_id, kwargs in [("ARPO-Math-v0", {"tools": "search", "search_options": {"top_k": 3}}),
-                           ("ARPO-QA-v0", {"tools": ["search"]}), ("ARPO-Math-v0", {})]:
+                           ("ARPO-QA-v0", {"tools": ["search"]}), ("ARPO-Math-v0", {}),
+                           ("ARPO-QA-v0", {"tools": None})]:
         given = hide_from_sandbox(env_id, kwargs, str(tmp_path / "run"))
-        assert ("sandbox_options" in given) == ("tools" not in kwargs)  # the default tools have python
+        assert ("sandbox_options" in given) == (kwargs.get("tools") is None)  # the default tools have python
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             gym.make(env_id, **given).close()
