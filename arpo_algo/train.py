@@ -278,12 +278,10 @@ def checkpoint_complete(folder: str) -> bool:
 def build_trainer(script_args: ARPOScriptArguments, args: ARPOConfig, model_args: ModelConfig) -> Any:
     from trl import get_peft_config
 
-    from arpo_algo import env_arguments
+    from arpo_algo import ConfigError, env_arguments
     from arpo_algo.arpo_trainer import ARPOTrainer
     from arpo_algo.models import load_tokenizer, resolve
     from arpo_env.datasets import task_dataset
-
-    from arpo_algo import ConfigError
 
     env_kwargs = dict(args.env_kwargs or {})
     # both given, and apart: the recipe's dataset_name won over --env_kwargs '{"dataset": …}' in silence (and the

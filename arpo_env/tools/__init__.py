@@ -94,8 +94,8 @@ def build_tools(tools: Sequence[str], sandbox: str = "local", sandbox_options: d
                                              ("browse_options", "browse", bool(browse_options)))
               if given and tool not in tools]
     message = (f"{' and '.join(unused)} given, but the env has no tool they are for (its tools: "
-               f"{', '.join(tools) or 'none'}): not used. Add the tool to tools= to use them")
-    if unused and message not in _WARNED:  # once a process: a run makes many envs of the same arguments
+               f"{', '.join(tools) or 'none'}): not used. Add the tool to tools= to use them") if unused else None
+    if message is not None and message not in _WARNED:  # once a process: a run makes many envs of the same arguments
         import warnings
 
         _WARNED.add(message)

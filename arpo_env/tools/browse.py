@@ -308,8 +308,8 @@ class BrowseTool(StatelessTool):
         # a page store's copies: the cache is shared by every run on the machine, live ones too.
         stored = self.page_store.version(url) if self.page_store else None
         summarized_by = self.summarizer.cache_id() if self.summarizer else None
-        # a summarizer that cannot say which model it asks has no key: its page (its own text, the summary failing)
-        # was served the page without summary from the cache, as a hit
+        # a summarizer that cannot say which model it asks has no key: the cache is neither read nor written (the
+        # page cached without a summarizer was served as its summary)
         cache = self.cache if self.summarizer is None or summarized_by is not None else None
         key = ToolCache.key("browse", url, self.max_chars, summarized_by,
                             *(("private hosts",) if self.private_hosts else ()), *(stored or ()))
