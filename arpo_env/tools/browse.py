@@ -133,7 +133,7 @@ class Summarizer:
                     limit_problem("down_s", down_s, 0.0, MAX_SECONDS)]
         if any(problems):
             raise ValueError("; ".join(p for p in problems if p))
-        self.model, self.max_tokens, self.down_s, self._down_until = model, max_tokens, down_s, 0.0
+        self.max_tokens, self.down_s, self._down_until = max_tokens, down_s, 0.0
         self.client = ChatClient(base_url, model, api_key or os.environ.get("OPENAI_API_KEY", "EMPTY"), timeout_s,
                                  retries)
 
