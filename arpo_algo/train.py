@@ -499,8 +499,20 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"towards it); ARPO's β, the slope of P = α + β·ΔH, is branch_beta (here {args.branch_beta})",
               file=sys.stderr)
     check_output_dir(args.output_dir)
+    check_launch(args)
     with held_output_dir(args.output_dir):
         return run_training(script_args, args, model_args)
+
+
+def check_launch(args: Any) -> None:
+    """`arpo_algo.arpo_trainer.check_processes_joined` before the model loads (and before the output folder is held:
+    processes that did not join one another all take it for the launch's first)."""
+    from accelerate import PartialState
+
+    from arpo_algo.arpo_trainer import check_processes_joined
+
+    args.device  # noqa: B018 - sets up accelerate's state as TrainingArguments does, use_cpu included
+    check_processes_joined(PartialState())
 
 
 def run_training(script_args: Any, args: Any, model_args: Any) -> int:
