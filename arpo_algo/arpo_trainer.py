@@ -586,7 +586,8 @@ class MetricsFile(TrainerCallback):
 
 class _HFGeneration:
     """Generate with the trained model itself: unwrapped for generation (DeepSpeed ZeRO-3 parameters gathered,
-    FSDP parameters summoned), in eval mode and without gradients, then back to training."""
+    FSDP 1 parameters summoned, FSDP 2 units held unsharded), in eval mode and without gradients, then back to
+    training."""
 
     def __init__(self, trainer: ARPOTrainer) -> None:
         self.trainer = trainer
@@ -686,7 +687,7 @@ def fsdp2_unsharded(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
     if not units:
         yield model
         return
-    # what set_reshard_after_forward changes, to put back as it was (the root's is False, the others' True)
+    # what set_reshard_after_forward changes, to be put back as each unit had it
     states = [unit._get_fsdp_state() for unit in units]
     kept = [(state, state._auto_reshard_after_forward,
              [(group, group.post_forward_mesh_info) for group in state._fsdp_param_groups]) for state in states]
