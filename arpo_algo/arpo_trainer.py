@@ -209,9 +209,12 @@ class ARPOTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         mode = "train" if self.model.training else "eval"
         m = self.num_generations if mode == "train" else self.num_generations_eval
-        trees = self._roll_out(inputs, m, mode)
-        if mode == "train" and self.args.dynamic_sampling:
-            trees = self._resample_uniform_groups(inputs, trees, m)
+        # One generation a step on every process, DAPO's redraws inside it: entering it gathers the parameters under
+        # ZeRO-3 and FSDP 2, a collective, and each process redraws as often as its own groups need.
+        with self._generator() as generator:
+            trees = self._roll_out(inputs, m, mode, generator=generator)
+            if mode == "train" and self.args.dynamic_sampling:
+                trees = self._resample_uniform_groups(inputs, trees, m, generator)
         self._pending = self._as_trl_rollout(trees)
         self._pending_trees = trees if mode == "train" else None
         self._log_rollout_metrics(trees)
@@ -230,8 +233,10 @@ class ARPOTrainer(GRPOTrainer):
             raise RuntimeError(f"{len(prompts)} prompts but {len(self._pending['completion_ids'])} trajectories")
         return self._pending
 
-    def _roll_out(self, inputs: list[dict[str, Any]], m: int, mode: str, call: int = 0) -> list[RolloutTree]:
-        """One tree per group of `m` rows. Seeded by (seed, step, process, call): a resumed run samples alike."""
+    def _roll_out(self, inputs: list[dict[str, Any]], m: int, mode: str, call: int = 0,
+                  generator: Any = None) -> list[RolloutTree]:
+        """One tree per group of `m` rows, with `generator` (by default one of `_generator`'s, for this call).
+        Seeded by (seed, step, process, call): a resumed run samples alike."""
         args = self.args
         if len(inputs) % m:
             raise ValueError(f"{len(inputs)} rows is not a whole number of groups of {m}")
@@ -248,7 +253,7 @@ class ARPOTrainer(GRPOTrainer):
             spare_samples=args.spare_samples, min_spare_samples=args.min_spare_samples,
             speculative_branches=args.speculative_branches, speculative_min_keep=args.speculative_min_keep,
             seed=_seed(args.seed, self.state.global_step, self.accelerator.process_index, call))
-        with self._generator() as generator:
+        with self._generator() if generator is None else nullcontext(generator) as generator:
             engine = (ARPORollout if branching else GRPORollout)(generator, self.make_env, config)
             before = generator.stats.generated_tokens, generator.stats.prefill_tokens
             trees = engine.run(tasks)
@@ -313,10 +318,12 @@ class ARPOTrainer(GRPOTrainer):
             self._server_client = client
         return VLLMServerGenerator(self._server_client, self._tokenizer)
 
-    def _resample_uniform_groups(self, inputs: list[dict[str, Any]], trees: list[RolloutTree], m: int
-                                 ) -> list[RolloutTree]:
+    def _resample_uniform_groups(self, inputs: list[dict[str, Any]], trees: list[RolloutTree], m: int,
+                                 generator: Any = None) -> list[RolloutTree]:
         """DAPO's dynamic sampling: groups whose rewards are all equal are replaced, in `inputs` too, by groups for
-        questions drawn from the training set, for up to `dynamic_sampling_rounds` draws."""
+        questions drawn from the training set, for up to `dynamic_sampling_rounds` draws (with `generator`: the
+        step's, so that a process needs no generation of its own for its draws, and no gathers the others do not
+        make)."""
         uniform = [g for g, tree in enumerate(trees) if _uniform(tree)]
         replaced = 0
         for draw in range(1, self.args.dynamic_sampling_rounds + 1):
@@ -326,7 +333,7 @@ class ARPOTrainer(GRPOTrainer):
                                               draw))
             picks = rng.integers(len(self.train_dataset), size=len(uniform))
             rows = [dict(self.train_dataset[int(i)]) for i in picks]
-            fresh = self._roll_out([row for row in rows for _ in range(m)], m, "train", call=draw)
+            fresh = self._roll_out([row for row in rows for _ in range(m)], m, "train", call=draw, generator=generator)
             still = []
             for g, row, tree in zip(uniform, rows, fresh):
                 if _uniform(tree):
@@ -640,7 +647,7 @@ def check_processes_joined(state: Any, environ: Any = os.environ) -> None:
             "GPUs; on a machine without one, set use_cpu: true (the processes then join over gloo)")
     if (launched > 1 and str(environ.get("ACCELERATE_USE_FSDP", "")).lower() == "true" and kind != "FSDP"
             and environ.get("RANK", "0") == "0" and "fsdp" not in _WARNED):
-        _WARNED.add("fsdp")  # once a launch: by its first process, and once there (arpo train checks before the trainer)
+        _WARNED.add("fsdp")  # once a launch: by its first process, once (arpo train checks before the trainer)
         warnings.warn(f"FSDP was asked for, but accelerate runs FSDP on GPUs only: these {launched} processes train "
                       f"with {kind} (each holds the whole model and its optimizer state)", UserWarning, stacklevel=2)
 

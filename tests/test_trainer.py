@@ -683,6 +683,29 @@ def test_baselines_run_through_the_same_trainer(algorithm, undecided, tokenizer,
     assert tree.stats["algorithm"] == algorithm and len(tree.trajectories) == 4
 
 
+def test_dapo_redraws_in_the_steps_one_generation(undecided, tokenizer, tmp_path, monkeypatch):
+    """DAPO's redraws of uniform groups run in the step's one generation. Each redraw entered a generation of its
+    own: under ZeRO-3 and FSDP 2 entering one gathers the parameters from every process, and a process redraws as
+    often as its own groups need, so one that redrew more than another waited in a gather the others never made."""
+    from arpo_algo import arpo_trainer
+    from arpo_algo.arpo_trainer import ARPOTrainer
+
+    entered = []
+    enter = arpo_trainer._HFGeneration.__enter__
+    monkeypatch.setattr(arpo_trainer._HFGeneration, "__enter__", lambda gen: (entered.append(gen), enter(gen))[1])
+    wrong = {**TASK, "answer": "7"}  # the agent answers 42 or 43: every group's rewards are equal, and redrawn
+    from datasets import Dataset
+
+    rows = Dataset.from_list([{"prompt": [{"role": "user", "content": wrong["question"]}], **wrong}] * 4)
+    trainer = ARPOTrainer(copy.deepcopy(undecided), args=config(tmp_path, algorithm="dapo", max_steps=1,
+                                                                dynamic_sampling_rounds=2),
+                          train_dataset=rows, processing_class=tokenizer)
+    trainer.train()
+    (log,) = [h for h in trainer.state.log_history if "loss" in h]
+    assert log["dapo/groups_uniform"] == 1 and log["dapo/groups_replaced"] == 0  # two redraws, each uniform again
+    assert len(entered) == 1
+
+
 def test_an_extra_reward_function_that_gives_infinity_stops_the_step_by_name(undecided, tokenizer, tmp_path):
     """An extra reward of ±inf (a log of 0 in the user's function) is a ValueError naming the function; its group's
     advantages were NaN, and after the optimizer's step every weight of the model was NaN, silently. None (NaN) is
