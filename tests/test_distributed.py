@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,20 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
 
+def run_group(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """`subprocess.run` of a launcher and every process it starts: on a timeout the whole group is killed (killing
+    the launcher alone left its workers waiting on each other after the test had failed)."""
+    process = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise
+    return subprocess.CompletedProcess(cmd, process.returncode, out, err)
+
+
 def launch(recipe: Path, *flags: str, cwd: Path) -> subprocess.CompletedProcess:
     # accelerate's --cpu launcher starts several CPU processes only through mpirun; its torchrun launcher
     # (--multi_gpu) starts them anywhere, and with use_cpu each one trains on the CPU over gloo.
@@ -32,7 +47,7 @@ def launch(recipe: Path, *flags: str, cwd: Path) -> subprocess.CompletedProcess:
            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
            "-m", "arpo_algo.cli", "train", "--config", str(recipe), *flags]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+    return run_group(cmd, cwd, env, timeout=900)
 
 
 def test_two_processes_train_log_every_rank_and_resume(undecided, tokenizer, tmp_path):
@@ -81,7 +96,7 @@ def test_fsdp2_rollouts_of_unequal_length_then_a_step_together(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
            str(ROOT / "tests" / "fsdp_rollout.py"), str(tmp_path)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "tests")}
-    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    done = run_group(cmd, tmp_path, env, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
     reports = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
     lengths = [max(len(ids) for ids in report["plain"]) for report in reports]
@@ -136,14 +151,13 @@ def test_fsdp_config_without_a_gpu_is_refused_or_said(undecided, tokenizer, tmp_
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config),
            "-m", "arpo_algo.cli", "train", "--config", str(recipe)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    refused = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    refused = run_group(cmd, tmp_path, env, timeout=600)
     assert refused.returncode != 0
     assert "2 processes were launched, but accelerate did not join them" in refused.stderr
     assert "use_cpu: true" in refused.stderr
     assert not run.exists()
 
-    joined = subprocess.run(cmd + ["--use_cpu", "true"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                            timeout=600)
+    joined = run_group(cmd + ["--use_cpu", "true"], tmp_path, env, timeout=600)
     assert joined.returncode == 0, joined.stderr[-4000:]
     assert joined.stderr.count("FSDP was asked for, but accelerate runs FSDP on GPUs only") == 1
     assert sorted(t.stats["rank"] for t in read_jsonl(run / "rollouts.jsonl")) == [0, 1]  # one launch, two ranks
