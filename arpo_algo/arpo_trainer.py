@@ -212,7 +212,7 @@ class ARPOTrainer(GRPOTrainer):
         # One generation a step on every process, DAPO's redraws inside it: entering it gathers the parameters under
         # ZeRO-3 and FSDP 2, a collective, and each process redraws as often as its own groups need.
         with self._generator() as generator:
-            trees = self._roll_out(inputs, m, mode, generator=generator)
+            trees = self._roll_out(inputs, m, mode, generator)
             if mode == "train" and self.args.dynamic_sampling:
                 trees = self._resample_uniform_groups(inputs, trees, m, generator)
         self._pending = self._as_trl_rollout(trees)
@@ -233,10 +233,10 @@ class ARPOTrainer(GRPOTrainer):
             raise RuntimeError(f"{len(prompts)} prompts but {len(self._pending['completion_ids'])} trajectories")
         return self._pending
 
-    def _roll_out(self, inputs: list[dict[str, Any]], m: int, mode: str, call: int = 0,
-                  generator: Any = None) -> list[RolloutTree]:
-        """One tree per group of `m` rows, with `generator` (by default one of `_generator`'s, for this call).
-        Seeded by (seed, step, process, call): a resumed run samples alike."""
+    def _roll_out(self, inputs: list[dict[str, Any]], m: int, mode: str, generator: Any,
+                  call: int = 0) -> list[RolloutTree]:
+        """One tree per group of `m` rows, with the step's `generator` (`_generator`). Seeded by (seed, step,
+        process, call): a resumed run samples alike."""
         args = self.args
         if len(inputs) % m:
             raise ValueError(f"{len(inputs)} rows is not a whole number of groups of {m}")
@@ -253,12 +253,11 @@ class ARPOTrainer(GRPOTrainer):
             spare_samples=args.spare_samples, min_spare_samples=args.min_spare_samples,
             speculative_branches=args.speculative_branches, speculative_min_keep=args.speculative_min_keep,
             seed=_seed(args.seed, self.state.global_step, self.accelerator.process_index, call))
-        with self._generator() if generator is None else nullcontext(generator) as generator:
-            engine = (ARPORollout if branching else GRPORollout)(generator, self.make_env, config)
-            before = generator.stats.generated_tokens, generator.stats.prefill_tokens
-            trees = engine.run(tasks)
-            self._log_metric("arpo/tokens_generated", float(generator.stats.generated_tokens - before[0]))
-            self._log_metric("arpo/tokens_encoded", float(generator.stats.prefill_tokens - before[1]))
+        engine = (ARPORollout if branching else GRPORollout)(generator, self.make_env, config)
+        before = generator.stats.generated_tokens, generator.stats.prefill_tokens
+        trees = engine.run(tasks)
+        self._log_metric("arpo/tokens_generated", float(generator.stats.generated_tokens - before[0]))
+        self._log_metric("arpo/tokens_encoded", float(generator.stats.prefill_tokens - before[1]))
         for tree in trees:
             if len(tree.trajectories) != m:
                 raise RuntimeError(f"the rollout produced {len(tree.trajectories)} trajectories, not M={m}")
@@ -319,11 +318,10 @@ class ARPOTrainer(GRPOTrainer):
         return VLLMServerGenerator(self._server_client, self._tokenizer)
 
     def _resample_uniform_groups(self, inputs: list[dict[str, Any]], trees: list[RolloutTree], m: int,
-                                 generator: Any = None) -> list[RolloutTree]:
+                                 generator: Any) -> list[RolloutTree]:
         """DAPO's dynamic sampling: groups whose rewards are all equal are replaced, in `inputs` too, by groups for
-        questions drawn from the training set, for up to `dynamic_sampling_rounds` draws (with `generator`: the
-        step's, so that a process needs no generation of its own for its draws, and no gathers the others do not
-        make)."""
+        questions drawn from the training set, for up to `dynamic_sampling_rounds` draws, with the step's
+        `generator`."""
         uniform = [g for g, tree in enumerate(trees) if _uniform(tree)]
         replaced = 0
         for draw in range(1, self.args.dynamic_sampling_rounds + 1):
@@ -333,7 +331,7 @@ class ARPOTrainer(GRPOTrainer):
                                               draw))
             picks = rng.integers(len(self.train_dataset), size=len(uniform))
             rows = [dict(self.train_dataset[int(i)]) for i in picks]
-            fresh = self._roll_out([row for row in rows for _ in range(m)], m, "train", call=draw, generator=generator)
+            fresh = self._roll_out([row for row in rows for _ in range(m)], m, "train", generator, call=draw)
             still = []
             for g, row, tree in zip(uniform, rows, fresh):
                 if _uniform(tree):
@@ -694,22 +692,32 @@ def fsdp2_unsharded(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
     if not units:
         yield model
         return
-    # what set_reshard_after_forward changes, to be put back as each unit had it
-    states = [unit._get_fsdp_state() for unit in units]
-    kept = [(state, state._auto_reshard_after_forward,
-             [(group, group.post_forward_mesh_info) for group in state._fsdp_param_groups]) for state in states]
+    kept = [_reshard_settings(unit._get_fsdp_state()) for unit in units]
     try:
         for unit in units:
             unit.set_reshard_after_forward(False, recurse=False)
             unit.unshard()
         yield model
     finally:
-        for state, auto, groups in kept:
-            state._auto_reshard_after_forward = auto
-            for group, info in groups:
-                group.post_forward_mesh_info = info
+        for flags, groups in kept:
+            for (owner, name), value in [*flags, *groups]:
+                setattr(owner, name, value)
         for unit in units:
             unit.reshard()
+
+
+def _reshard_settings(state: Any) -> tuple[list, list]:
+    """What FSDP 2's public ``set_reshard_after_forward`` changes on one unit's state, as (owner, attribute) and
+    value pairs, to be put back as the unit had it (a root unit's differs from the others', and accelerate's
+    ``fsdp_reshard_after_forward`` sets them). Private, and laid out differently across torch releases (one param
+    group or a list of them; ``_reshard_after_forward`` in later ones): only what this release has is read."""
+    flags = [((state, name), getattr(state, name)) for name in ("_auto_reshard_after_forward", "_reshard_after_forward")
+             if hasattr(state, name)]
+    groups = getattr(state, "_fsdp_param_groups", None)
+    if groups is None:
+        one = getattr(state, "_fsdp_param_group", None)
+        groups = [] if one is None else [one]
+    return flags, [((group, "post_forward_mesh_info"), group.post_forward_mesh_info) for group in groups]
 
 
 def _env_maker(env_id: str, env_kwargs: dict[str, Any]) -> Callable[[], Any]:

@@ -19,11 +19,11 @@ import torch
 import torch.distributed as dist
 from tiny_agent import TASK, tiny_llama
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor
 
 import arpo_env  # noqa: F401
-from arpo_algo.arpo_trainer import fsdp2_unsharded
+from arpo_algo.arpo_trainer import _reshard_settings, fsdp2_unsharded
 from arpo_algo.hf_generator import HFGenerator
 from arpo_algo.models import load_tokenizer
 from arpo_algo.rollout import ARPORollout, RolloutConfig
@@ -42,6 +42,13 @@ def roll_out(model, tokenizer, rank: int, packed_weights: bool | None = None) ->
     return [list(t.completion_ids) for tree in trees for t in tree.trajectories]
 
 
+def reshard_settings(model) -> list:
+    """Each unit's settings `fsdp2_unsharded` changes for the rollout and puts back, as comparable values."""
+    return [[repr(value) for _, value in flags + groups]
+            for flags, groups in (_reshard_settings(m._get_fsdp_state()) for m in model.modules()
+                                  if isinstance(m, FSDPModule))]
+
+
 def main(out: Path) -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -53,6 +60,7 @@ def main(out: Path) -> None:
         fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
 
+    before = reshard_settings(model)
     with torch.no_grad(), fsdp2_unsharded(model):
         sharded_ids = roll_out(model, tokenizer, rank)  # on oneDNN-packed weights, the CPU's default
     with torch.no_grad(), fsdp2_unsharded(model):
@@ -65,7 +73,7 @@ def main(out: Path) -> None:
     loss = model(input_ids=ids, labels=ids).loss
     loss.backward()
     weight = model.model.layers[0].self_attn.q_proj.weight
-    report = {"sharded": sharded_ids, "unpacked": unpacked_ids, "plain": plain_ids, "loss": loss.item(),
+    report = {"settings_restored": reshard_settings(model) == before, "sharded": sharded_ids, "unpacked": unpacked_ids, "plain": plain_ids, "loss": loss.item(),
               "sharded_again": isinstance(weight, DTensor),
               "grad_finite": bool(torch.isfinite(weight.grad.full_tensor()).all())}
     (out / f"rank{rank}.json").write_text(json.dumps(report))

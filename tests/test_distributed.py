@@ -104,6 +104,7 @@ def test_fsdp2_rollouts_of_unequal_length_then_a_step_together(tmp_path):
     for report in reports:
         assert report["sharded"] == report["unpacked"] == report["plain"]
         assert report["sharded_again"] and report["grad_finite"]
+        assert report["settings_restored"]  # each unit reshards after its forwards again, as it did
     assert reports[0]["loss"] == pytest.approx(reports[1]["loss"])  # one model, on both processes
 
 

@@ -753,7 +753,8 @@ def test_held_out_rollouts_sample_at_the_eval_temperature(undecided, tokenizer, 
     rows = list(dataset(8))
 
     def distinct(mode):
-        (tree,) = trainer._roll_out(rows, 8, mode)
+        with trainer._generator() as generator:
+            (tree,) = trainer._roll_out(rows, 8, mode, generator)
         return len({tuple(t.completion_ids) for t in tree.trajectories}), {t.reward for t in tree.trajectories}
 
     assert distinct("eval")[0] == 1
