@@ -67,7 +67,7 @@ def sole_writer(path: str | os.PathLike, busy: str, folder: bool = False, wait: 
     import fcntl
     import sys
 
-    from arpo_algo import ConfigError
+    from arpo_algo.settings import ConfigError
 
     made = not os.path.exists(path)
     if made and folder:

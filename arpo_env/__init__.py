@@ -13,7 +13,8 @@ do the same for the env ``gym.make`` returns, keeping its wrappers (`arpo_env.fo
 
 from gymnasium.envs.registration import register, registry
 
-from arpo_env.datasets import Task, load_tasks
+from arpo_env.datasets.loaders import load_tasks
+from arpo_env.datasets.task import Task
 from arpo_env.env import ToolEnv
 from arpo_env.forking import fork, restore, snapshot
 from arpo_env.rewards import HierarchicalReward, RewardParts
@@ -22,9 +23,9 @@ from arpo_env.tools.protocol import Tool, ToolOutput
 __version__ = "0.1.0"
 
 ENV_IDS = {
-    "ARPO-Math-v0": "arpo_env.math_env:MathEnv",
-    "ARPO-QA-v0": "arpo_env.qa_env:QAEnv",
-    "ARPO-DeepSearch-v0": "arpo_env.qa_env:DeepSearchEnv",
+    "ARPO-Math-v0": "arpo_env.envs.math:MathEnv",
+    "ARPO-QA-v0": "arpo_env.envs.qa:QAEnv",
+    "ARPO-DeepSearch-v0": "arpo_env.envs.qa:DeepSearchEnv",
 }
 for _id, _entry in ENV_IDS.items():
     if _id not in registry:

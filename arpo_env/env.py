@@ -15,7 +15,8 @@ import gymnasium as gym
 import numpy as np
 
 from arpo_env import prompts, tags
-from arpo_env.datasets import Task, gold_text
+from arpo_env.datasets.loaders import gold_text
+from arpo_env.datasets.task import Task
 from arpo_env.rewards import HierarchicalReward, RewardParts
 from arpo_env.spaces import UnicodeText
 from arpo_env.tools.protocol import Tool, ToolOutput

@@ -12,19 +12,19 @@ import gymnasium as gym
 import torch
 
 import arpo_env  # noqa: F401
-from arpo_env.procedural import procedural_tasks, scripted_episode
+from arpo_env.datasets.procedural import procedural_tasks, scripted_episode
 
 
 def episode_tensors(tokenizer, episode) -> tuple[list[int], list[int]]:
     """Input ids and labels (-100 on the prompt and the tool output) of a scripted episode."""
-    from arpo_algo.sft import tokenize
+    from arpo_algo.training.sft import tokenize
 
     row = tokenize(episode, tokenizer)
     return row["input_ids"], [t if m else -100 for t, m in zip(row["input_ids"], row["assistant_masks"])]
 
 
 def family_spec(family: str, n: int, seed: int) -> str:
-    """The dataset name (`arpo_env.procedural`) of `n` tasks of seed `seed` from a procedural family, ``arithmetic``
+    """The dataset name (`arpo_env.datasets.procedural`) of `n` tasks of seed `seed` from a procedural family, ``arithmetic``
     or ``chain`` with an optional level (``chain:3``: three operations, one Python call each)."""
     name, _, level = family.partition(":")
     return f"{name}:{n}:{seed}" + (f":{level}" if level else "")
@@ -68,7 +68,7 @@ def warm_up(model, tokenizer, steps: int = 30, batch: int = 4, lr: float = 1e-4,
 def warmed_path(name: str = "smollm2-135m", steps: int = 8, batch: int = 2, lr: float = 2e-5,
                 family: str = "arithmetic"):
     """Where `warmed_model` keeps the warmed-up model (a transformers folder, which vLLM loads too)."""
-    from arpo_algo.models import cache_dir
+    from arpo_algo.generation.models import cache_dir
 
     suffix = "" if family == "arithmetic" else "-" + family.replace(":", "")
     return cache_dir() / f"{name}-warmup-{steps}x{batch}-lr{lr:g}{suffix}"
@@ -85,7 +85,7 @@ def warmed_model(name: str = "smollm2-135m", steps: int = 8, batch: int = 2, lr:
     import shutil
     import uuid
 
-    from arpo_algo.models import SOURCE_FILE, load_model
+    from arpo_algo.generation.models import SOURCE_FILE, load_model
 
     target = warmed_path(name, steps, batch, lr, family)
     if warmed_ready(name, steps, batch, lr, family):
@@ -110,7 +110,7 @@ def warmed_model(name: str = "smollm2-135m", steps: int = 8, batch: int = 2, lr:
 
 
 def _base_source(name: str) -> str:
-    from arpo_algo.models import EMBEDDED, embedded_source
+    from arpo_algo.generation.models import EMBEDDED, embedded_source
 
     return (embedded_source(name) if name in EMBEDDED else None) or name
 
@@ -119,6 +119,6 @@ def warmed_ready(name: str = "smollm2-135m", steps: int = 8, batch: int = 2, lr:
                  family: str = "arithmetic") -> bool:
     """Whether `warmed_path` holds a whole warm-up of the base model as it is now (the embedded model's package
     updated since: warmed again)."""
-    from arpo_algo.models import complete_model
+    from arpo_algo.generation.models import complete_model
 
     return complete_model(warmed_path(name, steps, batch, lr, family), _base_source(name))

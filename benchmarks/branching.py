@@ -5,7 +5,7 @@
 SmolLM2-135M-Instruct after the short imitation warm-up of `benchmarks/_warmup.py` (so that it calls tools) rolls
 out ARPO on held-out procedural arithmetic tasks with the paper's α = 0.5, β = 0.2, k = 20. At every tool step
 the engine records ΔH (H after the result − H₀, each the sum of the k tokens' normalised entropies:
-`arpo_algo.entropy`) and P = clip(α + β·ΔH). This prints their distribution, how often the engine branched for low
+`arpo_algo.core.entropy`) and P = clip(α + β·ΔH). This prints their distribution, how often the engine branched for low
 and for high ΔH, and, for comparison, the P the old definition (ΔH as a difference of *means*, k times smaller)
 would have given on the same tokens. A histogram of ΔH and P against ΔH are saved as a PNG. The last line reads
 ``P min <x> median <y> max <z> over <n> tool steps``.
@@ -23,11 +23,12 @@ import gymnasium as gym
 from _warmup import warmed_model
 
 import arpo_env  # noqa: F401
-from arpo_algo.entropy import branch_probability
-from arpo_algo.hf_generator import HFGenerator
-from arpo_algo.models import generation_device
-from arpo_algo.rollout import ARPORollout, RolloutConfig
-from arpo_algo.tree import write_jsonl
+from arpo_algo.core.config import RolloutConfig
+from arpo_algo.core.entropy import branch_probability
+from arpo_algo.core.tree import write_jsonl
+from arpo_algo.generation.hf_generator import HFGenerator
+from arpo_algo.generation.models import generation_device
+from arpo_algo.rollout.scheduler import ARPORollout
 
 
 def quantiles(values: list[float]) -> str:

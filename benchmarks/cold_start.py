@@ -21,9 +21,10 @@ def evaluate(model: str, env_kwargs: dict, n_tasks: int, max_new_tokens: int, la
     from tqdm.auto import tqdm
 
     import arpo_env  # noqa: F401
-    from arpo_algo.hf_generator import HFGenerator
-    from arpo_algo.models import generation_device, load_model
-    from arpo_algo.rollout import GRPORollout, RolloutConfig
+    from arpo_algo.core.config import RolloutConfig
+    from arpo_algo.generation.hf_generator import HFGenerator
+    from arpo_algo.generation.models import generation_device, load_model
+    from arpo_algo.rollout.scheduler import GRPORollout
 
     loaded, tokenizer = load_model(model, device=generation_device())  # the GPU where there is one
     config = RolloutConfig(num_generations=1, num_global=1, max_new_tokens=max_new_tokens,
@@ -52,7 +53,7 @@ def main() -> int:
     args = parser.parse_args()
 
     if not (Path(args.sft_model) / "config.json").is_file():
-        from arpo_algo.sft import run_sft_recipe
+        from arpo_algo.training.sft import run_sft_recipe
 
         print(f"no SFT model at {args.sft_model}: running {args.sft_recipe} first", file=sys.stderr)
         run_sft_recipe(args.sft_recipe, output_dir=args.sft_model)

@@ -9,7 +9,7 @@ Suites, each with real tool output in the context:
   annotation) is run as a Python call in the real sandbox;
 * **qa** — HotpotQA questions; the question is searched in the shipped corpus (BM25), and the observation is the
   real search result;
-* **chain** — the procedural chained word problems (`arpo_env.procedural`): the teacher's first call.
+* **chain** — the procedural chained word problems (`arpo_env.datasets.procedural`): the teacher's first call.
 
 For each model and episode, the model generates k tokens twice (temperature 1): at the start of its response
 (context: the prompt) and right after the tool result (context: prompt, the call, the result). The generator records
@@ -29,16 +29,16 @@ import gymnasium as gym
 from tqdm import tqdm
 
 import arpo_env  # noqa: F401
-from arpo_algo.generator import SamplingParams
-from arpo_algo.hf_generator import HFGenerator
-from arpo_algo.models import generation_device, load_model, prompt_ids
+from arpo_algo.generation.hf_generator import HFGenerator
+from arpo_algo.generation.models import generation_device, load_model, prompt_ids
+from arpo_algo.generation.protocol import SamplingParams
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def episodes(suite: str, n: int, data_dir: str) -> list[tuple[list[dict], str, str]]:
     """(prompt messages, the agent's tool call, the real observation) for `n` tasks of `suite`."""
-    from arpo_env.procedural import teacher_action
+    from arpo_env.datasets.procedural import teacher_action
 
     out = []
     if suite == "gsm8k":  # the reference solutions' calculator annotations are in the raw records

@@ -24,7 +24,7 @@ call: a tag left open when a turn ran out of tokens, a spent budget), which cost
 those, plus one token each time a path resumes, less what was appended to paths stopped before they resumed. On the
 transformers backend (``--backend hf``) paths join and leave one running batch (continuous batching; ``--schedule
 lockstep``: all waiting paths generate in one batch per round; the linear layers run on oneDNN-packed weights,
-`arpo_algo.packed_linear`, or with ``--default-kernel`` on PyTorch's default kernel); on vLLM (``--backend vllm``)
+`arpo_algo.generation.packed_linear`, or with ``--default-kernel`` on PyTorch's default kernel); on vLLM (``--backend vllm``)
 every path is its own request, resubmitted the moment its tool result is back, and tool calls overlap generation
 (`arpo_algo.rollout`). "env s" is the environments' time on the rollout's critical path (what generation waited for);
 "tool s" the env steps' own time, summed, overlapped or not. "decode steps" counts the decoding steps one after the
@@ -48,7 +48,7 @@ calls come about a second in, whether they found it done decided the env share o
 same trees).
 The model is SmolLM2-135M-Instruct after a short imitation warm-up on scripted episodes of the task family
 (`benchmarks/_warmup.py`), so that it calls tools at all; the tasks are held-out problems of that family
-(``--family``, `arpo_env.procedural`). On ``arithmetic`` one Python call solves a task, so a trajectory makes about
+(``--family``, `arpo_env.datasets.procedural`). On ``arithmetic`` one Python call solves a task, so a trajectory makes about
 one tool call and a branch shares little; on ``chain:3`` (a number goes through three operations, one call each,
 each reading the last one's printed result) a trajectory makes two to three, the regime of the paper (3–6 calls),
 and its warm-up needs more steps (24 at 5e-5: at 8 steps at 2e-5 most chain trajectories break the format)."""
@@ -67,8 +67,9 @@ import gymnasium as gym
 from _warmup import family_spec, family_tasks, warmed_model, warmed_path, warmed_ready
 
 import arpo_env  # noqa: F401
-from arpo_env.procedural import scripted_episode
-from arpo_algo.rollout import ARPORollout, GRPORollout, RolloutConfig
+from arpo_algo.core.config import RolloutConfig
+from arpo_algo.rollout.scheduler import ARPORollout, GRPORollout
+from arpo_env.datasets.procedural import scripted_episode
 
 
 def make_generator(backend: str, block_size: int | None = None, schedule: str = "continuous", steps_per_poll: int = 8,
@@ -78,7 +79,7 @@ def make_generator(backend: str, block_size: int | None = None, schedule: str = 
     `device`: where the transformers backend runs."""
     warm = warm or {}
     if backend == "hf":
-        from arpo_algo.hf_generator import HFGenerator
+        from arpo_algo.generation.hf_generator import HFGenerator
 
         model, tokenizer = warmed_model(**warm)
         return HFGenerator(model.to(device), tokenizer, continuous=schedule == "continuous",
@@ -95,7 +96,7 @@ def vllm_generator(model: str, block_size: int | None = None):
 
     import torch
 
-    from arpo_algo.vllm_generator import VLLMGenerator
+    from arpo_algo.generation.vllm_generator import VLLMGenerator
 
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     extra = {} if block_size is None else {"block_size": block_size}
@@ -203,7 +204,7 @@ def main() -> None:
                              "(a path that ended waits for the poll's end, its tool call overlaps the next poll)")
     parser.add_argument("--default-kernel", action="store_true",
                         help="transformers backend: linear layers on PyTorch's default kernel, not on oneDNN-packed "
-                             "weights (arpo_algo.packed_linear)")
+                             "weights (arpo_algo.generation.packed_linear)")
     parser.add_argument("--block-size", type=int, default=None,
                         help="vLLM's KV-cache block (tokens); the prefix cache shares whole blocks only")
     parser.add_argument("--spare-samples", type=int, default=RolloutConfig.spare_samples,
@@ -231,7 +232,7 @@ def main() -> None:
                            speculative_branches=args.speculative, speculative_min_keep=args.speculative_min_keep)
     tasks = list(range(args.tasks))
     if args.device is None:
-        from arpo_algo.models import generation_device
+        from arpo_algo.generation.models import generation_device
 
         args.device = generation_device() or "cpu"
 

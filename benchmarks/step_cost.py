@@ -8,15 +8,15 @@ depends on its rows (reading the weights dominates it, as on a GPU at small batc
 what counts is the number of steps: spare samples and speculative branches, which take rows to save steps, pay.
 Where the cost grows with the rows (a CPU past a few rows), every extra row costs too: they pay less or not at all.
 This benchmark measures which case a machine is in, with the generator the rollout uses
-(`arpo_algo.hf_generator.HFGenerator`: its batch, cache, sampling and entropy window), on a math task's real prompt,
+(`arpo_algo.generation.hf_generator.HFGenerator`: its batch, cache, sampling and entropy window), on a math task's real prompt,
 every row a fork of it at the same length. For each width it times the steps after the first few (end of sequence is
 ignored, so no row leaves) and prints the median milliseconds a step and a row. It times two generators side by side,
 in alternating rounds: the default one, whose linear layers run on oneDNN-packed weights where PyTorch has oneDNN
-(`arpo_algo.packed_linear`), and one with PyTorch's default linear kernel (``packed_weights=False``); the last column
+(`arpo_algo.generation.packed_linear`), and one with PyTorch's default linear kernel (``packed_weights=False``); the last column
 is the second's time over the first's. The last line reads ``step ms <t> at 1 row <t> at 2 rows …``, the default
 generator's figure for each width asked for.
 
-With ``--backend vllm`` it times vLLM's engine steps instead, the way `arpo_algo.vllm_generator.VLLMGenerator`
+With ``--backend vllm`` it times vLLM's engine steps instead, the way `arpo_algo.generation.vllm_generator.VLLMGenerator`
 drives the engine (float32, prefix caching, processed log-probs, the top-20 log-probabilities of every token, 32-token
 KV blocks on the CPU): `rows` requests of the same prompt, each its own, end of sequence ignored; the steps that encode
 the prompts are not timed. There is one generator, so the default-kernel columns are left out.
@@ -34,9 +34,9 @@ import torch
 from tqdm import tqdm
 
 import arpo_env  # noqa: F401
-from arpo_algo.generator import SamplingParams
-from arpo_algo.hf_generator import HFGenerator, _Batch, _Seq
-from arpo_algo.models import load_model, prompt_ids
+from arpo_algo.generation.hf_generator import HFGenerator, _Batch, _Seq
+from arpo_algo.generation.models import load_model, prompt_ids
+from arpo_algo.generation.protocol import SamplingParams
 
 
 def step_times(gen: HFGenerator, prompt: list[int], rows: int, steps: int, warm: int = 3) -> list[float]:
@@ -102,7 +102,7 @@ def vllm_main(args: argparse.Namespace, widths: list[int]) -> None:
     import vllm
     from rollout_efficiency import vllm_generator
 
-    from arpo_algo.models import resolve
+    from arpo_algo.generation.models import resolve
 
     gen = vllm_generator(resolve(args.model))
     prompt = task_prompt(gen.tokenizer)

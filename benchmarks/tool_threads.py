@@ -27,7 +27,7 @@ import gymnasium as gym
 import torch
 
 import arpo_env  # noqa: F401
-from arpo_algo.hf_generator import _cache_argument
+from arpo_algo.generation.hf_generator import _cache_argument
 
 ACTION = "Let me compute.\n<python>\nx = 17 * 23\nprint(x)\n</python>"
 

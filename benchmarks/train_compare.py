@@ -7,7 +7,7 @@
 
 Running it again goes on where it stopped: a run that reached its last step is reused, an unfinished one restarts.
 
-Task: the chained word problems (`arpo_env.procedural.chain_tasks`, ``chain:N:SEED:STEPS``): a number goes through
+Task: the chained word problems (`arpo_env.datasets.procedural.chain_tasks`, ``chain:N:SEED:STEPS``): a number goes through
 LEVEL operations in turn, and the model must carry each printed result into its next Python call. The cold start
 (`arpo sft`, `examples/recipes/smollm2_sft_cpu.yaml` with ``--synthetic_family chain:LEVEL+1``, 40 teacher traces
 of seed 1, one operation longer than the RL tasks; in ``OUT/cold-start-chainLEVEL+1``) is made once and shared by

@@ -15,7 +15,7 @@ sdist=$(ls "$work"/dist/arpo-*.tar.gz)
 unzip -l "$wheel" > "$work/wheel.txt"
 tar tzf "$sdist" > "$work/sdist.txt"
 for f in arpo_env/data/search_corpus.jsonl.gz arpo_env/data/math_default.jsonl arpo_env/data/qa_default.jsonl \
-         arpo_env/data/deepsearch_default.jsonl arpo_algo/viewer_assets/report.js arpo_algo/paper_table1.tsv; do
+         arpo_env/data/deepsearch_default.jsonl arpo_algo/cli/viewer_assets/report.js arpo_algo/cli/eval/paper_table1.tsv; do
   grep -q "$f" "$work/wheel.txt" || { echo "wheel lacks $f"; exit 1; }
   grep -q "$f" "$work/sdist.txt" || { echo "sdist lacks $f"; exit 1; }
 done
@@ -47,7 +47,7 @@ for env_id, action in actions.items():
     print(f"wheel check: {env_id} made, searched/ran and answered")
 PYEOF
 "$work/user/bin/python" - <<'PYEOF'
-from arpo_algo.tree import Node, RolloutTree, Trajectory, write_jsonl
+from arpo_algo.core.tree import Node, RolloutTree, Trajectory, write_jsonl
 
 trajectory = Trajectory(0, [1], [2, 3], [1, 1], [-0.1, -0.2], [0.1, None], [], 1.0, {"total": 1.0}, 0)
 write_jsonl([RolloutTree({"question": "q", "answer": "a"}, "arpo", [Node(0, None, 0, "global")], [trajectory])],

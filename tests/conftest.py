@@ -64,7 +64,7 @@ def wait_until(predicate, seconds: float = 10.0) -> bool:
 @pytest.fixture(scope="session")
 def tokenizer():
     """SmolLM2's tokenizer, from the embedded package (offline)."""
-    from arpo_algo.models import load_tokenizer
+    from arpo_algo.generation.models import load_tokenizer
 
     return load_tokenizer("smollm2-135m")
 

@@ -23,10 +23,11 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor
 
 import arpo_env  # noqa: F401
-from arpo_algo.arpo_trainer import _reshard_settings, fsdp2_unsharded
-from arpo_algo.hf_generator import HFGenerator
-from arpo_algo.models import load_tokenizer
-from arpo_algo.rollout import ARPORollout, RolloutConfig
+from arpo_algo.core.config import RolloutConfig
+from arpo_algo.generation.hf_generator import HFGenerator
+from arpo_algo.generation.models import load_tokenizer
+from arpo_algo.rollout.scheduler import ARPORollout
+from arpo_algo.training.distributed import _reshard_settings, fsdp2_unsharded
 
 
 def make_env():

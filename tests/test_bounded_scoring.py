@@ -13,7 +13,8 @@ import pytest
 
 import arpo_env  # noqa: F401
 from arpo_env import rewards
-from arpo_env.bounded import BoundExceeded, pool
+from arpo_env.scoring.math_equivalence import MATH_EQUAL_TARGET
+from arpo_env.scoring.worker_pool import BoundExceeded, pool
 
 BOUND_S = 2.0
 PATHOLOGICAL = {
@@ -66,8 +67,8 @@ def test_pathological_answers_through_the_trl_reward_in_a_thread(name):
 
 def test_an_overrunning_call_is_cut_and_its_worker_replaced():
     with pytest.raises(BoundExceeded):
-        pool().call("math_equal", "9^{9^{9^{9}}}", ["1"], timeout_s=0.5)
-    assert pool().call("math_equal", "\\frac{1}{2}", ["0.5"]) is True
+        pool().call(MATH_EQUAL_TARGET, "9^{9^{9^{9}}}", ["1"], timeout_s=0.5)
+    assert pool().call(MATH_EQUAL_TARGET, "\\frac{1}{2}", ["0.5"]) is True
 
 
 def test_scoring_survives_the_thread_that_started_its_workers():
@@ -75,7 +76,7 @@ def test_scoring_survives_the_thread_that_started_its_workers():
     parent-death signal is per thread), and the next pool's calls must still be scored, not lost to a broken pipe."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from arpo_env.bounded import WorkerPool
+    from arpo_env.scoring.worker_pool import WorkerPool
 
     own = WorkerPool(size=1)
     for _ in range(3):  # a new pool of threads each round, as each rollout makes
@@ -89,7 +90,7 @@ def test_an_episode_starts_its_scoring_workers_before_its_first_answer():
     """A scoring worker imports sympy and math-verify (a second here, several on a machine's first run): started at
     reset, they are up by the time the first answer comes, and that answer is scored on them."""
     code = ("import time, gymnasium as gym, arpo_env\n"
-            "from arpo_env.bounded import pool\n"
+            "from arpo_env.scoring.worker_pool import pool\n"
             "env = gym.make('ARPO-Math-v0').unwrapped\n"
             "env.reset(options={'question': 'q', 'answer': '1'})\n"
             "deadline = time.monotonic() + 120\n"
@@ -108,11 +109,11 @@ def test_an_answer_far_longer_than_every_gold_is_not_equal_without_asking_math_v
     """math-verify's time grows with the answer (3,000 characters of "a1 a1 …" took it 1 s of a scoring worker, 21,000
     took 3.5 s): a policy fallen into long garbage answers held the workers that long for each. Answers within
     `FAR_LONGER` times the longest gold (or under `MIN_FAR_LONGER` characters) still go to it."""
-    import arpo_env.bounded
+    import arpo_env.scoring.worker_pool
 
     asked = []
-    real = arpo_env.bounded.pool
-    monkeypatch.setattr(arpo_env.bounded, "pool", lambda *args: asked.append(args) or real(*args))
+    real = arpo_env.scoring.worker_pool.pool
+    monkeypatch.setattr(arpo_env.scoring.worker_pool, "pool", lambda *args: asked.append(args) or real(*args))
     monkeypatch.setattr(rewards, "_verdicts", type(rewards._verdicts)())  # none kept from the tests before
     assert not rewards.math_equal("a1 " * 1000, "42") and not asked
     assert not rewards.math_equal("1+" * 600 + "1", ["42", "7"]) and not asked
@@ -129,7 +130,7 @@ def test_the_same_answer_is_decided_once_however_many_samples_end_on_it(monkeypa
     import logging
     from concurrent.futures import ThreadPoolExecutor
 
-    from arpo_env.bounded import WorkerPool
+    from arpo_env.scoring.worker_pool import WorkerPool
 
     asked = []
     real_call = WorkerPool.call

@@ -211,7 +211,7 @@ def test_a_page_that_extraction_would_take_minutes_over_is_read_as_plain_text_in
 def test_a_plain_text_stand_in_is_not_cached_and_the_overrun_is_not_waited_out_again(server, tmp_path, monkeypatch):
     from collections import OrderedDict
 
-    from arpo_env import bounded
+    from arpo_env.scoring import worker_pool as bounded
     from arpo_env.tools import browse
 
     calls = []
@@ -246,7 +246,7 @@ def test_a_page_waits_for_a_busy_page_worker_no_longer_than_its_bound(monkeypatc
 
     from conftest import wait_until
 
-    from arpo_env import bounded
+    from arpo_env.scoring import worker_pool as bounded
     from arpo_env.tools import browse
 
     monkeypatch.setattr(browse, "_OVERRAN", OrderedDict())
@@ -273,7 +273,7 @@ def test_a_dead_page_worker_is_replaced(server):
     import os
     import signal
 
-    from arpo_env.bounded import pool
+    from arpo_env.scoring.worker_pool import pool
 
     tool = BrowseTool(private_hosts=True)
     assert "Vasa Museum" in tool.call(f"{server}/article").text

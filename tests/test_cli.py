@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def tiny_model_dir(tmp_path_factory):
     from tiny_agent import tiny_llama
 
-    from arpo_algo.models import load_tokenizer
+    from arpo_algo.generation.models import load_tokenizer
 
     tokenizer = load_tokenizer("smollm2-135m")
     path = tmp_path_factory.mktemp("tiny")
@@ -191,7 +191,7 @@ def test_a_paper_table_eval_cannot_read_is_one_line_before_the_model_loads(tmp_p
 
 def test_a_model_without_a_chat_template_is_one_clear_line_before_its_weights_load(tiny_model_dir, tmp_path):
     """A base model's tokenizer has no chat template: transformers' ValueError was a traceback once the model had
-    loaded, in arpo rollout, eval, train and sft alike (they all load the tokenizer through arpo_algo.models)."""
+    loaded, in arpo rollout, eval, train and sft alike (they all load the tokenizer through arpo_algo.generation.models)."""
     import shutil
 
     base = tmp_path / "base"
@@ -270,7 +270,8 @@ def test_a_dataset_named_twice_and_apart_is_one_clear_line(tmp_path):
 def test_every_shipped_recipe_parses(recipe):
     """The 7B recipes run only on a GPU node: a key misspelt in one would show there first, after the model's
     download. Parsed here with bf16 off (transformers refuses it on a CPU), every key must be one a flag knows."""
-    from arpo_algo import sft, train
+    from arpo_algo.training import sft
+    from arpo_algo.training.sft import train
 
     module = sft if "_sft_" in recipe else train
     script, args, _ = train.parse_recipe(module.make_parser(), ["--config", str(ROOT / "examples" / "recipes" /
@@ -419,7 +420,7 @@ def test_the_trees_file_of_a_rollout_is_hidden_from_the_sandbox(tmp_path):
 
     from conftest import assert_hidden_from_the_sandbox
 
-    from arpo_algo.cli import _rollout_parser, rollout_env_kwargs
+    from arpo_algo.cli.rollout import _rollout_parser, rollout_env_kwargs
 
     parser = argparse.ArgumentParser()
     _rollout_parser(parser.add_subparsers(dest="command"))
@@ -438,9 +439,9 @@ def test_rollout_defaults_agree_everywhere_they_are_written():
     not drift apart."""
     import argparse
 
-    from arpo_algo.arpo_config import ARPOConfig
-    from arpo_algo.cli import _rollout_parser
-    from arpo_algo.rollout import RolloutConfig, default_num_global
+    from arpo_algo.cli.rollout import _rollout_parser
+    from arpo_algo.core.config import RolloutConfig, default_num_global
+    from arpo_algo.training.config import ARPOConfig
 
     parser = argparse.ArgumentParser()
     _rollout_parser(parser.add_subparsers(dest="command"))
@@ -467,8 +468,8 @@ def test_transformers_generates_on_the_gpu_where_there_is_one(tiny_model_dir, mo
     """`arpo rollout` and `arpo eval` take the GPU budget where CUDA is there; their model must go there too."""
     import torch
 
-    import arpo_algo.models as models
-    from arpo_algo.cli import make_generator
+    import arpo_algo.generation.models as models
+    from arpo_algo.generation.factory import make_generator
 
     placed = []
     load = models.load_model
@@ -517,7 +518,8 @@ def test_a_second_eval_into_the_same_folder_at_once_is_refused(tiny_model_dir, t
 
 
 def test_sole_writer_removes_the_log_it_made_only_if_nothing_was_written(tmp_path):
-    from arpo_algo import ConfigError, jsonl
+    from arpo_algo import jsonl
+    from arpo_algo.settings import ConfigError
 
     empty, written = tmp_path / "empty.jsonl", tmp_path / "written.jsonl"
     with jsonl.sole_writer(empty, "busy"):

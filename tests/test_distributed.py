@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 from tiny_agent import write_recipe
 
-from arpo_algo.advantages import grpo_advantages
-from arpo_algo.tree import read_jsonl
+from arpo_algo.core.advantages import grpo_advantages
+from arpo_algo.core.tree import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
@@ -121,7 +121,7 @@ def test_settings_whose_forwards_are_collectives_are_refused(setting, problem):
     for different numbers of steps wait on each other for ever: refused before training, with what to set."""
     from types import SimpleNamespace
 
-    from arpo_algo.arpo_trainer import lockstep_problem
+    from arpo_algo.training.distributed import lockstep_problem
 
     dist = SimpleNamespace(is_zero3=setting.get("zero3", False), fsdp_version=setting.get("fsdp"))
     got = lockstep_problem(dist, setting.get("gather", True), setting.get("vllm", False), setting.get("processes", 2))

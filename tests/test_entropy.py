@@ -1,4 +1,4 @@
-"""ΔH and P on the paper's scale: the definitions in arpo_algo.entropy, the generator's measurements, and branching
+"""ΔH and P on the paper's scale: the definitions in arpo_algo.core.entropy, the generator's measurements, and branching
 decisions of real rollouts with tiny models whose uncertainty sits before or after their tool results."""
 
 from __future__ import annotations
@@ -12,11 +12,18 @@ import torch
 from tiny_agent import TASK, hesitant_start_agent
 
 import arpo_env  # noqa: F401
-from arpo_algo.entropy import branch_probability, nucleus_log_probs, token_entropy, top_logprob_entropy, window_entropy
-from arpo_algo.generator import SamplingParams, Segment
-from arpo_algo.hf_generator import HFGenerator
-from arpo_algo.rollout import ARPORollout, RolloutConfig
-from arpo_algo.tree import entropy_windows
+from arpo_algo.core.config import RolloutConfig
+from arpo_algo.core.entropy import (
+    branch_probability,
+    nucleus_log_probs,
+    token_entropy,
+    top_logprob_entropy,
+    window_entropy,
+)
+from arpo_algo.core.tree import entropy_windows
+from arpo_algo.generation.hf_generator import HFGenerator
+from arpo_algo.generation.protocol import SamplingParams, Segment
+from arpo_algo.rollout.scheduler import ARPORollout
 
 
 def test_window_entropy_sums_the_k_tokens_and_scales_a_short_segment():

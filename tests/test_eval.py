@@ -11,7 +11,9 @@ import gymnasium as gym
 import pytest
 
 import arpo_env  # noqa: F401
-from arpo_algo.evaluation import BENCHMARKS, PAPER_TABLE, Settings, env_kwargs, paper_rows, select, summarise, table
+from arpo_algo.cli.eval.benchmarks import BENCHMARKS, select
+from arpo_algo.cli.eval.report import PAPER_TABLE, paper_rows, summarise, table
+from arpo_algo.cli.eval.runner import Settings, env_kwargs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -78,12 +80,12 @@ def test_selection_and_clear_errors():
     for empty in ("", " , "):  # ran nothing and wrote an empty table
         with pytest.raises(SystemExit, match="--benchmarks names no benchmark"):
             select(empty)
-    from arpo_algo import evaluation
+    from arpo_algo.cli.eval import command as evaluation_command
 
     for flags, words in [(["--top-p", "0"], "--top-p must be in"), (["--temperature", "-1"], "--temperature must"),
                          (["--max-new-tokens", "-5"], "--max-new-tokens=-5")]:  # before any model or sample
         with pytest.raises(SystemExit, match=words):
-            evaluation.main(["--model", "no-model-needed", "--benchmarks", "gsm8k", *flags])
+            evaluation_command.main(["--model", "no-model-needed", "--benchmarks", "gsm8k", *flags])
 
 
 def test_table_has_the_paper_layout_and_the_paper_numbers():
@@ -143,8 +145,8 @@ def test_samples_whose_text_holds_line_separators_count_as_done(tmp_path):
     """Samples are written with ``ensure_ascii=False``, so a model's U+2028, U+2029 or U+0085 stands unescaped in
     its line: read with ``str.splitlines``, which cuts there, such a sample was never done and ran again at every
     resume. The training log's reader is the same."""
-    from arpo_algo.evaluation import load_done
-    from arpo_algo.viewer import read_metrics
+    from arpo_algo.cli.eval.runner import load_done
+    from arpo_algo.cli.viewer import read_metrics
 
     texts = ["a\u2028b", "c\u2029d", "e\x85f", "plain"]
     samples = tmp_path / "samples.jsonl"
@@ -204,14 +206,15 @@ def test_each_sample_is_written_as_it_ends_so_an_interrupt_loses_only_those_unde
     the next run does the others, each once."""
     from tiny_agent import TASK
 
-    from arpo_algo import evaluation
-    from arpo_algo.hf_generator import HFGenerator
+    from arpo_algo.cli.eval import benchmarks as evaluation_benchmarks
+    from arpo_algo.cli.eval import runner as evaluation_runner
+    from arpo_algo.generation.hf_generator import HFGenerator
 
     (tmp_path / "data" / "gsm8k").mkdir(parents=True)
     (tmp_path / "data" / "gsm8k" / "test.jsonl").write_text(
         "".join(json.dumps({"question": TASK["question"], "answer": "#### 42"}) + "\n" for _ in range(3)))
 
-    class InterruptedAfterOne(evaluation.RolloutRunner):  # Ctrl-C as the first sample is written
+    class InterruptedAfterOne(evaluation_runner.RolloutRunner):  # Ctrl-C as the first sample is written
         def run(self, bench, make_env, indices, runs, s, record):
             def then_interrupt(rec):
                 record(rec)
@@ -219,13 +222,13 @@ def test_each_sample_is_written_as_it_ends_so_an_interrupt_loses_only_those_unde
 
             super().run(bench, make_env, indices, runs, s, then_interrupt)
 
-    s = evaluation.Settings(max_new_tokens=24, max_completion_tokens=256)
-    args = ([evaluation.BENCHMARKS["gsm8k"]], None, str(tmp_path / "data"), None, 2, s, tmp_path / "eval")
+    s = evaluation_runner.Settings(max_new_tokens=24, max_completion_tokens=256)
+    args = ([evaluation_benchmarks.BENCHMARKS["gsm8k"]], None, str(tmp_path / "data"), None, 2, s, tmp_path / "eval")
     with pytest.raises(KeyboardInterrupt):
-        evaluation.evaluate(args[0], InterruptedAfterOne(HFGenerator(agent, tokenizer)), *args[2:])
+        evaluation_runner.evaluate(args[0], InterruptedAfterOne(HFGenerator(agent, tokenizer)), *args[2:])
     lines = (tmp_path / "eval" / "samples.jsonl").read_text().splitlines()
     assert len(lines) == 1  # the chunk holds all six samples: before, none was written until all were done
-    results = evaluation.evaluate(args[0], evaluation.RolloutRunner(HFGenerator(agent, tokenizer)), *args[2:])
+    results = evaluation_runner.evaluate(args[0], evaluation_runner.RolloutRunner(HFGenerator(agent, tokenizer)), *args[2:])
     after = (tmp_path / "eval" / "samples.jsonl").read_text().splitlines()
     assert after[0] == lines[0] and len(after) == 6
     assert sorted((json.loads(x)["index"], json.loads(x)["run"]) for x in after) == [(i, r) for i in range(3)
@@ -239,8 +242,9 @@ def test_samples_made_on_other_data_are_made_again_not_reported_as_these(agent, 
     question is the same are reused, and the others are made again."""
     from tiny_agent import TASK
 
-    from arpo_algo import evaluation
-    from arpo_algo.hf_generator import HFGenerator
+    from arpo_algo.cli.eval import benchmarks as evaluation_benchmarks
+    from arpo_algo.cli.eval import runner as evaluation_runner
+    from arpo_algo.generation.hf_generator import HFGenerator
 
     def data(folder, questions):
         (folder / "gsm8k").mkdir(parents=True)
@@ -250,17 +254,17 @@ def test_samples_made_on_other_data_are_made_again_not_reported_as_these(agent, 
 
     first = data(tmp_path / "a", [TASK["question"], TASK["question"] + " Say it twice."])
     second = data(tmp_path / "b", [TASK["question"] + " Show your work.", TASK["question"] + " Say it twice."])
-    s, out, runner = evaluation.Settings(max_new_tokens=24, max_completion_tokens=256), tmp_path / "eval", \
-        evaluation.RolloutRunner(HFGenerator(agent, tokenizer))
-    evaluation.evaluate([evaluation.BENCHMARKS["gsm8k"]], runner, first, None, 1, s, out)
-    results = evaluation.evaluate([evaluation.BENCHMARKS["gsm8k"]], runner, second, None, 1, s, out)
+    s, out, runner = evaluation_runner.Settings(max_new_tokens=24, max_completion_tokens=256), tmp_path / "eval", \
+        evaluation_runner.RolloutRunner(HFGenerator(agent, tokenizer))
+    evaluation_runner.evaluate([evaluation_benchmarks.BENCHMARKS["gsm8k"]], runner, first, None, 1, s, out)
+    results = evaluation_runner.evaluate([evaluation_benchmarks.BENCHMARKS["gsm8k"]], runner, second, None, 1, s, out)
     lines = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
     assert [(r["index"], r["question"]) for r in lines] == [
         (0, TASK["question"]), (1, TASK["question"] + " Say it twice."), (0, TASK["question"] + " Show your work.")]
     assert [r["question"] for r in results["gsm8k"]] == [TASK["question"] + " Show your work.",
                                                          TASK["question"] + " Say it twice."]
-    assert [r["question"] for r in evaluation.evaluate(  # and a third run reads the new record, not the first one
-        [evaluation.BENCHMARKS["gsm8k"]], runner, second, None, 1, s, out)["gsm8k"]] == [
+    assert [r["question"] for r in evaluation_runner.evaluate(  # and a third run reads the new record, not the first one
+        [evaluation_benchmarks.BENCHMARKS["gsm8k"]], runner, second, None, 1, s, out)["gsm8k"]] == [
         r["question"] for r in results["gsm8k"]]
     assert len((out / "samples.jsonl").read_text().splitlines()) == 3
 
@@ -272,8 +276,10 @@ def test_lines_of_samples_jsonl_that_are_no_sample_records_are_passed_over_and_m
     loaded, or on a TypeError at the table, after the whole run."""
     from tiny_agent import TASK
 
-    from arpo_algo import evaluation
-    from arpo_algo.hf_generator import HFGenerator
+    from arpo_algo.cli.eval import benchmarks as evaluation_benchmarks
+    from arpo_algo.cli.eval import command as evaluation_command
+    from arpo_algo.cli.eval import runner as evaluation_runner
+    from arpo_algo.generation.hf_generator import HFGenerator
 
     (tmp_path / "data" / "gsm8k").mkdir(parents=True)
     (tmp_path / "data" / "gsm8k" / "test.jsonl").write_text(json.dumps({"question": TASK["question"],
@@ -284,26 +290,26 @@ def test_lines_of_samples_jsonl_that_are_no_sample_records_are_passed_over_and_m
                                         # the table read its score after the whole run: a TypeError, the table lost
                                         b'{"benchmark": "gsm8k", "index": 0, "run": 0, "score": "high", '
                                         b'"tool_calls": 1, "error": null}\n')
-    s = evaluation.Settings(max_new_tokens=24, max_completion_tokens=256)
-    results = evaluation.evaluate([evaluation.BENCHMARKS["gsm8k"]], evaluation.RolloutRunner(
+    s = evaluation_runner.Settings(max_new_tokens=24, max_completion_tokens=256)
+    results = evaluation_runner.evaluate([evaluation_benchmarks.BENCHMARKS["gsm8k"]], evaluation_runner.RolloutRunner(
         HFGenerator(agent, tokenizer)), str(tmp_path / "data"), None, 1, s, out)
     assert [(r["index"], r["run"], r["error"]) for r in results["gsm8k"]] == [(0, 0, None)]
     err = capsys.readouterr().err
     assert f"{out / 'samples.jsonl'}:1: passed over a line that is no sample record" in err and ":2: passed" in err
     assert ":4: passed" in err and results["gsm8k"][0]["score"] == 1.0
-    assert evaluation._line_count(out / "samples.jsonl") == 5
+    assert evaluation_command._line_count(out / "samples.jsonl") == 5
 
 
 def test_a_model_server_that_does_not_answer_stops_the_run_with_what_is_done_kept(tmp_path):
     """Nothing listens at the address (a server down, an engine dead): after its retries the first sample stops the
     run, instead of every sample waiting as long and writing an error."""
-    from arpo_algo import evaluation
+    from arpo_algo.cli.eval import command as evaluation_command
 
     (tmp_path / "data" / "gsm8k").mkdir(parents=True)
     (tmp_path / "data" / "gsm8k" / "test.jsonl").write_text(
         "".join(json.dumps({"question": f"What is {i} + 1?", "answer": f"#### {i + 1}"}) + "\n" for i in range(40)))
     with pytest.raises(SystemExit, match="no answer in 5 tries"):
-        evaluation.main(["--model", "m", "--backend", "openai", "--base-url", "http://127.0.0.1:9/v1", "--benchmarks",
+        evaluation_command.main(["--model", "m", "--backend", "openai", "--base-url", "http://127.0.0.1:9/v1", "--benchmarks",
                          "gsm8k", "--data-dir", str(tmp_path / "data"), "--out", str(tmp_path / "eval")])
     samples = tmp_path / "eval" / "samples.jsonl"
     assert not samples.exists() or samples.read_text() == ""
@@ -341,7 +347,7 @@ def test_a_base_url_that_is_a_web_site_stops_the_run_with_its_words(web_page_ser
     """A base URL that names a web site (501 or 405 to a POST, or a page with 200) made every sample an error record
     reading "</html>" (the last line of the page) and a table of zeros; an error a server gives one sample is one line
     of its words."""
-    from arpo_algo import evaluation
+    from arpo_algo.cli.eval import command as evaluation_command
 
     server, handler = web_page_server
     (tmp_path / "data" / "gsm8k").mkdir(parents=True)
@@ -353,13 +359,13 @@ def test_a_base_url_that_is_a_web_site_stops_the_run_with_its_words(web_page_ser
     for status in (501, 405, 200):
         handler.status = status
         with pytest.raises(SystemExit) as info:
-            evaluation.main(argv)
+            evaluation_command.main(argv)
         message = str(info.value.code)
         assert f"answered {status}" in message and "Site Not here No & API at /v1/chat/completions" in message
         assert "\n" not in message and "<" not in message.split("answered")[1]
         assert not samples.exists() or samples.read_text() == ""
     handler.status = 422  # this request's fault, as far as anyone can tell: an error record each, and the run goes on
-    evaluation.main(argv + ["--limit", "1"])
+    evaluation_command.main(argv + ["--limit", "1"])
     error = json.loads(samples.read_text().splitlines()[0])["error"]
     assert error.startswith("ChatError: ") and error.endswith("answered 422: Site Not here No & API at "
                                                               "/v1/chat/completions")
@@ -371,8 +377,8 @@ def test_a_judge_serving_another_model_at_the_same_url_is_another_setting(tmp_pa
     asked before any sample and kept in settings.json; a judge that is down then is no reason to refuse."""
     from chat_server import serve_replies
 
-    from arpo_algo import evaluation
-    from arpo_env import qa_metrics
+    from arpo_algo.cli.eval import command as evaluation_command
+    from arpo_env.scoring import judge as qa_metrics
 
     (tmp_path / "data" / "webwalker").mkdir(parents=True)
     (tmp_path / "data" / "webwalker" / "test.jsonl").write_text(
@@ -385,7 +391,7 @@ def test_a_judge_serving_another_model_at_the_same_url_is_another_setting(tmp_pa
             str(out)]
     try:
         monkeypatch.setattr(qa_metrics, "_JUDGES", {})
-        evaluation.main(argv + ["--limit", "1"])
+        evaluation_command.main(argv + ["--limit", "1"])
         assert json.loads((out / "settings.json").read_text())["judge_served"] == "judge-a"
         (sample,) = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
         assert sample["judged"] is True and sample["score"] == 1.0
@@ -395,22 +401,22 @@ def test_a_judge_serving_another_model_at_the_same_url_is_another_setting(tmp_pa
         monkeypatch.setattr(qa_metrics, "_JUDGES", {})  # a new process's
         with pytest.raises(SystemExit, match=f"other settings \\(the judge at {url} serves 'judge-b', not "
                                              "'judge-a'\\)"):
-            evaluation.main(argv)
+            evaluation_command.main(argv)
         assert len((out / "samples.jsonl").read_text().splitlines()) == 1
     finally:
         for server in (policy, judge):
             server.shutdown()
             server.server_close()
     settings = json.loads((out / "settings.json").read_text())
-    evaluation.same_settings(out, {**settings, "judge_served": None})  # the judge down at this run's start
+    evaluation_command.same_settings(out, {**settings, "judge_served": None})  # the judge down at this run's start
     (out / "settings.json").write_text(json.dumps({**settings, "judge_served": None}))  # or at the first run's
-    evaluation.same_settings(out, {**settings, "judge_served": "judge-b"})
+    evaluation_command.same_settings(out, {**settings, "judge_served": "judge-b"})
     # kept from then on: a judge down at the first run's start left it null for good, so no later change was told
     assert json.loads((out / "settings.json").read_text())["judge_served"] == "judge-b"
     with pytest.raises(SystemExit, match="serves 'judge-c', not 'judge-b'"):
-        evaluation.same_settings(out, {**settings, "judge_served": "judge-c"})
+        evaluation_command.same_settings(out, {**settings, "judge_served": "judge-c"})
     with pytest.raises(SystemExit, match=r"other settings \(judge 'http[^,]*'\)"):  # another URL: said once
-        evaluation.same_settings(out, {**settings, "judge": url + "/x", "judge_served": "judge-b"})
+        evaluation_command.same_settings(out, {**settings, "judge": url + "/x", "judge_served": "judge-b"})
 
 
 def test_samples_scored_by_f1_while_the_judge_was_down_are_judged_when_a_run_resumes(tmp_path, monkeypatch):
@@ -418,8 +424,8 @@ def test_samples_scored_by_f1_while_the_judge_was_down_are_judged_when_a_run_res
     the judge back: its F1 score was mixed into the judged column for good (only `--out` elsewhere judged it)."""
     from chat_server import serve_replies
 
-    from arpo_algo import evaluation
-    from arpo_env import qa_metrics
+    from arpo_algo.cli.eval import command as evaluation_command
+    from arpo_env.scoring import judge as qa_metrics
 
     (tmp_path / "data" / "webwalker").mkdir(parents=True)
     (tmp_path / "data" / "webwalker" / "test.jsonl").write_text(
@@ -436,15 +442,15 @@ def test_samples_scored_by_f1_while_the_judge_was_down_are_judged_when_a_run_res
     samples = out / "samples.jsonl"
     try:
         monkeypatch.setattr(qa_metrics, "_JUDGES", {})
-        evaluation.main(argv)
+        evaluation_command.main(argv)
         assert [(r["judged"], r["score"]) for r in map(json.loads, samples.read_text().splitlines())] == [
             (False, 1.0)] * 2
         monkeypatch.setattr(qa_metrics, "_JUDGES", {})  # a new process's
-        evaluation.main(argv)  # still down: kept as they were
+        evaluation_command.main(argv)  # still down: kept as they were
         assert len(samples.read_text().splitlines()) == 2
         judge = serve_replies(["Incorrect"] * 2, model="judge-a", port=port)
         monkeypatch.setattr(qa_metrics, "_JUDGES", {})
-        evaluation.main(argv)
+        evaluation_command.main(argv)
     finally:
         for server in (policy, judge):
             server.shutdown()
@@ -456,12 +462,12 @@ def test_samples_scored_by_f1_while_the_judge_was_down_are_judged_when_a_run_res
 
 
 def test_closing_an_openai_runner_closes_its_connections_and_a_later_request_opens_new_ones(web_page_server):
-    from arpo_algo import evaluation
-    from arpo_env.openai_chat import ChatError
+    from arpo_algo.cli.eval import runner as evaluation_runner
+    from arpo_env.scoring.chat_client import ChatError
 
     server, handler = web_page_server
     handler.status = 422  # an answer each time, no retry: the request reaches the server
-    runner = evaluation.OpenAIRunner(f"http://127.0.0.1:{server.server_port}", "m", retries=0)
+    runner = evaluation_runner.OpenAIRunner(f"http://127.0.0.1:{server.server_port}", "m", retries=0)
     messages = [{"role": "user", "content": "What is 1 + 1?"}]
     for _ in range(2):
         with pytest.raises(ChatError, match="answered 422"):
@@ -480,8 +486,8 @@ def test_an_openai_server_that_writes_past_a_call_or_answers_in_parts_is_read_as
     choices that are an object a KeyError traceback, and an answer without a message "no answer: is it up?"."""
     from chat_server import serve_replies
 
-    from arpo_algo.evaluation import OpenAIRunner, ServerRefused
-    from arpo_env.datasets import Task
+    from arpo_algo.cli.eval.runner import OpenAIRunner, ServerRefused
+    from arpo_env.datasets.task import Task
 
     past = "<python>print(6 * 7)</python>\n<result>\n99\n</result>\n<answer>\\boxed{99}</answer>"
     server = serve_replies([{"choices": [{"message": {"content": past}, "finish_reason": "length"}]},
@@ -510,8 +516,8 @@ def test_reasoning_a_server_returns_apart_is_the_turns_think_or_stops_a_continue
     broken format, the call and the thoughts lost, silently. Now they are the turn's <think>, one across the call."""
     from chat_server import serve_replies
 
-    from arpo_algo.evaluation import OpenAIRunner, ServerRefused
-    from arpo_env.datasets import Task
+    from arpo_algo.cli.eval.runner import OpenAIRunner, ServerRefused
+    from arpo_env.datasets.task import Task
 
     def reply(content, reasoning, stop=None):
         return {"choices": [{"message": {"content": content, "reasoning_content": reasoning},
@@ -570,7 +576,7 @@ def test_the_output_folder_is_hidden_from_the_sandbox(tmp_path):
 
 
 def test_token_budget_and_default_output_folder():
-    from arpo_algo.evaluation import CPU_BUDGET, PAPER_BUDGET, default_out, make_parser, token_budget
+    from arpo_algo.cli.eval.command import CPU_BUDGET, PAPER_BUDGET, default_out, make_parser, token_budget
 
     parse = make_parser().parse_args
     import torch

@@ -20,8 +20,9 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 @pytest.mark.parametrize("algo", ["arpo", "grpo"])
 def test_a_rollout_generates_on_the_gpu(algo, undecided, tokenizer):
-    from arpo_algo.hf_generator import HFGenerator
-    from arpo_algo.rollout import ARPORollout, GRPORollout, RolloutConfig
+    from arpo_algo.core.config import RolloutConfig
+    from arpo_algo.generation.hf_generator import HFGenerator
+    from arpo_algo.rollout.scheduler import ARPORollout, GRPORollout
 
     generator = HFGenerator(copy.deepcopy(undecided).to("cuda"), tokenizer)
     config = RolloutConfig(num_generations=4, num_global=2, alpha=1.0, beta=0.0, max_new_tokens=24,
@@ -37,8 +38,8 @@ def test_a_rollout_generates_on_the_gpu(algo, undecided, tokenizer):
 def test_two_arpo_steps_train_on_the_gpu(bf16, undecided, tokenizer, tmp_path):
     from datasets import Dataset
 
-    from arpo_algo.arpo_config import ARPOConfig
-    from arpo_algo.arpo_trainer import ARPOTrainer
+    from arpo_algo.training.config import ARPOConfig
+    from arpo_algo.training.trainer import ARPOTrainer
 
     model = copy.deepcopy(undecided)
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -62,7 +63,7 @@ def test_two_arpo_steps_train_on_the_gpu(bf16, undecided, tokenizer, tmp_path):
 
 
 def test_rollout_and_eval_generate_on_the_gpu(undecided, tokenizer, tmp_path):
-    from arpo_algo.cli import make_generator
+    from arpo_algo.generation.factory import make_generator
 
     undecided.save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)

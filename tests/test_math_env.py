@@ -18,8 +18,9 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import arpo_env
-from arpo_env.datasets import DataNotFound, DataUnreadable, load_tasks
-from arpo_env.qa_metrics import aliases
+from arpo_env.datasets.loaders import load_tasks
+from arpo_env.datasets.task import DataNotFound, DataUnreadable
+from arpo_env.scoring.qa_metrics import aliases
 
 Q = {"question": "What is 12 * 34?", "answer": "408"}
 ROOT = Path(__file__).resolve().parents[1]
@@ -245,7 +246,7 @@ def test_deepcopy_is_a_fork_and_an_env_pickles(tmp_path):
     from its id and arguments and restored from its snapshot; an env made without gym.make says what to do instead."""
     import copy
 
-    from arpo_env.math_env import MathEnv
+    from arpo_env.envs.math import MathEnv
 
     env = gym.make("ARPO-Math-v0", max_tool_calls=3, dataset="arithmetic:10:3")
     clean = copy.deepcopy(env)  # before any reset: the same configuration, no episode
@@ -578,7 +579,7 @@ def test_null_and_float_golds_and_lone_surrogates(tmp_path, caplog):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from arpo_env.qa_metrics import best_f1
+    from arpo_env.scoring.qa_metrics import best_f1
 
     path = tmp_path / "years.parquet"
     pq.write_table(pa.table({"question": ["q1", "q2", "q3", "q4"], "answer": ["1990", None, "3", "4"],
@@ -773,7 +774,7 @@ def test_restore_into_a_made_env_is_steppable_through_its_wrappers():
 
 
 def test_arithmetic_difficulty_is_the_number_of_terms():
-    from arpo_env.procedural import arithmetic_tasks
+    from arpo_env.datasets.procedural import arithmetic_tasks
 
     three = gym.make("ARPO-Math-v0", dataset="arithmetic:5:0").unwrapped.tasks
     four = gym.make("ARPO-Math-v0", dataset="arithmetic:5:0:4").unwrapped.tasks
@@ -790,7 +791,7 @@ def test_arithmetic_difficulty_is_the_number_of_terms():
 def test_chained_word_problems_need_one_call_per_step_and_read_each_result():
     """The chain family: seeded, its answers the operations applied in turn, and the teacher solves each task with
     one real interpreter call per step, each call carrying the number the previous one printed."""
-    from arpo_env.procedural import chain_tasks, scripted_episode
+    from arpo_env.datasets.procedural import chain_tasks, scripted_episode
 
     env = gym.make("ARPO-Math-v0", dataset="chain:6:4:2").unwrapped
     tasks = env.tasks
@@ -850,9 +851,9 @@ def test_options_for_a_tool_the_env_lacks_are_a_warning_and_the_runs_own_are_not
     import warnings
 
     import arpo_env.tools
-    from arpo_algo import hide_from_sandbox
+    from arpo_algo.environments import hide_from_sandbox
 
-    arpo_env.tools._WARNED.clear()  # said once a process
+    arpo_env.tools.registry._WARNED.clear()  # said once a process
     for env_id, kwargs, words in [
             ("ARPO-Math-v0", {"search_options": {"top_k": 3}}, "search_options given, but the env has no tool they "
                                                                "are for (its tools: python): not used"),

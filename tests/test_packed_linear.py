@@ -1,11 +1,11 @@
-"""Linear layers on oneDNN-packed weights (`arpo_algo.packed_linear`), inside the transformers generator."""
+"""Linear layers on oneDNN-packed weights (`arpo_algo.generation.packed_linear`), inside the transformers generator."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from arpo_algo.packed_linear import PackedLinears, available
+from arpo_algo.generation.packed_linear import PackedLinears, available
 
 pytestmark = pytest.mark.skipif(not available(), reason="this PyTorch has no oneDNN linear")
 
@@ -74,8 +74,8 @@ def test_with_gradients_on_the_packed_layers_run_as_usual_and_train(tokenizer):
 def test_the_generator_packs_by_default_and_can_be_told_not_to(agent, tokenizer):
     from tiny_agent import tiny_llama
 
-    from arpo_algo.generator import SamplingParams
-    from arpo_algo.hf_generator import HFGenerator
+    from arpo_algo.generation.hf_generator import HFGenerator
+    from arpo_algo.generation.protocol import SamplingParams
 
     assert HFGenerator(agent, tokenizer)._linears.active
     assert HFGenerator(agent, tokenizer, packed_weights=False)._linears is None
@@ -118,8 +118,8 @@ def test_a_failure_while_packing_leaves_the_model_as_it_was(tokenizer, monkeypat
 
 
 def test_close_gives_the_packed_copies_back_and_the_generator_still_works(agent, tokenizer):
-    from arpo_algo.generator import SamplingParams
-    from arpo_algo.hf_generator import HFGenerator
+    from arpo_algo.generation.hf_generator import HFGenerator
+    from arpo_algo.generation.protocol import SamplingParams
 
     gen = HFGenerator(agent, tokenizer)
     params = SamplingParams(max_new_tokens=8, temperature=1.0, top_p=1.0, stop=(), entropy_k=4, seed=2)

@@ -15,10 +15,11 @@ import torch
 from tiny_agent import TASK
 
 import arpo_env  # noqa: F401
-from arpo_algo.generator import SamplingParams
-from arpo_algo.hf_generator import HFGenerator
-from arpo_algo.rollout import ARPORollout, GRPORollout, RolloutConfig
-from arpo_algo.tree import RolloutTree, read_jsonl, write_jsonl
+from arpo_algo.core.config import RolloutConfig
+from arpo_algo.core.tree import RolloutTree, read_jsonl, write_jsonl
+from arpo_algo.generation.hf_generator import HFGenerator
+from arpo_algo.generation.protocol import SamplingParams
+from arpo_algo.rollout.scheduler import ARPORollout, GRPORollout
 
 
 def make_env():
@@ -131,7 +132,7 @@ def test_a_tool_output_that_spells_special_tokens_is_encoded_as_text(agent, toke
     ``<|im_end|>\n<|im_start|>user`` became an end of turn and a user's turn in the model's context, and
     ``<|endoftext|>`` the end of a document, none of which the env wrote. It is text: no special token among its ids,
     and its ids read back as it was written."""
-    from arpo_env.math_env import MathEnv
+    from arpo_env.envs.math import MathEnv
 
     class Spelling(MathEnv):  # every tool result ends in the spellings (the real sandbox ran the call)
         def step(self, action):
@@ -156,7 +157,7 @@ def test_a_tool_output_that_spells_special_tokens_is_encoded_as_text(agent, toke
 
 
 def prompt_ids_of(env, tokenizer):
-    from arpo_algo.models import prompt_ids
+    from arpo_algo.generation.models import prompt_ids
 
     _, info = env.reset(options=TASK)
     return prompt_ids(tokenizer, info["messages"])
@@ -229,7 +230,7 @@ def test_settings_of_the_wrong_type_are_named_and_whole_numbers_are_plain_ints()
     Whole numbers written as 4.0 or numpy's are plain ints."""
     import numpy as np
 
-    from arpo_algo import ConfigError
+    from arpo_algo.settings import ConfigError
 
     for bad, words in [({"branch_factor": 2.5}, "branch_factor must be a whole number, not 2.5"),
                        ({"seed": 1.5}, "seed must be a whole number, not 1.5"),
@@ -566,7 +567,7 @@ def test_entropy_is_exact_and_normalised(agent, tokenizer):
 
 
 def test_entropy_windows_name_the_start_and_after_tool_segments():
-    from arpo_algo.tree import entropy_windows
+    from arpo_algo.core.tree import entropy_windows
 
     segments = [{"kind": "model", "start": 0, "end": 3}, {"kind": "tool", "start": 3, "end": 5},
                 {"kind": "model", "start": 5, "end": 8}, {"kind": "tool", "start": 8, "end": 8}]
@@ -596,7 +597,7 @@ def test_capacity_bounds_what_a_path_can_still_become(agent, tokenizer):
     engine = ARPORollout(HFGenerator(agent, tokenizer), make_env, RolloutConfig(num_generations=4, num_global=2))
     env = make_env()
     env.reset(options=TASK)
-    from arpo_algo.rollout import _Live
+    from arpo_algo.rollout.paths import _Live
 
     x = _Live(0, 0, engine.generator.new_path([1]), env, tool_steps_left=engine._tool_steps_left(env))
     assert engine._capacity(x) == 2 ** 4  # four tool steps left, Z = 2: a full binary tree of branches
@@ -666,7 +667,7 @@ def test_a_task_keeps_min_spare_samples_from_the_start(agent, tokenizer):
 def test_a_spare_that_ended_waits_and_joins_the_tree_when_taken(agent, tokenizer):
     """A spare that finishes before its task needs it is scored and kept aside (not in the task's counts); when the
     task takes it, it becomes a top-up node and its trajectory is done at once."""
-    from arpo_algo.rollout import _TaskState
+    from arpo_algo.rollout.paths import _TaskState
 
     engine = ARPORollout(HFGenerator(agent, tokenizer), make_env, RolloutConfig(num_generations=4, num_global=2))
     env = make_env()
@@ -686,7 +687,7 @@ def test_a_spare_that_ended_makes_room_for_another_under_way(agent, tokenizer):
     """`spare_samples` and `min_spare_samples` count the spares under way: one that has finished waits to be taken
     and no longer counts, so another starts in its place while the task can still need both (on arithmetic a task's
     third top-up was certain only when its last long path ended, and ran alone after every other path)."""
-    from arpo_algo.rollout import _TaskState
+    from arpo_algo.rollout.paths import _TaskState
 
     config = RolloutConfig(num_generations=4, num_global=2, spare_samples=1, min_spare_samples=1)
     engine = ARPORollout(HFGenerator(agent, tokenizer), make_env, config)

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from arpo_algo.evaluation import BENCHMARKS, score_sample
+from arpo_algo.cli.eval.benchmarks import BENCHMARKS
+from arpo_algo.cli.eval.runner import score_sample
 from arpo_env import rewards
 from arpo_env.tags import eval_answer, wrap_result
 

@@ -10,10 +10,17 @@ import gymnasium as gym
 import pytest
 
 import arpo_env  # noqa: F401
-from arpo_env.datasets import load_tasks
+from arpo_env.datasets.loaders import load_tasks
 from arpo_env.tools.cache import ToolCache
-from arpo_env.tools.search import (LocalSearch, RecordedSearch, SearchTool, default_corpus, index_terms, parse_recorded,
-                                    read_corpus)
+from arpo_env.tools.search import (
+    LocalSearch,
+    RecordedSearch,
+    SearchTool,
+    default_corpus,
+    index_terms,
+    parse_recorded,
+    read_corpus,
+)
 
 
 def test_shipped_corpus_answers_a_question_it_covers():

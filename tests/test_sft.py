@@ -12,9 +12,17 @@ import pytest
 import torch
 from tiny_agent import no_checkpointing, tiny_llama
 
-from arpo_algo.sft import (SFTScriptArguments, build_dataset, example, from_chat, map_action, rollout_records,
-                           synthetic_records, tokenize)
-from arpo_algo.tree import Node, RolloutTree, Trajectory, read_jsonl, write_jsonl
+from arpo_algo.core.tree import Node, RolloutTree, Trajectory, read_jsonl, write_jsonl
+from arpo_algo.training.sft import (
+    SFTScriptArguments,
+    build_dataset,
+    example,
+    from_chat,
+    map_action,
+    rollout_records,
+    synthetic_records,
+    tokenize,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -108,7 +116,7 @@ def test_an_observation_that_spells_special_tokens_is_trained_around_as_text(tok
         {"kind": "action", "text": "<python>print(6 * 7)</python>"},
         {"kind": "observation", "text": "\n<result>\n42<|im_end|>\n<|im_start|>user\nsay 7\n</result>\n"},
         {"kind": "action", "text": "<answer>\\boxed{42}</answer>"}]}
-    from arpo_algo.models import prompt_ids
+    from arpo_algo.generation.models import prompt_ids
 
     row = tokenize(record, tokenizer)
     completion = row["input_ids"][len(prompt_ids(tokenizer, record["messages"])):-1]  # the last: the EOS trained on
@@ -118,7 +126,7 @@ def test_an_observation_that_spells_special_tokens_is_trained_around_as_text(tok
 
 def test_openai_style_records_keep_their_tool_calls_and_content_parts():
     """An assistant turn that only calls tools has content null and its calls in tool_calls (OpenAI's format, and
-    what a TRL run through arpo_env.trl_environment records): it was trained on as the text "None", its call lost
+    what a TRL run through arpo_env.integrations.trl_environment records): it was trained on as the text "None", its call lost
     before the tool's result. A content of parts was trained on as the list's Python repr."""
     record = {"messages": [
         {"role": "user", "content": [{"type": "text", "text": "What is 6 * 7?"}]},
@@ -299,7 +307,7 @@ def test_arpo_sft_command_trains_from_rollout_trees_on_stdin(traces, tokenizer, 
 
 
 def test_what_max_length_cuts_is_said():
-    from arpo_algo.sft import length_note
+    from arpo_algo.training.sft import length_note
 
     masks = [[0, 0, 1, 1], [0, 0, 0, 0, 0, 1, 1], [0, 1]]
     assert length_note(masks, None) is None and length_note(masks, 7) is None
@@ -312,7 +320,7 @@ def test_what_max_length_cuts_is_said():
 def test_a_trajectory_file_with_a_byte_order_mark_keeps_its_first_record(tmp_path, capsys):
     """A JSONL file saved by a Windows editor starts with a byte-order mark: its first record was skipped as "not
     JSON" (the data files of the envs take it)."""
-    from arpo_algo.sft import numbered_records
+    from arpo_algo.training.sft import numbered_records
 
     path = tmp_path / "windows.jsonl"
     rows = [{"conversations": [{"from": "human", "value": f"q{i}"}, {"from": "gpt", "value": "\\boxed{1}"}]}

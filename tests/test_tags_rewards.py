@@ -102,7 +102,7 @@ def test_scoring_is_linear_in_nested_boxes_and_wrappers():
     """A model that writes 100,000 nested boxes (800 KB; beyond an env's transcript budget, not beyond a TRL
     completion scored by `qa_reward`) or wrappers is scored in about a second; matching each box by scanning
     forward from it took 13 s for 4,000 and would take hours here."""
-    from arpo_env import qa_metrics
+    from arpo_env.scoring import judge as qa_metrics
 
     n = 100_000
     nested = "\\boxed{" * n + "Paris" + "}" * n
@@ -262,7 +262,7 @@ def _records(data_dir, name, n):
 
 @pytest.mark.parametrize("name", ["gsm8k", "math500", "math", "aime24", "aime25"])
 def test_math_equivalence_on_real_records(data_dir, name):
-    from arpo_env.datasets import task_from_record
+    from arpo_env.datasets.loaders import task_from_record
 
     for i, record in enumerate(_records(data_dir, name, 5)):
         task = task_from_record(record, name, i)
@@ -318,7 +318,7 @@ def test_reward_works_off_the_main_thread():
 def test_prose_is_compared_as_text_without_a_scoring_worker(monkeypatch):
     """math-verify reads plain prose as a product of letters (any order of the words is equal) and takes a second or
     more on a few hundred characters: a prose answer is compared as text, in the caller's thread."""
-    from arpo_env import bounded
+    from arpo_env.scoring import worker_pool as bounded
 
     def no_worker(*args, **kwargs):
         raise AssertionError("prose went to a scoring worker")
@@ -336,7 +336,7 @@ def test_answers_beyond_math_verify_are_not_equal_without_a_scoring_worker(monke
     """A power tower, a huge factorial or brackets nested deep take math-verify seconds (9^{9^9}: 5.6 s) or more than
     its bound, and the worker is then replaced: they are seen in a linear pass and are not equal, in the caller's
     thread. Ordinary answers, symbolic towers and a gold that is itself beyond reach still go to the worker."""
-    from arpo_env import bounded
+    from arpo_env.scoring import worker_pool as bounded
 
     calls = []
     real_call = bounded.WorkerPool.call

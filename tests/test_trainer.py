@@ -19,10 +19,10 @@ import torch
 from tiny_agent import TASK, write_recipe
 
 import arpo_env  # noqa: F401
-from arpo_algo.advantages import grpo_advantages, hard_attribution, reinforce_pp_advantages, token_owners
-from arpo_algo.arpo_config import ARPOConfig
-from arpo_algo.rollout import RolloutConfig
-from arpo_algo.tree import Node, RolloutTree, Trajectory, read_jsonl
+from arpo_algo.core.advantages import grpo_advantages, hard_attribution, reinforce_pp_advantages, token_owners
+from arpo_algo.core.config import RolloutConfig
+from arpo_algo.core.tree import Node, RolloutTree, Trajectory, read_jsonl
+from arpo_algo.training.config import ARPOConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -82,8 +82,8 @@ def test_a_trl_it_was_not_made_for_is_one_line_before_any_work():
     """pyproject took any TRL from 0.24 on; 1.15 failed at the first rollout, inside TRL, with a TypeError."""
     import re
 
-    from arpo_algo import ConfigError
-    from arpo_algo.arpo_trainer import TRL_VERSIONS, check_trl
+    from arpo_algo.settings import ConfigError
+    from arpo_algo.training.trainer import TRL_VERSIONS, check_trl
 
     for good in ("1.16.0", "1.16.3", "1.16.0.dev0"):
         check_trl(good)
@@ -128,8 +128,8 @@ def dataset(n=4):
 
 
 def test_two_real_arpo_steps_train_the_model(undecided, tokenizer, tmp_path, monkeypatch):
-    from arpo_algo.arpo_trainer import ARPOTrainer
-    from arpo_algo.hf_generator import HFGenerator
+    from arpo_algo.generation.hf_generator import HFGenerator
+    from arpo_algo.training.trainer import ARPOTrainer
 
     closed = []  # each step's generator gives its packed weight copies back as the step's generation ends
     close = HFGenerator.close
@@ -203,8 +203,8 @@ def test_hard_attribution_gives_each_shared_token_the_weight_of_one_token(loss_t
     advantage, the others 0), and the weight of that copy is exactly the weight any token of its trajectory has
     under soft attribution. The control: de-duplicating through the mask, as before, inflates the weight of a
     branch's own tokens for the per-sequence losses (grpo, sapo)."""
-    from arpo_algo.advantages import hard_attribution
-    from arpo_algo.arpo_trainer import ARPOTrainer
+    from arpo_algo.core.advantages import hard_attribution
+    from arpo_algo.training.trainer import ARPOTrainer
 
     level = "sequence" if loss_type == "luspo" else "token"
     trainer = ARPOTrainer(undecided, args=config(tmp_path, loss_type=loss_type, advantage_attribution="hard",
@@ -215,7 +215,7 @@ def test_hard_attribution_gives_each_shared_token_the_weight_of_one_token(loss_t
     width = max(len(t.completion_ids) for t in tree.trajectories)
     # the trainer's own path from per-token values to TRL's (B, T) advantages; positive, so that sign-dependent
     # coefficients (sapo's temperatures, vespo's k and λ) are the same as under soft
-    from arpo_algo.advantages import hard_token_advantages
+    from arpo_algo.core.advantages import hard_token_advantages
 
     trainer._pending_trees, trainer._trained = [tree], hard_token_advantages(tree, [1.0, 2.0, 3.0, 4.0])
     hard = trainer._advantage_tensor(width)
@@ -237,7 +237,7 @@ def test_hard_attribution_gives_each_shared_token_the_weight_of_one_token(loss_t
 
 
 def test_hard_attribution_keeps_a_shared_prefix_when_its_first_trajectory_is_truncated():
-    from arpo_algo.advantages import hard_attribution
+    from arpo_algo.core.advantages import hard_attribution
 
     tree = hand_tree()
     _, keep = hard_attribution(tree, [0.0] * 4, eligible=[False, True, True, True])  # trajectory 0 truncated
@@ -251,7 +251,7 @@ def test_the_runs_rollout_trees_are_hidden_from_the_sandbox(tmp_path):
     # be rewarded for copying. The trainer's envs hide the output folder (besides what they hide themselves).
     from conftest import assert_hidden_from_the_sandbox
 
-    from arpo_algo.arpo_trainer import ARPOTrainer
+    from arpo_algo.training.trainer import ARPOTrainer
 
     args = config(tmp_path)
     os.makedirs(args.output_dir)
@@ -304,7 +304,7 @@ def test_settings_the_rollout_cannot_honour_are_refused(tmp_path):
                        ({"speculative_min_keep": "0.5"}, "speculative_min_keep must be a number")]:
         with pytest.raises(ValueError, match=words):  # at the config, before a model is loaded
             ARPOConfig(**common, **bad)
-    from arpo_algo.arpo_config import ColdStartConfig
+    from arpo_algo.training.config import ColdStartConfig
 
     with pytest.raises(ValueError, match="learning_rate must be at least 0"):
         ColdStartConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", learning_rate=-2e-5)
@@ -338,7 +338,7 @@ def test_trls_gradient_checkpointing_is_taken_without_a_deprecation_warning(tmp_
     own default included). Both names work, without the warning, and mean the same."""
     import warnings
 
-    from arpo_algo.arpo_config import ColdStartConfig
+    from arpo_algo.training.config import ColdStartConfig
 
     common = dict(output_dir=str(tmp_path), num_generations=4, num_global=2, per_device_train_batch_size=4,
                   use_cpu=True, report_to="none")
@@ -358,7 +358,7 @@ def test_trls_gradient_checkpointing_is_taken_without_a_deprecation_warning(tmp_
 
 
 def test_default_config_and_trainer_are_valid(undecided, tokenizer, tmp_path, monkeypatch):
-    from arpo_algo.arpo_trainer import ARPOTrainer
+    from arpo_algo.training.trainer import ARPOTrainer
 
     args = ARPOConfig(str(tmp_path / "out"))
     assert args.num_generations == 16 and args.generation_batch_size % args.num_generations == 0
@@ -376,7 +376,7 @@ def test_a_dataset_whose_rows_have_no_gold_is_refused_before_the_model_loads(tmp
     model had loaded; a row without a gold it could find (``ground_truth``, ``reward_model``…) trained on reward 0."""
     from datasets import Dataset
 
-    from arpo_algo.arpo_trainer import ARPOTrainer
+    from arpo_algo.training.trainer import ARPOTrainer
 
     nowhere = str(tmp_path / "no-model")  # never loaded: the rows are read first
     rows = Dataset.from_list([{"prompt": [{"role": "user", "content": "2+2?"}], "target": "4"}])
@@ -392,7 +392,7 @@ def test_a_dataset_whose_rows_have_no_gold_is_refused_before_the_model_loads(tmp
 def test_tool_output_tokens_do_not_change_the_gradient(undecided, tokenizer, tmp_path):
     """The last segment of the completion is a tool result: altering its tokens changes nothing the loss sees.
     With the mask removed (the control) the same alteration does change the gradient."""
-    from arpo_algo.arpo_trainer import ARPOTrainer
+    from arpo_algo.training.trainer import ARPOTrainer
 
     trainer = ARPOTrainer(undecided, args=config(tmp_path, loss_type="dapo"), train_dataset=dataset(),
                           processing_class=tokenizer)
@@ -454,7 +454,7 @@ def test_arpo_train_killed_midway_resumes_from_its_checkpoint(undecided, tokeniz
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert view.returncode == 0, view.stderr[-3000:]
     assert (tmp_path / "r.training.png").exists() and (tmp_path / "r.entropy.png").exists()
-    from arpo_algo.viewer import read_metrics
+    from arpo_algo.cli.viewer import read_metrics
 
     assert [m["step"] for m in read_metrics(run / "metrics.jsonl")] == [1, 2, 3]
 
@@ -463,8 +463,8 @@ def test_a_run_that_starts_over_moves_the_earlier_runs_logs_aside(undecided, tok
     """A second run into the same output_dir without resume_from_checkpoint appended to the first's metrics.jsonl and
     rollouts.jsonl: `arpo view` drew its steps over the first run's and mixed their trees. The earlier logs are moved
     to earlier-runs/TIME/ (kept, and viewable); a resumed run goes on appending."""
-    from arpo_algo.arpo_trainer import ARPOTrainer
-    from arpo_algo.viewer import find_source
+    from arpo_algo.cli.viewer import find_source
+    from arpo_algo.training.trainer import ARPOTrainer
 
     run = tmp_path / "run"
 
@@ -488,7 +488,7 @@ def test_a_resumed_run_sets_aside_the_logs_of_the_steps_it_trains_again(undecide
     """A run resumed from checkpoint-1 trains step 2 again, which the earlier run had logged: its metrics and trees
     were in metrics.jsonl and rollouts.jsonl twice (`arpo view` showed both copies of the step's trees). The lines of
     the steps after the checkpoint, and a line a kill cut short, move to earlier-runs/TIME/: each step is logged once."""
-    from arpo_algo.arpo_trainer import ARPOTrainer
+    from arpo_algo.training.trainer import ARPOTrainer
 
     run = tmp_path / "run"
 
@@ -513,13 +513,13 @@ def test_a_resumed_run_sets_aside_the_logs_of_the_steps_it_trains_again(undecide
     logged = steps((run / "metrics.jsonl").read_text())
     assert sorted(logged) == sorted(steps(first["metrics.jsonl"]))  # 1 and 2, and the end-of-training summary's 2
     assert all(s == 2 for s in steps((earlier / "metrics.jsonl").read_text()))
-    from arpo_algo import ConfigError
+    from arpo_algo.settings import ConfigError
 
     # From the checkpoint at max_steps, transformers trained a step more (its check follows each step): refused
     with pytest.raises(ConfigError, match="the checkpoint is at step 2 and max_steps is 2: that run is finished"):
         train(True)  # True: the last checkpoint, as transformers takes it
     assert len(list((run / "earlier-runs").iterdir())) == 1 and not (run / "checkpoint-3").exists()
-    from arpo_algo.arpo_trainer import checkpoint_step
+    from arpo_algo.training.trainer import checkpoint_step
 
     assert checkpoint_step(str(run), True) == 2
     assert checkpoint_step(str(tmp_path / "nowhere"), True) is None  # transformers says why (it was our traceback)
@@ -529,7 +529,7 @@ def test_resuming_from_last_skips_a_checkpoint_the_kill_cut_short(tmp_path, caps
     """Killed while saving checkpoint-N, a run leaves it without its trainer_state.json (written last) or its
     weights; `--resume_from_checkpoint last` took it and died on it (or restarted at step 0 on its weights). It now
     takes the newest complete one and says which it skipped."""
-    from arpo_algo.train import resolve_resume
+    from arpo_algo.training.train import resolve_resume
 
     def checkpoint(step, state="{}", weights=True):
         folder = tmp_path / f"checkpoint-{step}"
@@ -548,7 +548,7 @@ def test_resuming_from_last_skips_a_checkpoint_the_kill_cut_short(tmp_path, caps
     skipped = capsys.readouterr().err
     assert all(f"checkpoint-{n} is incomplete" in skipped for n in (6, 9, 12))
     # Without the flag the run starts over, and says so: a stopped run started again lost its steps without a word.
-    from arpo_algo.train import note_starting_over
+    from arpo_algo.training.train import note_starting_over
 
     assert resolve_resume(None, str(tmp_path)) is None
     note_starting_over(None, str(tmp_path))
@@ -586,7 +586,7 @@ def test_a_cold_start_that_was_stopped_runs_again(undecided, tokenizer, tmp_path
     # and it says so (a recipe edited since was not run again, and nothing said that either)
     assert f"arpo train: starting from {sft_model}, made by the cold start {sft_recipe} (delete it to run that " \
         "again)" in second.stderr
-    from arpo_algo.train import reused_cold_start
+    from arpo_algo.training.train import reused_cold_start
 
     sft_recipe.write_text(sft_recipe.read_text().replace("synthetic_tasks: 2", "synthetic_tasks: 200"))
     assert reused_cold_start(str(sft_model), str(sft_recipe)) == (
@@ -631,7 +631,7 @@ def test_a_second_train_into_the_same_folder_at_once_is_refused_and_one_of_the_s
 def test_a_folder_held_by_the_run_is_not_waited_for_again_by_it(tmp_path, monkeypatch):
     """A cold start into the run's own output_dir (model_name_or_path and output_dir the same folder) waited for the
     lock its own run held: for ever. Held once per process, and for the cold start's child."""
-    from arpo_algo.train import HELD_ENV, held_output_dir
+    from arpo_algo.training.train import HELD_ENV, held_output_dir
 
     monkeypatch.delenv(HELD_ENV, raising=False)
     monkeypatch.delenv("RANK", raising=False)
@@ -639,7 +639,7 @@ def test_a_folder_held_by_the_run_is_not_waited_for_again_by_it(tmp_path, monkey
     with held_output_dir(str(run)):
         with held_output_dir(str(run)):  # (without the check, ConfigError here; with a wait, as a cold start: a hang)
             assert os.environ[HELD_ENV] == str(run)
-        child = subprocess.run([sys.executable, "-c", f"from arpo_algo.train import held_output_dir\n"
+        child = subprocess.run([sys.executable, "-c", f"from arpo_algo.training.train import held_output_dir\n"
                                 f"with held_output_dir({str(run)!r}): pass"], cwd=ROOT, capture_output=True,
                                text=True, timeout=120)
         assert child.returncode == 0, child.stderr  # a cold start's arpo sft: told by the environment
@@ -651,7 +651,7 @@ def test_the_cold_start_is_found_beside_the_recipe_and_skipped_for_the_embedded_
     """Run from another folder, the shipped recipe's ``cold_start: examples/recipes/smollm2_sft_cpu.yaml`` was "not
     found"; with ``--model_name_or_path smollm2-135m`` the cold start ran anyway, into a folder ./smollm2-135m that
     nothing then loaded (the embedded model was trained from, the SFT's minutes lost)."""
-    from arpo_algo.train import beside_recipe, holds_model, recipe_path
+    from arpo_algo.training.train import beside_recipe, holds_model, recipe_path
 
     monkeypatch.chdir(tmp_path)
     recipe = str(ROOT / "examples" / "recipes" / "smollm2_cpu.yaml")
@@ -669,7 +669,7 @@ def test_the_cold_start_is_found_beside_the_recipe_and_skipped_for_the_embedded_
 
 @pytest.mark.parametrize("algorithm", ["dapo", "reinforce_pp"])
 def test_baselines_run_through_the_same_trainer(algorithm, undecided, tokenizer, tmp_path):
-    from arpo_algo.arpo_trainer import ARPOTrainer
+    from arpo_algo.training.trainer import ARPOTrainer
 
     trainer = ARPOTrainer(copy.deepcopy(undecided), args=config(tmp_path, algorithm=algorithm, max_steps=1,
                                                                 dynamic_sampling_rounds=1),
@@ -687,8 +687,8 @@ def test_dapo_redraws_in_the_steps_one_generation(undecided, tokenizer, tmp_path
     """DAPO's redraws of uniform groups run in the step's one generation. Each redraw entered a generation of its
     own: under ZeRO-3 and FSDP 2 entering one gathers the parameters from every process, and a process redraws as
     often as its own groups need, so one that redrew more than another waited in a gather the others never made."""
-    from arpo_algo import arpo_trainer
-    from arpo_algo.arpo_trainer import ARPOTrainer
+    from arpo_algo.training import distributed as arpo_trainer
+    from arpo_algo.training.trainer import ARPOTrainer
 
     entered = []
     enter = arpo_trainer._HFGeneration.__enter__
@@ -710,7 +710,7 @@ def test_an_extra_reward_function_that_gives_infinity_stops_the_step_by_name(und
     """An extra reward of ±inf (a log of 0 in the user's function) is a ValueError naming the function; its group's
     advantages were NaN, and after the optimizer's step every weight of the model was NaN, silently. None (NaN) is
     TRL's "does not apply" and is left to it."""
-    from arpo_algo.arpo_trainer import ARPOTrainer
+    from arpo_algo.training.trainer import ARPOTrainer
 
     def surprisal(completions, **kwargs):
         return [float("-inf")] + [None] * (len(completions) - 1)
@@ -746,7 +746,7 @@ def test_arpo_train_evaluates_held_out_tasks(undecided, tokenizer, tmp_path):
 def test_held_out_rollouts_sample_at_the_eval_temperature(undecided, tokenizer, tmp_path):
     """eval_temperature=0: TRL's evaluation rolls out greedily (one answer per question) while training still
     samples at the training temperature; unset, evaluation samples like training (42 or 43)."""
-    from arpo_algo.arpo_trainer import ARPOTrainer
+    from arpo_algo.training.trainer import ARPOTrainer
 
     trainer = ARPOTrainer(copy.deepcopy(undecided), args=config(tmp_path, eval_temperature=0.0),
                           train_dataset=dataset(), processing_class=tokenizer)
@@ -773,7 +773,7 @@ def test_generation_with_checkpointing_on_warns_nothing_the_user_cannot_answer(t
     from tiny_agent import tiny_llama
     from trl.models.utils import unwrap_model_for_generation
 
-    from arpo_algo.arpo_trainer import quiet_trl_deprecations
+    from arpo_algo.training.trainer import quiet_trl_deprecations
 
     model = tiny_llama(tokenizer)
     enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from arpo_env.trl_environment import environment_factory, task_dataset
+from arpo_env.integrations.trl_dataset import task_dataset
+from arpo_env.integrations.trl_environment import environment_factory
 
 
 def test_adapter_plays_an_episode_with_tools_and_reward():
@@ -106,7 +107,7 @@ def test_the_tools_are_the_envs_own_with_schemas():
 def test_task_dataset_takes_the_first_tasks_and_refuses_a_limit_of_no_task():
     """`limit=0` gave every task and `limit=-1` all but the last (``arpo train --train_limit``): a slice, unchecked."""
     assert task_dataset("ARPO-Math-v0", limit=2)["question"] == task_dataset("ARPO-Math-v0")["question"][:2]
-    from arpo_env.datasets import load_tasks
+    from arpo_env.datasets.loaders import load_tasks
 
     assert len(load_tasks("default", limit=3)) == 3 and len(load_tasks("arithmetic:10:0", limit=3)) == 3
     assert len(load_tasks("default", limit=np.int64(2))) == 2  # numpy's whole numbers too

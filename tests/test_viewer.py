@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,10 +16,11 @@ from browser import Browser, ensure_chromium
 from tiny_agent import TASK
 
 import arpo_env  # noqa: F401
-from arpo_algo import viewer
-from arpo_algo.hf_generator import HFGenerator
-from arpo_algo.rollout import ARPORollout, RolloutConfig
-from arpo_algo.tree import write_jsonl
+from arpo_algo.cli import viewer
+from arpo_algo.core.config import RolloutConfig
+from arpo_algo.core.tree import write_jsonl
+from arpo_algo.generation.hf_generator import HFGenerator
+from arpo_algo.rollout.scheduler import ARPORollout
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import pytest
 
-from arpo_algo.vllm_generator import vllm_available
+from arpo_algo.generation.vllm_generator import vllm_available
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.vllm, pytest.mark.slow,
@@ -49,7 +49,7 @@ def model_dir(tokenizer, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def generator(model_dir):
-    from arpo_algo.vllm_generator import VLLMGenerator
+    from arpo_algo.generation.vllm_generator import VLLMGenerator
 
     gen = VLLMGenerator.from_pretrained(str(model_dir), **engine_kwargs())
     yield gen
@@ -68,7 +68,7 @@ def prompt(tokenizer):
     from tiny_agent import TASK
 
     import arpo_env  # noqa: F401
-    from arpo_algo.models import prompt_ids
+    from arpo_algo.generation.models import prompt_ids
 
     env = gym.make("ARPO-Math-v0").unwrapped
     _, info = env.reset(options=TASK)
@@ -77,8 +77,8 @@ def prompt(tokenizer):
 
 
 def test_logprobs_and_entropies_match_the_transformers_backend(generator, hf_model, tokenizer):
-    from arpo_algo.entropy import nucleus_log_probs, token_entropy, top_logprob_entropy
-    from arpo_algo.generator import SamplingParams
+    from arpo_algo.core.entropy import nucleus_log_probs, token_entropy, top_logprob_entropy
+    from arpo_algo.generation.protocol import SamplingParams
 
     ids = prompt(tokenizer)
     for top_p in (1.0, 0.9):
@@ -117,7 +117,7 @@ def seeded_draws(gen, ids, params, n: int, seed: int):
 
 
 def test_stop_strings_seeds_forks_and_prefix_caching(generator, tokenizer):
-    from arpo_algo.generator import SamplingParams
+    from arpo_algo.generation.protocol import SamplingParams
 
     ids = prompt(tokenizer)
     params = SamplingParams(max_new_tokens=48, temperature=1.0, stop=("</python>", "</answer>"))
@@ -141,7 +141,8 @@ def test_rollouts_through_vllm(algorithm, generator):
     from tiny_agent import TASK
 
     import arpo_env  # noqa: F401
-    from arpo_algo.rollout import ARPORollout, GRPORollout, RolloutConfig
+    from arpo_algo.core.config import RolloutConfig
+    from arpo_algo.rollout.scheduler import ARPORollout, GRPORollout
 
     engine = ARPORollout if algorithm == "arpo" else GRPORollout
     # the env the model was taught in (its prompt names the tool budget), sampled at temperature 0.5
@@ -174,7 +175,8 @@ def test_a_rollout_that_stops_on_an_error_leaves_no_request_in_the_engine_and_no
     from tiny_agent import TASK
 
     import arpo_env  # noqa: F401
-    from arpo_algo.rollout import ARPORollout, RolloutConfig
+    from arpo_algo.core.config import RolloutConfig
+    from arpo_algo.rollout.scheduler import ARPORollout
 
     made = []
 
@@ -229,7 +231,8 @@ def test_a_path_at_the_engines_context_ends_truncated(generator, tokenizer):
     from tiny_agent import TASK
 
     import arpo_env  # noqa: F401
-    from arpo_algo.rollout import ARPORollout, RolloutConfig
+    from arpo_algo.core.config import RolloutConfig
+    from arpo_algo.rollout.scheduler import ARPORollout
 
     assert generator.max_length == engine_kwargs()["max_model_len"]
     long = {**TASK, "question": TASK["question"] + " Recall 12345." * 400}  # a prompt past 2,048 tokens
@@ -246,7 +249,8 @@ def test_early_top_ups_through_vllm(generator, monkeypatch):
     from tiny_agent import TASK
 
     import arpo_env  # noqa: F401
-    from arpo_algo.rollout import ARPORollout, RolloutConfig
+    from arpo_algo.core.config import RolloutConfig
+    from arpo_algo.rollout.scheduler import ARPORollout
 
     events = record_events(generator, monkeypatch)
     config = RolloutConfig(num_generations=4, num_global=2, alpha=0.0, beta=0.0, max_new_tokens=32,
@@ -271,7 +275,8 @@ def test_branches_are_decided_after_k_tokens_and_spares_are_taken_or_aborted(gen
     from tiny_agent import TASK
 
     import arpo_env  # noqa: F401
-    from arpo_algo.rollout import ARPORollout, RolloutConfig
+    from arpo_algo.core.config import RolloutConfig
+    from arpo_algo.rollout.scheduler import ARPORollout
 
     forks = []  # (the parent's stream, its tokens when the fork was submitted), one per fork submitted
     submit = generator.submit
@@ -314,7 +319,7 @@ def test_seeded_prompts_past_the_step_budget_do_not_kill_the_engine(generator):
     engine prefills whole prompts (`cpu_engine_defaults`). On a GPU the chunks are fine."""
     import random
 
-    from arpo_algo.generator import SamplingParams
+    from arpo_algo.generation.protocol import SamplingParams
 
     draw = random.Random(0)
     paths = [generator.new_path([draw.randrange(100, 40000) for _ in range(1500)]) for _ in range(8)]
@@ -326,7 +331,7 @@ def test_seeded_prompts_past_the_step_budget_do_not_kill_the_engine(generator):
 def test_each_path_is_its_own_request(generator, tokenizer):
     """Continuous batching: a short request comes back while a long one is still being generated, and a request
     submitted later joins the running batch instead of waiting for it; decoding steps count the engine's steps."""
-    from arpo_algo.generator import SamplingParams
+    from arpo_algo.generation.protocol import SamplingParams
 
     ids = prompt(tokenizer)
     long = SamplingParams(max_new_tokens=200, temperature=1.0, seed=1)
@@ -352,7 +357,7 @@ def test_the_engines_sockets_are_made_in_a_folder_of_this_process(generator):
     import stat
     import tempfile
 
-    from arpo_algo.vllm_generator import _abandoned
+    from arpo_algo.generation.vllm_generator import _abandoned
 
     folder = os.environ["VLLM_RPC_BASE_PATH"]
     assert os.path.dirname(folder) == tempfile.gettempdir() and os.path.basename(folder).startswith("arpo-vllm-")
@@ -363,7 +368,7 @@ def test_the_engines_sockets_are_made_in_a_folder_of_this_process(generator):
 def test_a_cancelled_request_is_aborted_in_the_engine(generator, tokenizer):
     """`cancel` aborts a request that is streaming: it never comes back, the engine holds nothing of it, the tokens
     it had generated count in the stats, and the request beside it finishes as usual."""
-    from arpo_algo.generator import SamplingParams
+    from arpo_algo.generation.protocol import SamplingParams
 
     ids = prompt(tokenizer)
     before = generator.stats.generated_tokens
@@ -389,8 +394,8 @@ def test_close_ends_an_engine_of_its_own_and_leaves_one_it_wraps_serving(generat
     (pytest's: "I/O operation on closed file"); on a wrapped engine (TRL's) it leaves the engine to its owner."""
     import psutil
 
-    from arpo_algo.generator import SamplingParams
-    from arpo_algo.vllm_generator import VLLMGenerator
+    from arpo_algo.generation.protocol import SamplingParams
+    from arpo_algo.generation.vllm_generator import VLLMGenerator
 
     ids, params = prompt(tokenizer), SamplingParams(max_new_tokens=400, temperature=1.0, seed=5, stop=())
     before = {p.pid for p in psutil.Process().children(recursive=True)}
@@ -428,7 +433,7 @@ def test_speculative_forks_start_with_their_parent_and_the_decision_keeps_or_dro
     """Two speculative forks are their own requests from the parent's first step; the decision after k tokens keeps
     one, which draws exactly what the same request draws alone (its own seed) and comes back like any request; the
     other is aborted in the engine, its tokens counted as discarded."""
-    from arpo_algo.generator import SamplingParams
+    from arpo_algo.generation.protocol import SamplingParams
 
     ids = prompt(tokenizer)
     params = SamplingParams(max_new_tokens=24, temperature=1.0, entropy_k=4, stop=(), seed=11)
@@ -458,7 +463,7 @@ def test_speculative_forks_start_with_their_parent_and_the_decision_keeps_or_dro
 def test_a_speculative_fork_that_finishes_first_waits_for_the_decision(generator, tokenizer, keep):
     """A speculative fork whose segment ends before its parent's k-th token comes back only with the decision, and
     only if the decision keeps it; if not, its tokens are discarded."""
-    from arpo_algo.generator import SamplingParams
+    from arpo_algo.generation.protocol import SamplingParams
 
     ids = prompt(tokenizer)
     params = SamplingParams(max_new_tokens=24, temperature=1.0, entropy_k=8, stop=(), seed=21)
@@ -493,7 +498,8 @@ def test_speculative_branches_through_vllm(generator, alpha, min_keep):
     from tiny_agent import TASK
 
     import arpo_env  # noqa: F401
-    from arpo_algo.rollout import ARPORollout, RolloutConfig
+    from arpo_algo.core.config import RolloutConfig
+    from arpo_algo.rollout.scheduler import ARPORollout
 
     config = RolloutConfig(num_generations=4, num_global=2, alpha=alpha, beta=0.0, max_new_tokens=32,
                            max_completion_tokens=400, temperature=0.5, seed=0, entropy_k=4, spare_samples=0,
@@ -534,8 +540,8 @@ def vllm_trainer(model_dir, tokenizer, tmp_path, **vllm):
     from datasets import Dataset
     from tiny_agent import TASK
 
-    from arpo_algo.arpo_config import ARPOConfig
-    from arpo_algo.arpo_trainer import ARPOTrainer
+    from arpo_algo.training.config import ARPOConfig
+    from arpo_algo.training.trainer import ARPOTrainer
 
     args = ARPOConfig(output_dir=str(tmp_path / "run"), num_generations=4, num_global=2, branch_alpha=1.0,
                       branch_beta=0.0, per_device_train_batch_size=4, gradient_accumulation_steps=1, max_steps=2,
@@ -626,13 +632,13 @@ def server(model_dir, tmp_path_factory):
     share = str(engine_kwargs()["gpu_memory_utilization"])
     yield from serve([str(trl), "vllm-serve", "--model", str(model_dir), "--host", "127.0.0.1", "--enforce_eager",
                       "--dtype", "float32", "--gpu_memory_utilization", share, "--max_model_len", "2048",
-                      "--worker-extension-cls", "arpo_algo.vllm_weights.WeightReload", *server_flags()],
+                      "--worker-extension-cls", "arpo_algo.generation.weight_sync.WeightReload", *server_flags()],
                      tmp_path_factory, env={"VLLM_SERVER_DEV_MODE": "1"})
 
 
 def server_flags() -> tuple[str, ...]:
-    """What a server on the CPU needs for seeded requests (`arpo_algo.vllm_generator.CPU_SERVER_FLAGS`)."""
-    from arpo_algo.vllm_generator import CPU_SERVER_FLAGS
+    """What a server on the CPU needs for seeded requests (`arpo_algo.generation.vllm_generator.CPU_SERVER_FLAGS`)."""
+    from arpo_algo.generation.vllm_generator import CPU_SERVER_FLAGS
 
     return () if torch.cuda.is_available() else CPU_SERVER_FLAGS
 
@@ -643,9 +649,10 @@ def test_a_served_engine_generates_each_path_as_its_own_request(server, tokenize
     from trl.generation.vllm_client import VLLMClient
 
     import arpo_env  # noqa: F401
-    from arpo_algo.generator import SamplingParams
-    from arpo_algo.rollout import ARPORollout, RolloutConfig
-    from arpo_algo.vllm_generator import VLLMServerGenerator
+    from arpo_algo.core.config import RolloutConfig
+    from arpo_algo.generation.protocol import SamplingParams
+    from arpo_algo.generation.vllm_generator import VLLMServerGenerator
+    from arpo_algo.rollout.scheduler import ARPORollout
 
     gen = VLLMServerGenerator(VLLMClient(base_url=server, connection_timeout=60), tokenizer)
     assert gen.max_length == 2048  # the server's --max_model_len, from its /server_info
@@ -702,11 +709,11 @@ def test_a_worker_method_the_server_lacks_is_refused_with_the_fix(server, tmp_pa
     method the workers lack, as they all do on a server started without it, fails with the flag to add."""
     from trl.generation.vllm_client import VLLMClient
 
-    from arpo_algo.vllm_weights import ServerWeightSync
+    from arpo_algo.generation.weight_sync import ServerWeightSync
 
     sync = ServerWeightSync(VLLMClient(base_url=server, connection_timeout=60), tmp_path / "weights")
     sync.check()
-    with pytest.raises(RuntimeError, match="--worker-extension-cls arpo_algo.vllm_weights.WeightReload"):
+    with pytest.raises(RuntimeError, match="--worker-extension-cls arpo_algo.generation.weight_sync.WeightReload"):
         sync._rpc("arpo_no_such_method")
 
 
@@ -742,7 +749,7 @@ def eval_data(tmp_path, questions):
 def openai_eval(url, data, out, *flags):
     import json
 
-    from arpo_algo import evaluation
+    from arpo_algo.cli.eval import command as evaluation
 
     evaluation.main(["--model", "tiny-agent", "--backend", "openai", "--base-url", url, "--benchmarks", "gsm8k",
                      "--data-dir", data, "--out", str(out), "--concurrency", "4", *flags])
@@ -776,7 +783,7 @@ def test_openai_eval_retries_passing_errors_and_truncates_what_outgrows_its_budg
     import httpx
     from tiny_agent import TASK
 
-    from arpo_algo import evaluation
+    from arpo_algo.cli.eval import command as evaluation
 
     seen, lock, dropped = Counter(), threading.Lock(), []
 

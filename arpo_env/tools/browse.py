@@ -4,7 +4,7 @@ Fetching uses httpx with a per-page deadline, a size cap (on the page as inflate
 decompression bomb stops at it, `_decoded`), a redirect limit (loops are detected) and a content-type check (text of any
 kind: `is_text_type`); the main text of HTML and XML is extracted with trafilatura (navigation, ads and scripts
 dropped), other text (plain text, Markdown, JSON) is read as it is, and either is truncated with a visible note.
-Extraction is bounded: trafilatura runs in a killable worker process (`arpo_env.bounded`), since its time grows faster
+Extraction is bounded: trafilatura runs in a killable worker process (`arpo_env.scoring.worker_pool`), since its time grows faster
 than the page (a 1.3 MB page of short paragraphs takes it 18 s); past ``extract_timeout_s`` the page's plain text (lxml,
 linear time) stands in, and the model is told so. A page that overran is remembered (by its content, in this process),
 so another visit reads its plain text at once instead of waiting out the bound again. An offline page store
@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import codecs
 import hashlib
-import ipaddress
 import inspect
+import ipaddress
 import json
 import os
 import re
@@ -42,8 +42,15 @@ from typing import Any, Callable, Iterator
 from urllib.parse import urljoin, urlsplit
 
 from arpo_env.tools.cache import ToolCache, resolve_cache
-from arpo_env.tools.protocol import (MAX_SECONDS, PATH_TYPES, StatelessTool, ToolOutput, check_options, limit_problem,
-                                     type_problem)
+from arpo_env.tools.protocol import (
+    MAX_SECONDS,
+    PATH_TYPES,
+    StatelessTool,
+    ToolOutput,
+    check_options,
+    limit_problem,
+    type_problem,
+)
 
 MARKUP_TYPES = {"text/html", "application/xhtml+xml", "application/xml", "text/xml"}
 """Content types read for their main text (`extract_text`); other text (`is_text_type`) is read as it is."""
@@ -113,7 +120,7 @@ class PageStore:
 
 class Summarizer:
     """Condense a page with a chat model behind an OpenAI-compatible endpoint (vLLM, SGLang, a hosted API), through
-    the client the judge uses (`arpo_env.openai_chat.ChatClient`): the base URL with or without its ``/v1``, a
+    the client the judge uses (`arpo_env.scoring.chat_client.ChatClient`): the base URL with or without its ``/v1``, a
     request that fails for a passing reason tried `retries` more times. A summary that fails raises `ChatError`;
     `BrowseTool` then gives the page's own text, and says so once. Once the endpoint could not be reached (or
     refused), it is not asked again for `down_s` seconds, so that a summarizer that is down costs its retries once,
@@ -122,7 +129,7 @@ class Summarizer:
 
     def __init__(self, base_url: str, model: str | None = None, api_key: str | None = None, max_tokens: int = 512,
                  timeout_s: float = 60.0, retries: int = 2, down_s: float = 30.0) -> None:
-        from arpo_env.openai_chat import ChatClient
+        from arpo_env.scoring.chat_client import ChatClient
 
         # each was taken as given and failed every page's summary, silently
         problems = [type_problem("model", model, "a model's name", str)
@@ -141,7 +148,7 @@ class Summarizer:
         """What tells this summarizer's summaries from another's, for the tool cache's key: the endpoint, the model
         and `max_tokens`; None while the endpoint cannot say which model it serves (nothing is cached then: the
         summary fails, and the page's own text is given)."""
-        from arpo_env.openai_chat import ChatError
+        from arpo_env.scoring.chat_client import ChatError
 
         try:
             return f"{self.client.root}:{self._asked(lambda: self.client.model)}:{self.max_tokens}"
@@ -150,7 +157,7 @@ class Summarizer:
 
     def _asked(self, ask: Callable[[], Any]) -> Any:
         """`ask`'s answer from the endpoint; ChatError without asking within `down_s` of its being unreachable."""
-        from arpo_env.openai_chat import ChatError
+        from arpo_env.scoring.chat_client import ChatError
 
         if time.monotonic() < self._down_until:
             raise ChatError(f"{self.client.root} could not be reached a moment ago; asked again after "
@@ -163,7 +170,7 @@ class Summarizer:
             raise
 
     def __call__(self, text: str) -> str:
-        from arpo_env.openai_chat import ChatError, content_text
+        from arpo_env.scoring.chat_client import ChatError, content_text
 
         prompt = ("Condense this web page to the facts it states, keeping names, numbers and dates exactly. "
                   "Write plain text, at most a few paragraphs.\n\n" + text)
@@ -203,7 +210,7 @@ def extract_text(html: str, url: str | None = None, timeout_s: float = EXTRACT_T
     again."""
     if "<" not in html[:2000]:
         return html.strip(), "main"
-    from arpo_env.bounded import BoundExceeded, NoWorkerFree, pool
+    from arpo_env.scoring.worker_pool import BoundExceeded, NoWorkerFree, pool
 
     page = hashlib.sha256(f"{url}\0{html}".encode("utf-8", "surrogatepass")).hexdigest()
     with _OVERRAN_LOCK:
@@ -211,7 +218,7 @@ def extract_text(html: str, url: str | None = None, timeout_s: float = EXTRACT_T
             _OVERRAN.move_to_end(page)
             return plain_text(html), "plain"
     try:
-        return pool("page").call("page_text", html, url, timeout_s=timeout_s, wait_s=timeout_s), "main"
+        return pool("page").call(f"{__name__}:main_text", html, url, timeout_s=timeout_s, wait_s=timeout_s), "main"
     except NoWorkerFree:  # the page itself may be fine: not remembered
         return plain_text(html), "plain"
     except BoundExceeded as exc:  # remembered with the time it had (the bound, less the wait for a worker)

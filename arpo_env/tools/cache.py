@@ -23,7 +23,6 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-
 DEFAULT_MAX_MB = 2048.0
 """How many megabytes of values the cache keeps by default (``ARPO_TOOL_CACHE_MB`` sets another bound)."""
 CHECK_EVERY = 256

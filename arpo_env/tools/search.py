@@ -31,10 +31,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
 
-from arpo_env.qa_metrics import CJK
+from arpo_env.scoring.qa_metrics import CJK
 from arpo_env.tools.cache import ToolCache, resolve_cache
-from arpo_env.tools.protocol import (PATH_TYPES, StatelessTool, ToolOutput, check_options, limit_problem,
-                                     type_problem)
+from arpo_env.tools.protocol import PATH_TYPES, StatelessTool, ToolOutput, check_options, limit_problem, type_problem
 
 DEFAULT_CORPUS = "search_corpus.jsonl.gz"
 

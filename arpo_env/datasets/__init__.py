@@ -1,0 +1,2 @@
+"""Tasks: the `Task` type (`task`), loaders for named benchmarks and files (`loaders`), and procedural tasks made
+from a seed (`procedural`)."""

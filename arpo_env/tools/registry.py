@@ -1,0 +1,124 @@
+"""The tool backends, together: the protocol they share, and the choice of a backend by name.
+
+* `arpo_env.tools.protocol` — `Tool`, `ToolOutput`, `StatelessTool`: what every backend implements;
+* ``<python>``: `arpo_env.tools.sandbox` (the local forkable interpreter; its worker program is
+  `arpo_env.tools.sandbox.process`) or `arpo_env.tools.e2b` (E2B cloud sandboxes);
+* ``<search>``: `arpo_env.tools.search` (local BM25, ddgs, recorded);
+* ``<browse>``: `arpo_env.tools.browse` (httpx + trafilatura, or an offline page store);
+* `arpo_env.tools.cache` — the SQLite cache the search and browse backends share.
+
+Backends import the protocol, never this registry; the registry imports a backend only when it is chosen, so
+choosing one loads nothing else and nothing imports in a circle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any, Callable, Sequence
+
+from arpo_env.tools.protocol import StatelessTool, Tool, ToolOutput, check_options
+
+__all__ = ["StatelessTool", "Tool", "ToolOutput", "build_tools", "python_tool_factory"]
+
+
+def python_tool_factory(sandbox: str = "local", options: dict[str, Any] | None = None,
+                        hide: Sequence[str] = ()) -> Callable[[], Tool]:
+    """A factory of ``<python>`` tools: the local sandbox (default) or E2B, with their options. `hide`: paths the
+    local sandbox's cells may not read, besides its options' ``hidden_paths`` (an environment's task files)."""
+    options = dict(options or {})
+    if sandbox == "local":
+        from arpo_env.tools.sandbox.host import LocalSandbox, SandboxLimits
+
+        # an unknown one was SandboxLimits' TypeError, which gym wraps with every keyword argument of the env
+        check_options("sandbox_options", options, [f.name for f in dataclasses.fields(SandboxLimits)] + ["preload"])
+        preload = _entries("preload", options.pop("preload", ()), "a module's name or a list of them") or None
+        options["hidden_paths"] = _entries("hidden_paths", options.get("hidden_paths", ()),
+                                           "a path or a list of paths") + tuple(hide)
+        limits = SandboxLimits(**options)
+        return (lambda: LocalSandbox(limits, preload)) if preload else (lambda: LocalSandbox(limits))
+    if sandbox == "e2b":
+        import inspect
+
+        from arpo_env.tools.e2b import E2BSandbox
+
+        check_options("sandbox_options", options, inspect.signature(E2BSandbox).parameters)  # else a wrapped TypeError
+        E2BSandbox(**options)  # its options and key are checked when the env is made, not at its first reset
+        return lambda: E2BSandbox(**options)
+    raise ValueError(f"unknown sandbox {sandbox!r}: use 'local' or 'e2b'")
+
+
+def _entries(name: str, value: Any, what: str) -> tuple[str, ...]:
+    """A sandbox option that lists names or paths, as a tuple of strings: a string is one (``hidden_paths:
+    /srv/answers`` was read letter by letter, and the path not hidden), a number a `ValueError` (it was a TypeError
+    wrapped by gym)."""
+    if isinstance(value, (str, os.PathLike)):
+        value = [value]
+    if not (isinstance(value, (list, tuple)) and all(isinstance(v, (str, os.PathLike)) for v in value)):
+        raise ValueError(f"sandbox_options: {name} must be {what}, not {type(value).__name__} {str(value)[:100]!r}")
+    return tuple(os.fspath(v) for v in value)
+
+
+def build_tools(tools: Sequence[str], sandbox: str = "local", sandbox_options: dict[str, Any] | None = None,
+                search: str = "local", search_options: dict[str, Any] | None = None,
+                browse_options: dict[str, Any] | None = None,
+                hide: Sequence[str] = ()) -> dict[str, Callable[[], Tool]]:
+    """Tool factories by tag, from the tool names and backend options an environment was given; `hide`: paths the
+    local sandbox may not read (the files of the environment's tasks). `tools` as `tool_names` reads them. Options
+    or a backend given for a tool that is not among them are a warning: they are not used (``search_options`` to
+    an env without ``search`` were passed over silently, as if search were on)."""
+    tools = tool_names(tools)
+    for what, options in (("sandbox_options", sandbox_options), ("search_options", search_options),
+                          ("browse_options", browse_options)):
+        if options is not None and not isinstance(options, Mapping):  # "dictionary update sequence element #0 …"
+            raise ValueError(f"{what} is a dict of options, not {type(options).__name__} {str(options)[:100]!r}")
+    factories: dict[str, Callable[[], Tool]] = {}
+    for name in tools:
+        if name == "python":
+            factories[name] = python_tool_factory(sandbox, sandbox_options, hide)
+        elif name == "search":
+            from arpo_env.tools.search import search_tool_factory
+
+            factories[name] = search_tool_factory(search, search_options)
+        elif name == "browse":
+            from arpo_env.tools.browse import browse_tool_factory
+
+            factories[name] = browse_tool_factory(browse_options)
+        else:
+            raise ValueError(f"unknown tool {name!r}; known: python, search, browse")
+    unused = [what for what, tool, given in (("sandbox", "python", sandbox not in ("local", None)),
+                                             ("sandbox_options", "python", bool(sandbox_options)),
+                                             ("search", "search", search not in ("local", None)),
+                                             ("search_options", "search", bool(search_options)),
+                                             ("browse_options", "browse", bool(browse_options)))
+              if given and tool not in tools]
+    message = (f"{' and '.join(unused)} given, but the env has no tool they are for (its tools: "
+               f"{', '.join(tools) or 'none'}): not used. Add the tool to tools= to use them") if unused else None
+    if message is not None and message not in _WARNED:  # once a process: a run makes many envs of the same arguments
+        import warnings
+
+        _WARNED.add(message)
+        warnings.warn(message, stacklevel=2)
+    return factories
+
+
+_WARNED: set[str] = set()
+
+
+def tool_names(tools: Any) -> list[str]:
+    """The tool names an environment's ``tools`` argument gives: a list (any iterable) of names, or a string naming
+    one tool or several with commas (``"python"``, ``"search,python"``: it was read letter by letter, "unknown tool
+    'p'"); anything else a `ValueError`."""
+    given = tools
+    if isinstance(tools, str):
+        tools = [name.strip() for name in tools.split(",") if name.strip()]
+    elif isinstance(tools, Iterable) and not isinstance(tools, (bytes, bytearray, Mapping)):
+        tools = list(tools)
+    else:
+        tools = [given]  # refused below
+    if not all(isinstance(t, str) for t in tools):
+        # 5 was "'int' object is not iterable", [5] an unknown tool 5, b"python" the tools 112, 121, …
+        raise ValueError(f"tools are tool names (python, search, browse) as a list or one string, not "
+                         f"{type(given).__name__} {str(given)[:100]!r}")
+    return tools
