@@ -81,7 +81,7 @@ def test_scoring_survives_the_thread_that_started_its_workers():
     own = WorkerPool(size=1)
     for _ in range(3):  # a new pool of threads each round, as each rollout makes
         with ThreadPoolExecutor(2) as threads:
-            assert list(threads.map(lambda a: own.call("math_equal", a, ["0.5"]), ["1/2", "\\frac{1}{2}"])) == \
+            assert list(threads.map(lambda a: own.call(MATH_EQUAL_TARGET, a, ["0.5"]), ["1/2", "\\frac{1}{2}"])) == \
                 [True, True]
     own.close()
 

@@ -226,15 +226,15 @@ def test_a_plain_text_stand_in_is_not_cached_and_the_overrun_is_not_waited_out_a
     tool = BrowseTool(cache=ToolCache(tmp_path / "c.sqlite"), extract_timeout_s=1.0, private_hosts=True)
     first = tool.call(f"{server}/paragraphs")
     assert "could not be extracted within 1 s" in first.text and first.extra["extraction"] == "plain"
-    assert calls == ["page_text"]
+    assert calls == ["arpo_env.tools.browse:main_text"]
     # Not from the cache (an overrun may be the machine's load: the next run tries again), but read as plain text
     # at once: this process remembers that the page overran its bound.
     second = tool.call(f"{server}/paragraphs")
     assert second.extra["cache"] == "miss" and second.extra["extraction"] == "plain" and second.text == first.text
-    assert calls == ["page_text"]
+    assert calls == ["arpo_env.tools.browse:main_text"]
     # A larger bound than the one it overran tries the main text again.
     patient = BrowseTool(cache=ToolCache(tmp_path / "c.sqlite"), extract_timeout_s=1.5, private_hosts=True)
-    assert "within 1.5 s" in patient.call(f"{server}/paragraphs").text and calls == ["page_text"] * 2
+    assert "within 1.5 s" in patient.call(f"{server}/paragraphs").text and calls == ["arpo_env.tools.browse:main_text"] * 2
     article = tool.call(f"{server}/article")
     assert article.extra["extraction"] == "main" and tool.call(f"{server}/article").extra["cache"] == "hit"
 

@@ -1,5 +1,7 @@
-"""The ``arpo`` command line: ``train`` and ``sft`` (TRL's parser: a YAML recipe and flags), ``eval``, ``rollout``,
-``view``."""
+"""``arpo rollout``: sample ARPO or GRPO rollout trees of a model on an environment and append them to a JSONL file.
+
+Its rollout flags are made from `arpo_algo.core.config.RolloutConfig` (`add_rollout_flags`), so their defaults and
+help are the config's."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import sys
 import time
 from typing import Any
 
+from arpo_algo.core.config import add_rollout_flags, default, from_flags
 from arpo_algo.generation.factory import make_generator
 
 
@@ -26,39 +29,19 @@ def _rollout_parser(sub: Any) -> None:
     p.add_argument("--tasks", type=int, default=8, help="number of tasks (the first ones of the dataset)")
     p.add_argument("--start", type=int, default=0, help="index of the first task")
     p.add_argument("--algo", choices=["arpo", "grpo"], default="arpo")
-    p.add_argument("--num-generations", "-M", type=int, default=16, help="M: trajectories per task")
-    p.add_argument("--num-global", "-N", type=int, default=None,
-                   help="N: global samples per task (left out: 8, or M when M is smaller)")
-    p.add_argument("--branch-factor", "-Z", type=int, default=2, help="Z: paths per branch point")
-    p.add_argument("--alpha", type=float, default=0.5)
-    p.add_argument("--beta", type=float, default=0.2)
-    p.add_argument("--entropy-k", type=int, default=20)
-    p.add_argument("--spare-samples", type=int, default=2,
-                   help="fresh samples per task kept under way ahead of its top-ups (0: top-ups start when certain)")
-    p.add_argument("--min-spare-samples", type=int, default=1,
-                   help="spares per task under way from the start while it can fall short of M (at most "
-                        "--spare-samples; 0: only once it is expected to)")
-    p.add_argument("--speculative-branches", action="store_true",
-                   help="start the branches a decision can make with its segment, not k tokens later, where its draw "
-                        "makes them likely (transformers, vLLM; the ones it does not make are discarded)")
-    p.add_argument("--speculative-min-keep", type=float, default=0.5,
-                   help="how likely a decision must be to keep its speculative branches for them to start (0.5: more "
-                        "likely than not; 0: at every decision, which saves the most steps where rows are free: a "
-                        "GPU)")
-    p.add_argument("--max-new-tokens", type=int, default=None,
+    # max_new_tokens and max_completion_tokens: their default depends on the backend and device (`rollout_budget`)
+    add_rollout_flags(p, skip=("branching", "max_tool_workers", "max_new_tokens", "max_completion_tokens"))
+    p.add_argument("--max-new-tokens", "--max_new_tokens", dest="max_new_tokens", type=int, default=None,
                    help=f"tokens per turn (default {GPU_BUDGET[0]}; {CPU_BUDGET[0]} with the hf backend on a CPU)")
-    p.add_argument("--max-completion-tokens", type=int, default=None,
-                   help=f"tokens per trajectory (default {GPU_BUDGET[1]}; {CPU_BUDGET[1]} with the hf backend on a "
-                        "CPU)")
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-completion-tokens", "--max_completion_tokens", dest="max_completion_tokens", type=int,
+                   default=None, help=f"tokens per trajectory (default {GPU_BUDGET[1]}; {CPU_BUDGET[1]} with the hf "
+                                      "backend on a CPU)")
     p.add_argument("--batch-tasks", type=int, default=4, help="tasks rolled out together (one generation batch)")
     p.add_argument("--out", default="trees.jsonl", help="JSONL file the trees are appended to; the same command "
                    "again (after a kill) rolls out only the tasks whose trees it lacks ('-': standard output)")
 
 
-GPU_BUDGET = (512, 4096)
+GPU_BUDGET = (default("max_new_tokens"), default("max_completion_tokens"))
 """Tokens per turn and per trajectory for `arpo rollout` where generation is fast (a GPU, vLLM)."""
 CPU_BUDGET = (128, 1024)
 """The budget when transformers generates on a CPU: an untuned model writes until it is cut off, and M = 16 paths of
@@ -158,7 +141,6 @@ def rollout_main(args: argparse.Namespace) -> int:
 
     import arpo_env  # noqa: F401
     from arpo_algo import jsonl
-    from arpo_algo.core.config import RolloutConfig
     from arpo_algo.environments import env_arguments
     from arpo_algo.settings import ConfigError
 
@@ -177,14 +159,7 @@ def rollout_main(args: argparse.Namespace) -> int:
     if args.out != "-":
         writable(args.out)
     (max_new, max_completion), why = rollout_budget(args)
-    config = RolloutConfig(num_generations=args.num_generations, num_global=args.num_global,  # None: 8, or M
-                           branch_factor=args.branch_factor, alpha=args.alpha, beta=args.beta,
-                           entropy_k=args.entropy_k, max_new_tokens=max_new,
-                           max_completion_tokens=max_completion, temperature=args.temperature,
-                           top_p=args.top_p, seed=args.seed, spare_samples=args.spare_samples,
-                           min_spare_samples=args.min_spare_samples,
-                           speculative_branches=args.speculative_branches,
-                           speculative_min_keep=args.speculative_min_keep)
+    config = from_flags(args, max_new_tokens=max_new, max_completion_tokens=max_completion)
     if args.out == "-":
         return roll_out(args, env_kwargs, config, n_tasks, (max_new, max_completion), why)
     with jsonl.sole_writer(args.out, f"another arpo rollout is writing {args.out} now: wait for it to end (then this "

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
-from typing import Sequence
+import argparse
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping, Sequence
 
 from arpo_algo.settings import ConfigError, switch_problems, whole_problems
 
@@ -19,51 +20,53 @@ def default_num_global(num_global: int | None, num_generations: int) -> int:
     return min(DEFAULT_NUM_GLOBAL, num_generations) if num_global is None else num_global
 
 
+def setting(default: Any, help: str, short: str | None = None) -> Any:
+    """A field of `RolloutConfig`: its default and its help, which ``arpo rollout``'s flags (`add_rollout_flags`) and
+    `ARPOConfig`'s fields (`trainer_field`) show as they are."""
+    return field(default=default, metadata={"help": help, "short": short})
+
+
 @dataclass
 class RolloutConfig:
-    num_generations: int = 16
-    """M: trajectories per task."""
-    num_global: int | None = None
-    """N: global samples per task before any branching (None: `DEFAULT_NUM_GLOBAL`, or M when M is smaller)."""
-    branch_factor: int = 2
-    """Z: a branch point yields Z paths (the original and Z−1 new ones)."""
-    alpha: float = 0.5
-    """Base branching probability."""
-    beta: float = 0.2
-    """Weight of the entropy change ΔH in the branching probability."""
-    entropy_k: int = 20
-    """k: tokens whose entropies are summed into H at the start of the response (H₀) and after each tool result."""
-    max_new_tokens: int = 512
-    """Tokens per generated segment (one turn)."""
-    max_completion_tokens: int = 4096
-    """Tokens per trajectory, tool outputs included: a trajectory is truncated where its next segment or tool output
-    would take it past this (that output is in its record, not in its tokens)."""
-    temperature: float = 1.0
-    top_p: float = 1.0
-    branching: bool = True
-    seed: int = 0
-    max_tool_workers: int = 16
-    spare_samples: int = 2
-    """Fresh samples each task may keep under way ahead of its top-ups, while it is expected to need them (none
-    without branching): a top-up takes them in order before it starts a new sample, and they are stopped (their work
-    discarded) once the task cannot need them. 0: top-ups start only once they are certain."""
-    min_spare_samples: int = 1
-    """Spares each task keeps under way from the rollout's start while it can still fall short of M, expected to or
-    not (at most `spare_samples`). 0: spares start only when the task is expected to fall short."""
-    speculative_branches: bool = False
-    """On a backend that can (``speculates``: transformers, vLLM's engine), a path's possible branches start with the
-    segment their decision is taken on, right after the tool result, instead of k tokens later: the decision keeps them
-    if it branches and drops them (their tokens discarded, counted) if not. They start only where the decision is likely
-    enough to keep them (`speculative_min_keep`; by default more likely than not: its draw is known before the segment,
-    and below the P of the median ΔH seen so far). The decision and what each branch draws are the same either way;
-    branches end k tokens sooner. Off by default: in `benchmarks/rollout_efficiency.py --speculative` on chain tasks
-    they saved 0–9% of the decoding steps (0–10% of vLLM's engine steps) for 1–4% more tokens, which on a 2-core CPU,
-    where a step's cost grows with its rows, did not pay; on a GPU the steps are the time."""
-    speculative_min_keep: float = 0.5
-    """With `speculative_branches`: how likely the decision must be to keep them for them to start, its chance read
-    off this batch's decisions so far (0.5: below the P of their median ΔH, more likely kept than not; 1: below the P
-    of their smallest; 0: at every decision that can branch, whatever its draw). Where a step costs the same whatever
-    its rows (a GPU at small batches), 0 takes the most steps off a rollout for its discarded tokens."""
+    """The settings of one rollout (`arpo_algo.rollout.scheduler.ARPORollout`), with the reference code's defaults.
+
+    This is the one place they are written. ``arpo rollout`` makes its flags from these fields (`add_rollout_flags`),
+    `ARPOConfig` makes its fields from them under TRL's names (`TRAINER_NAMES`, `trainer_field`), and the trainer
+    builds its rollouts' config back from its own (`from_trainer`).
+    """
+
+    num_generations: int = setting(16, "M: trajectories per task (one tree).", "-M")
+    num_global: int | None = setting(None, "N: global samples per task before any branching (left out: 8, or M "
+                                           "when M is smaller).", "-N")
+    branch_factor: int = setting(2, "Z: paths out of a branch point (the original and Z-1 new ones).", "-Z")
+    alpha: float = setting(0.5, "α: base branching probability in P = α + β·ΔH.")
+    beta: float = setting(0.2, "β: weight of the entropy change ΔH in P = α + β·ΔH.")
+    entropy_k: int = setting(20, "k: tokens whose normalised entropies are summed into H at the start of the "
+                                 "response (H₀) and after every tool result; ΔH = H − H₀ (arpo_algo.core.entropy).")
+    max_new_tokens: int = setting(512, "Tokens generated per turn (between two tool results).")
+    max_completion_tokens: int = setting(4096, "Tokens per trajectory, tool outputs included: a trajectory is "
+                                               "truncated where its next segment or tool output would pass this.")
+    temperature: float = setting(1.0, "Sampling temperature (0: greedy).")
+    top_p: float = setting(1.0, "Nucleus sampling: the smallest set of tokens whose probability reaches top-p.")
+    branching: bool = setting(True, "Branch at tool steps (ARPO); off: M independent samples (GRPO).")
+    seed: int = setting(0, "Seed of the rollout: the same seed draws the same trees on the transformers backend.")
+    max_tool_workers: int = setting(16, "Threads that run tool calls concurrently during a rollout.")
+    spare_samples: int = setting(2, "Fresh samples each task keeps under way ahead of its top-ups, while it is "
+                                    "expected to need them: a top-up takes them before it starts a new sample, and "
+                                    "those the task turns out not to need are stopped and discarded. 0: top-ups start "
+                                    "only once they are certain.")
+    min_spare_samples: int = setting(1, "Spares each task keeps under way from the start while it can still fall "
+                                        "short of M, whether or not it is expected to (at most spare_samples). 0: "
+                                        "spares start only once the task is expected to fall short.")
+    speculative_branches: bool = setting(False, "Start the branches a decision can make with the segment it is taken "
+                                                "on (transformers, vLLM's engine), not k tokens later, where the "
+                                                "decision's draw makes keeping them likely; the trees are the same "
+                                                "and the discarded branches' tokens are spent.")
+    speculative_min_keep: float = setting(0.5, "With speculative branches: how likely a decision must be to keep "
+                                               "them for them to start, read off the batch's decisions so far (0.5: "
+                                               "more likely than not; 0: at every decision that can branch, which "
+                                               "saves the most steps where a step costs the same whatever its rows: "
+                                               "a GPU).")
 
     def __post_init__(self) -> None:  # ConfigError: a ValueError the command line says in one line
         counts = ("num_generations", "num_global", "branch_factor", "seed", "max_tool_workers", "spare_samples",
@@ -131,3 +134,64 @@ def sampling_problems(max_new_tokens: int, max_completion_tokens: int, temperatu
     if not (math.isfinite(alpha) and math.isfinite(beta)):
         problems.append(f"{a} and {b} must be numbers, not {alpha} and {beta}")
     return problems
+
+
+TRAINER_NAMES = {"alpha": "branch_alpha", "beta": "branch_beta", "max_new_tokens": "max_new_tokens_per_turn",
+                 "max_completion_tokens": "max_completion_length", "max_tool_workers": "tool_workers"}
+"""`RolloutConfig` fields that `ARPOConfig` names otherwise: TRL's own (``beta`` is its KL weight,
+``max_completion_length`` its trajectory budget) or clearer beside TRL's. ``branching`` and ``seed`` are the trainer's
+to set for each step; the others keep their names."""
+NOT_IN_TRAINER = ("branching", "seed")
+
+
+def default(name: str) -> Any:
+    """The default of `RolloutConfig`'s field `name`."""
+    return RolloutConfig.__dataclass_fields__[name].default
+
+
+def trainer_field(name: str, help: str | None = None) -> Any:
+    """`ARPOConfig`'s field for `RolloutConfig`'s `name`: the same default and, unless `help` is given, the same
+    help."""
+    spec = RolloutConfig.__dataclass_fields__[name]
+    return field(default=spec.default, metadata={"help": help or spec.metadata["help"]})
+
+
+def from_trainer(args: Any, **overrides: Any) -> RolloutConfig:
+    """The `RolloutConfig` of an `ARPOConfig` (its fields read under `TRAINER_NAMES`), with `overrides` (the step's
+    ``branching`` and ``seed``, a group's M)."""
+    values = {f.name: getattr(args, TRAINER_NAMES.get(f.name, f.name)) for f in fields(RolloutConfig)
+              if f.name not in NOT_IN_TRAINER}
+    return RolloutConfig(**{**values, **overrides})
+
+
+def add_rollout_flags(parser: argparse.ArgumentParser, skip: Sequence[str] = (),
+                      defaults: Mapping[str, Any] | None = None) -> None:
+    """Add a flag for every `RolloutConfig` field but `skip`, with its default (or `defaults`' for a benchmark that
+    samples less) and its help. Each takes both spellings (``--num-generations`` and ``--num_generations``; help shows
+    the first) and its short form where it has one (``-M``). A switch is ``--name`` / ``--no-name``."""
+    defaults = dict(defaults or {})
+    for spec in fields(RolloutConfig):
+        if spec.name in skip:
+            continue
+        value = defaults.get(spec.name, spec.default)
+        dashed = f"--{spec.name.replace('_', '-')}"
+        names = [spec.metadata["short"], dashed] if spec.metadata.get("short") else [dashed]
+        help_text = spec.metadata["help"].replace("%", "%%")
+        if isinstance(spec.default, bool):
+            parser.add_argument(dashed, dest=spec.name, action=argparse.BooleanOptionalAction, default=value,
+                                help=help_text)
+            kind: dict[str, Any] = {"action": "store_true"}
+        else:
+            kind = {"type": type(spec.default) if spec.default is not None else int}
+            parser.add_argument(*names, dest=spec.name, default=value, **kind,
+                                help=help_text + ("" if value is None else f" Default: {value}."))
+        if "_" in spec.name:  # the other spelling, as TRL's parser takes it; help shows one
+            parser.add_argument(f"--{spec.name}", dest=spec.name, default=argparse.SUPPRESS, help=argparse.SUPPRESS,
+                                **kind)
+
+
+def from_flags(args: argparse.Namespace, **overrides: Any) -> RolloutConfig:
+    """The `RolloutConfig` of flags added by `add_rollout_flags` (those skipped take their defaults or
+    `overrides`)."""
+    values = {f.name: getattr(args, f.name) for f in fields(RolloutConfig) if hasattr(args, f.name)}
+    return RolloutConfig(**{**values, **overrides})

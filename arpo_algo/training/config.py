@@ -26,6 +26,7 @@ from typing import Any
 
 from trl import GRPOConfig, SFTConfig
 
+from arpo_algo.core.config import default, trainer_field
 from arpo_algo.generation.models import bf16_available
 from arpo_algo.settings import ConfigError, json_object
 
@@ -51,7 +52,7 @@ class ARPOConfig(GRPOConfig):
     """
 
     num_generations: int | None = field(
-        default=16,
+        default=default("num_generations"),
         metadata={"help": "M: trajectories per question (one tree). The per-process generation batch "
                           "(per_device_train_batch_size × steps_per_generation) must be a multiple of it, so that a "
                           "tree is rolled out on one process."},
@@ -62,7 +63,7 @@ class ARPOConfig(GRPOConfig):
                           "default 2 makes one step (and one generation batch) 16 trajectories: a tree of M=16."},
     )
     max_completion_length: int | None = field(
-        default=4096,
+        default=default("max_completion_tokens"),
         metadata={"help": "Tokens per trajectory, tool outputs included; a longer trajectory is truncated."},
     )
 
@@ -75,42 +76,16 @@ class ARPOConfig(GRPOConfig):
     )
 
     # Branching rollouts ---------------------------------------------------------------------------------------------
-    num_global: int | None = field(
-        default=None, metadata={"help": "N: global (independent) trajectories sampled per question before branching "
-                                        "(left out: 8, or num_generations when that is smaller)."})
-    branch_factor: int = field(
-        default=2, metadata={"help": "Z: paths out of a branch point (the original and Z-1 new ones)."})
-    branch_alpha: float = field(
-        default=0.5, metadata={"help": "α: base branching probability in P = α + β·ΔH."})
-    branch_beta: float = field(
-        default=0.2, metadata={"help": "β: weight of the entropy change ΔH in P = α + β·ΔH."})
-    entropy_k: int = field(
-        default=20, metadata={"help": "k: tokens whose normalised entropies (of the sampling distribution, divided "
-                                      "by ln|V|) are summed into H at the start of the response (H₀) and after every "
-                                      "tool result; ΔH = H − H₀, on the reference code's scale (arpo_algo.core.entropy)."})
-    spare_samples: int = field(
-        default=2, metadata={"help": "Fresh samples each task keeps under way ahead of its top-ups (ARPO): a top-up "
-                                     "takes them before starting a new sample; those a task turns out not to need are "
-                                     "stopped and discarded. 0: top-ups start only once they are certain."})
-    min_spare_samples: int = field(
-        default=1, metadata={"help": "Spares each task keeps under way from the start while it can still fall short "
-                                     "of M, whether or not it is expected to (at most spare_samples). 0: spares start "
-                                     "only once the task is expected to fall short."})
-    speculative_branches: bool = field(
-        default=False, metadata={"help": "Start the branches a decision can make with the segment it is taken on "
-                                         "(transformers backend, vLLM's colocated engine), keeping them if it "
-                                         "branches and discarding them if not: branches start k tokens sooner, the "
-                                         "trees are the same, and the discarded tokens are spent. They start only "
-                                         "where the decision's draw, known before the segment, makes keeping them "
-                                         "at least speculative_min_keep likely."})
-    speculative_min_keep: float = field(
-        default=0.5, metadata={"help": "With speculative_branches: how likely a decision must be to keep its "
-                                       "branches for them to start with its segment, read off the batch's decisions "
-                                       "so far (0.5: more likely than not; 0: at every decision that can branch). "
-                                       "Where a step costs the same whatever its rows (a GPU), 0 saves the most "
-                                       "steps for its discarded tokens."})
-    max_new_tokens_per_turn: int = field(
-        default=512, metadata={"help": "Tokens generated per turn (between two tool results)."})
+    num_global: int | None = trainer_field("num_global")
+    branch_factor: int = trainer_field("branch_factor")
+    branch_alpha: float = trainer_field("alpha")
+    branch_beta: float = trainer_field("beta")
+    entropy_k: int = trainer_field("entropy_k")
+    spare_samples: int = trainer_field("spare_samples")
+    min_spare_samples: int = trainer_field("min_spare_samples")
+    speculative_branches: bool = trainer_field("speculative_branches")
+    speculative_min_keep: float = trainer_field("speculative_min_keep")
+    max_new_tokens_per_turn: int = trainer_field("max_new_tokens")
     eval_temperature: float | None = field(
         default=None, metadata={"help": "Sampling temperature of the held-out evaluation rollouts (eval_strategy, "
                                         "eval_dataset_name); 0 is greedy (use num_generations_eval=1 then). Unset: "
@@ -128,8 +103,7 @@ class ARPOConfig(GRPOConfig):
     )
     max_tool_calls: int | None = field(
         default=None, metadata={"help": "Tool-call budget per trajectory (the env's default when unset)."})
-    tool_workers: int = field(
-        default=16, metadata={"help": "Threads that run tool calls concurrently during a rollout."})
+    tool_workers: int = trainer_field("max_tool_workers")
     vllm_engine_kwargs: dict[str, Any] | str | None = field(
         default=None,
         metadata={"help": "More keyword arguments for the colocated vLLM engine (vllm.LLM), e.g. "

@@ -40,7 +40,7 @@ from trl import GRPOTrainer
 
 from arpo_algo import jsonl
 from arpo_algo.core.advantages import grpo_advantages, hard_token_advantages, reinforce_pp_advantages
-from arpo_algo.core.config import RolloutConfig
+from arpo_algo.core.config import from_trainer
 from arpo_algo.core.tree import RolloutTree, entropy_windows, write_jsonl
 from arpo_algo.environments import hide_from_sandbox
 from arpo_algo.rollout.scheduler import ARPORollout, GRPORollout
@@ -247,17 +247,11 @@ class ARPOTrainer(GRPOTrainer):
             raise ValueError(f"{len(inputs)} rows is not a whole number of groups of {m}")
         tasks = [row_task(inputs[i]) for i in range(0, len(inputs), m)]
         branching = args.branching and mode == "train"
-        config = RolloutConfig(
-            num_generations=m, num_global=min(args.num_global, m) if branching else m,
-            branch_factor=args.branch_factor, alpha=args.branch_alpha, beta=args.branch_beta,
-            entropy_k=args.entropy_k, max_new_tokens=args.max_new_tokens_per_turn,
-            max_completion_tokens=args.max_completion_length,
-            temperature=args.eval_temperature if mode == "eval" and args.eval_temperature is not None
-            else args.temperature,
-            top_p=args.top_p, branching=branching, max_tool_workers=args.tool_workers,
-            spare_samples=args.spare_samples, min_spare_samples=args.min_spare_samples,
-            speculative_branches=args.speculative_branches, speculative_min_keep=args.speculative_min_keep,
-            seed=_seed(args.seed, self.state.global_step, self.accelerator.process_index, call))
+        temperature = args.eval_temperature if mode == "eval" and args.eval_temperature is not None \
+            else args.temperature
+        config = from_trainer(args, num_generations=m, num_global=min(args.num_global, m) if branching else m,
+                              temperature=temperature, branching=branching,
+                              seed=_seed(args.seed, self.state.global_step, self.accelerator.process_index, call))
         engine = (ARPORollout if branching else GRPORollout)(generator, self.make_env, config)
         before = generator.stats.generated_tokens, generator.stats.prefill_tokens
         trees = engine.run(tasks)
