@@ -13,6 +13,7 @@ import pytest
 
 import arpo_env  # noqa: F401
 from arpo_env import rewards
+from arpo_env.scoring import math_equivalence
 from arpo_env.scoring.math_equivalence import MATH_EQUAL_TARGET
 from arpo_env.scoring.worker_pool import BoundExceeded, pool
 
@@ -23,7 +24,7 @@ PATHOLOGICAL = {
     "huge power of ten": "10^{10^{10}}",
     "huge factorial": "1000000!",
     "nested braces": "{" * 5000 + "1" + "}" * 5000,
-    "nested braces, too long to look at": "{" * 15_000 + "1" + "}" * 15_000,  # rewards.intractable leaves it: bounded
+    "nested braces, too long to look at": "{" * 15_000 + "1" + "}" * 15_000,  # tractable.intractable leaves it: bounded
     "nested roots": "\\sqrt{" * 2000 + "2" + "}" * 2000,
     "200,000 digits": "9" * 200_000,
     "division by zero": "\\frac{1}{0}",
@@ -114,13 +115,13 @@ def test_an_answer_far_longer_than_every_gold_is_not_equal_without_asking_math_v
     asked = []
     real = arpo_env.scoring.worker_pool.pool
     monkeypatch.setattr(arpo_env.scoring.worker_pool, "pool", lambda *args: asked.append(args) or real(*args))
-    monkeypatch.setattr(rewards, "_verdicts", type(rewards._verdicts)())  # none kept from the tests before
-    assert not rewards.math_equal("a1 " * 1000, "42") and not asked
-    assert not rewards.math_equal("1+" * 600 + "1", ["42", "7"]) and not asked
-    assert rewards.math_equal("+".join(["1"] * 101), "101") and len(asked) == 1  # 201 characters: math-verify's
+    monkeypatch.setattr(rewards, "_verdicts", type(math_equivalence._verdicts)())  # none kept from the tests before
+    assert not math_equivalence.math_equal("a1 " * 1000, "42") and not asked
+    assert not math_equivalence.math_equal("1+" * 600 + "1", ["42", "7"]) and not asked
+    assert math_equivalence.math_equal("+".join(["1"] * 101), "101") and len(asked) == 1  # 201 characters: math-verify's
     gold = "+".join(["2"] * 50)  # 99 characters: answers up to 1,980 are math-verify's
     answer = " + ".join(["1"] * 100) + " + " + "+".join(["0"] * 600)  # 1,599 characters
-    assert rewards.math_equal(answer, gold) and len(asked) == 2
+    assert math_equivalence.math_equal(answer, gold) and len(asked) == 2
 
 
 def test_the_same_answer_is_decided_once_however_many_samples_end_on_it(monkeypatch, caplog):
@@ -135,19 +136,19 @@ def test_the_same_answer_is_decided_once_however_many_samples_end_on_it(monkeypa
     asked = []
     real_call = WorkerPool.call
     monkeypatch.setattr(WorkerPool, "call", lambda self, *a, **k: asked.append(a[1]) or real_call(self, *a, **k))
-    monkeypatch.setattr(rewards, "_verdicts", type(rewards._verdicts)())
+    monkeypatch.setattr(rewards, "_verdicts", type(math_equivalence._verdicts)())
     slow = "(x+1)^{3000}"
     with caplog.at_level(logging.WARNING, logger="arpo_env.rewards"), ThreadPoolExecutor(8) as threads:
-        verdicts = list(threads.map(lambda _: rewards.math_equal(slow, "5", timeout_s=1.0), range(8)))
+        verdicts = list(threads.map(lambda _: math_equivalence.math_equal(slow, "5", timeout_s=1.0), range(8)))
     assert verdicts == [False] * 8 and asked == [slow]
     assert sum("gave up" in r.getMessage() for r in caplog.records) == 1
-    assert rewards.math_equal("\\frac{2}{4}", "0.5") and rewards.math_equal("\\frac{2}{4}", "0.5")
-    assert not rewards.math_equal(slow, "5", timeout_s=1.0) and asked == [slow, "\\frac{2}{4}"]
-    assert not rewards.math_equal(slow, "5", timeout_s=0.5) and asked == [slow, "\\frac{2}{4}", slow]
+    assert math_equivalence.math_equal("\\frac{2}{4}", "0.5") and math_equivalence.math_equal("\\frac{2}{4}", "0.5")
+    assert not math_equivalence.math_equal(slow, "5", timeout_s=1.0) and asked == [slow, "\\frac{2}{4}"]
+    assert not math_equivalence.math_equal(slow, "5", timeout_s=0.5) and asked == [slow, "\\frac{2}{4}", slow]
     monkeypatch.setattr(rewards, "VERDICTS_KEPT", 2)
     for answer in ("1", "2", "3"):
-        rewards.math_equal(answer, "7")
-    assert len(rewards._verdicts) == 2
+        math_equivalence.math_equal(answer, "7")
+    assert len(math_equivalence._verdicts) == 2
 
 
 def test_a_number_against_a_logarithm_is_decided_within_the_bound(caplog):
@@ -162,6 +163,6 @@ def test_a_number_against_a_logarithm_is_decided_within_the_bound(caplog):
              ("3", r"\log_2 8"), ("2", r"\log 100"), ("0.30103", r"\log 2"), ("-1", r"\log_2 \frac12"),
              ("0.5", r"\log_4 2")]
     with caplog.at_level(logging.WARNING, logger="arpo_env.rewards"):
-        verdicts = [rewards.math_equal(answer, gold, timeout_s=BOUND_S) for answer, gold in cases]
+        verdicts = [math_equivalence.math_equal(answer, gold, timeout_s=BOUND_S) for answer, gold in cases]
     assert verdicts == [False] * 6 + [True] * 5
     assert not [r.getMessage() for r in caplog.records if "gave up" in r.getMessage()]

@@ -11,6 +11,7 @@ import pytest
 from arpo_algo.cli.eval.benchmarks import BENCHMARKS
 from arpo_algo.cli.eval.runner import score_sample
 from arpo_env import rewards
+from arpo_env.scoring import math_text
 from arpo_env.tags import eval_answer, wrap_result
 
 A = "<answer>\\boxed{{{}}}</answer>"  # a well-formed final answer
@@ -512,7 +513,7 @@ def test_the_reference_think_rule_is_available_by_name():
     ("0.\\dot{6}", "\\frac{2}{3}"), ("\\overline{CD}", "\\overline{CD}"), ("0.\\overline{x}", "0.\\overline{x}"),
 ])
 def test_math_answers_lose_only_what_math_verify_misreads(written, tidied):
-    assert rewards.tidy(written) == tidied
+    assert math_text.tidy(written) == tidied
 
 
 @pytest.mark.parametrize("written, unit", [
@@ -528,7 +529,7 @@ def test_math_answers_lose_only_what_math_verify_misreads(written, tidied):
     ("18\\text{ degrees Celsius}", "celsius"), ("18\\text{ degrees F}", "fahrenheit"), ("5\\text{ degrees m}", None),
 ])
 def test_the_unit_an_answer_ends_in(written, unit):
-    assert rewards.unit(written) == unit
+    assert math_text.unit(written) == unit
 
 
 @pytest.mark.parametrize("reward, written, gold", [

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from arpo_env import rewards, tags
+from arpo_env.scoring import math_equivalence, math_text, tractable
 
 GOOD = "<think>12*34</think>\n<python>print(12*34)</python>\n<result>\n408\n</result>\n<answer>\\boxed{408}</answer>"
 
@@ -122,19 +123,19 @@ def test_tidying_grouped_digits_is_linear():
     n = 64_000
     for hostile in ("x = 1" + ",000" * n + "=", "x = 1" + "{,}000" * n + "{,}=", "x = 1" + ",\\!000" * n + ",\\!=",
                     "x = 1" + ",000" * n + " dollars=", "1" + ",000" * n + " dollars=", "1" + ",000" * n + " cm^2="):
-        assert rewards.tidy(hostile) == hostile
-    assert rewards.tidy("x = 1" + "{,}000" * n) == "1" + "{,}000" * n
+        assert math_text.tidy(hostile) == hostile
+    assert math_text.tidy("x = 1" + "{,}000" * n) == "1" + "{,}000" * n
 
 
 @pytest.mark.timeout(60)  # a hang guard, not a speed measurement: it takes about a second here
 def test_reading_unicode_mathematics_is_linear():
     """Roots whose brackets never close, superscripts, and a root before a run of spaces: one pass each."""
     n = 200_000
-    assert rewards.tidy("√(" * n) == "\\sqrt(" * n
-    assert rewards.tidy("²" * n) == "^{" + "2" * n + "}"
-    assert rewards.tidy("√" + " " * n + "x") == "\\sqrt{x}"
-    assert rewards.tidy("√(" * n + ")" * n) == "\\sqrt{" * n + "}" * n
-    assert rewards.tidy("–5" * n) == "-5" + "–5" * (n - 1)  # a sign at the start; after a digit, a dash
+    assert math_text.tidy("√(" * n) == "\\sqrt(" * n
+    assert math_text.tidy("²" * n) == "^{" + "2" * n + "}"
+    assert math_text.tidy("√" + " " * n + "x") == "\\sqrt{x}"
+    assert math_text.tidy("√(" * n + ")" * n) == "\\sqrt{" * n + "}" * n
+    assert math_text.tidy("–5" * n) == "-5" + "–5" * (n - 1)  # a sign at the start; after a digit, a dash
 
 
 @pytest.mark.timeout(60)  # a hang guard, not a speed measurement: it takes about 2 s here
@@ -142,16 +143,16 @@ def test_reading_python_mathematics_is_linear():
     """Powers, roots and names as Python prints them, repeated or nested 200,000 deep, and runs of spaces before the
     ``**`` of a power (each space is passed once): one pass each."""
     n = 200_000
-    assert rewards.tidy("x**2" * n) == "x^{2}" * n
-    assert rewards.tidy("sqrt(" * n + "2" + ")" * n) == "\\sqrt{" * n + "2" + "}" * n
-    assert rewards.tidy("sqrt(" * n) == "sqrt(" * n  # never closed: as written
-    assert rewards.tidy(("x" + " " * 10 + "**2") * n) == ("x" + " " * 10 + "^{2}") * n
-    assert rewards.tidy("**" + "x**2" * n) == "**" + "x**2" * n  # Markdown's bold first: as written
-    assert rewards.tidy("2**" * n + "2") == "2^{" * n + "2" + "}" * n  # a tower, from the right
-    assert rewards.tidy("2**(2)" * n) == "2^{(2)}" * n  # bracketed exponents
-    assert rewards.tidy("2**(2)**" * n + "2") == "2^{(2)^{" * n + "2" + "}}" * n
-    assert rewards.tidy("7" + " " * n + "*" + " " * n + "I") == "7i"  # SymPy's imaginary unit
-    assert not rewards.math_equal("9**" * n + "9", "18")  # beyond math-verify's reach: declined at once
+    assert math_text.tidy("x**2" * n) == "x^{2}" * n
+    assert math_text.tidy("sqrt(" * n + "2" + ")" * n) == "\\sqrt{" * n + "2" + "}" * n
+    assert math_text.tidy("sqrt(" * n) == "sqrt(" * n  # never closed: as written
+    assert math_text.tidy(("x" + " " * 10 + "**2") * n) == ("x" + " " * 10 + "^{2}") * n
+    assert math_text.tidy("**" + "x**2" * n) == "**" + "x**2" * n  # Markdown's bold first: as written
+    assert math_text.tidy("2**" * n + "2") == "2^{" * n + "2" + "}" * n  # a tower, from the right
+    assert math_text.tidy("2**(2)" * n) == "2^{(2)}" * n  # bracketed exponents
+    assert math_text.tidy("2**(2)**" * n + "2") == "2^{(2)^{" * n + "2" + "}}" * n
+    assert math_text.tidy("7" + " " * n + "*" + " " * n + "I") == "7i"  # SymPy's imaginary unit
+    assert not math_equivalence.math_equal("9**" * n + "9", "18")  # beyond math-verify's reach: declined at once
 
 
 @pytest.mark.timeout(60)  # a hang guard, not a speed measurement: it takes a fraction of a second here
@@ -160,12 +161,12 @@ def test_reading_a_vector_or_a_list_is_linear():
     spaces where a full stop could end the answer."""
     n = 200_000
     column = "\\begin{pmatrix}1\\\\2\\end{pmatrix}"
-    assert rewards._as_matrix("(" + "1, " * n + "2)", "column") == "\\begin{pmatrix}" + "1\\\\" * n + "2\\end{pmatrix}"
-    assert not rewards.math_equal("(" + "[" * n + "]" * n + ")", column)
-    assert not rewards.math_equal("[" * n + "1" + "]" * n, column)
-    assert rewards._unlisted("[" + "2, " * n + "3]") == "2, " * n + "3"
-    assert not rewards.math_equal("(" + "1, " * n + "2)", column)
-    assert rewards.tidy("5" + " " * n + "x") == "5" + " " * n + "x"  # no full stop after the spaces
+    assert math_equivalence._as_matrix("(" + "1, " * n + "2)", "column") == "\\begin{pmatrix}" + "1\\\\" * n + "2\\end{pmatrix}"
+    assert not math_equivalence.math_equal("(" + "[" * n + "]" * n + ")", column)
+    assert not math_equivalence.math_equal("[" * n + "1" + "]" * n, column)
+    assert math_equivalence._unlisted("[" + "2, " * n + "3]") == "2, " * n + "3"
+    assert not math_equivalence.math_equal("(" + "1, " * n + "2)", column)
+    assert math_text.tidy("5" + " " * n + "x") == "5" + " " * n + "x"  # no full stop after the spaces
 
 
 @pytest.mark.timeout(60)  # a hang guard, not a speed measurement: it takes a fraction of a second here
@@ -175,8 +176,8 @@ def test_reading_a_temperature_is_linear():
     n = 200_000
     for hostile in ("1^{\\circ" + " " * n + "x", "1 ^ { \\circ" + " " * n + "}" + " " * n + "x",
                     "1^\\circ" + " " * n + "K"):
-        assert rewards.tidy(hostile) == hostile
-    assert rewards.tidy("1^\\circ" + " " * n + "C") == "1\\text{ degrees Celsius}"
+        assert math_text.tidy(hostile) == hostile
+    assert math_text.tidy("1^\\circ" + " " * n + "C") == "1\\text{ degrees Celsius}"
 
 
 @pytest.mark.timeout(60)  # a hang guard, not a speed measurement: it takes a fraction of a second here
@@ -185,10 +186,10 @@ def test_reading_a_rate_is_linear():
     in brackets, each failing at the end."""
     n = 200_000
     for hostile in ("18 " + "a" * n + " " * n + "/", "1" * n + "a/", "18 km" + " " * n + "per" + " " * n + "1"):
-        assert rewards.tidy(hostile) == hostile
-    assert rewards.tidy("\\$18" + " " * n + "/" + " " * n + "day") == "\\$18\\text{ per day}"
+        assert math_text.tidy(hostile) == hostile
+    assert math_text.tidy("\\$18" + " " * n + "/" + " " * n + "day") == "\\$18\\text{ per day}"
     for hostile in ("18 (" + " " * n + "a" * n + " " * n + ".1", "18 (a" + ". " * n + "b", "18 (" + "a " * n + ")"):
-        assert rewards.tidy(hostile) == hostile
+        assert math_text.tidy(hostile) == hostile
 
 
 @pytest.mark.timeout(60)  # a hang guard, not a speed measurement: it takes about 6 s here
@@ -266,17 +267,17 @@ def test_math_equivalence_on_real_records(data_dir, name):
 
     for i, record in enumerate(_records(data_dir, name, 5)):
         task = task_from_record(record, name, i)
-        assert rewards.math_equal(task.answer, task.answer)
+        assert math_equivalence.math_equal(task.answer, task.answer)
         completion = f"<answer>\\boxed{{{task.answer}}}</answer>"
         assert rewards.math_reward([""], [completion], answer=[task.answer]) == [1.0]
         assert rewards.math_reward([""], ["<answer>\\boxed{-123456.5}</answer>"], answer=[task.answer]) == [0.0]
 
 
 def test_equivalent_forms_are_accepted():
-    assert rewards.math_equal("\\frac{1}{2}", "0.5")
-    assert rewards.math_equal("(3, \\frac{\\pi}{2})", "\\left( 3, \\frac{\\pi}{2} \\right)")
-    assert not rewards.math_equal("3", "4")
-    assert not rewards.math_equal(None, "4")
+    assert math_equivalence.math_equal("\\frac{1}{2}", "0.5")
+    assert math_equivalence.math_equal("(3, \\frac{\\pi}{2})", "\\left( 3, \\frac{\\pi}{2} \\right)")
+    assert not math_equivalence.math_equal("3", "4")
+    assert not math_equivalence.math_equal(None, "4")
 
 
 def test_trl_reward_function_signatures_and_columns():
@@ -312,7 +313,7 @@ def test_reward_works_off_the_main_thread():
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(2) as pool:
-        assert list(pool.map(lambda _: rewards.math_equal("\\frac{2}{4}", "1/2"), range(4))) == [True] * 4
+        assert list(pool.map(lambda _: math_equivalence.math_equal("\\frac{2}{4}", "1/2"), range(4))) == [True] * 4
 
 
 def test_prose_is_compared_as_text_without_a_scoring_worker(monkeypatch):
@@ -325,11 +326,11 @@ def test_prose_is_compared_as_text_without_a_scoring_worker(monkeypatch):
 
     monkeypatch.setattr(bounded.WorkerPool, "call", no_worker)
     long = "the answer is the number of apples that Tom has left after he gives some away " * 40
-    assert not rewards.math_equal(long, "42")
-    assert rewards.math_equal(long.upper() + "!", f"\\text{{{long}}}")
-    assert not rewards.math_equal("sat the cat on the mat", "the cat sat on the mat")
-    assert rewards.prose("ABD") is None and rewards.prose("A and B and C") is None  # letters, not prose
-    assert rewards.prose("\\sin x \\cos x") is None and rewards.prose("x = 3") is None
+    assert not math_equivalence.math_equal(long, "42")
+    assert math_equivalence.math_equal(long.upper() + "!", f"\\text{{{long}}}")
+    assert not math_equivalence.math_equal("sat the cat on the mat", "the cat sat on the mat")
+    assert math_text.prose("ABD") is None and math_text.prose("A and B and C") is None  # letters, not prose
+    assert math_text.prose("\\sin x \\cos x") is None and math_text.prose("x = 3") is None
 
 
 def test_answers_beyond_math_verify_are_not_equal_without_a_scoring_worker(monkeypatch):
@@ -346,7 +347,7 @@ def test_answers_beyond_math_verify_are_not_equal_without_a_scoring_worker(monke
         return real_call(self, *args, **kwargs)
 
     monkeypatch.setattr(bounded.WorkerPool, "call", counted)
-    monkeypatch.setattr(rewards, "_verdicts", type(rewards._verdicts)())  # none kept from the tests before
+    monkeypatch.setattr(rewards, "_verdicts", type(math_equivalence._verdicts)())  # none kept from the tests before
     beyond = ["9^{9^{9^{9}}}", "9^{9^9}", "3^{3^{3^{3}}}", "10^{10^{7}}", "(10^{6})!", "9!!!!", "\\frac{1}{2}^{10^{9}}",
               "10**10**10", "(2x)^{10^{7}}", "1+" + "{" * 11 + "1" + "}" * 11, "\\frac{1}{" * 15 + "2" + "}" * 15,
               "2^{10}!^{2}",
@@ -356,8 +357,8 @@ def test_answers_beyond_math_verify_are_not_equal_without_a_scoring_worker(monke
               "\\binom{10^9}{10^8}", "{10^9 \\choose 10^8}", "\\tbinom{2000000}{1000000}", "\\Gamma(10^{10})",
               "\\Gamma\\left(10^{7}\\right)", "\\prod_{k=1}^{10^9} k", "\\prod\\limits_{k=1}^{10^{9}} (1+k)"]
     for answer in beyond:
-        assert rewards.intractable(answer) is not None, answer
-        assert not rewards.math_equal(answer, "16")
+        assert tractable.intractable(answer) is not None, answer
+        assert not math_equivalence.math_equal(answer, "16")
     assert calls == []
     within = ["2^{2^{2^{2}}}", "10^{10^{5}}", "20!", "2^{3}!", "3!^{2}", "a^{b^{c^{d}}}", "x^{10^{7}}",
               "\\left( 3, \\frac{\\pi}{2} \\right)", "((((((((((1))))))))))", "\\frac{1}{1+\\frac{1}{1+\\frac{1}{2}}}",
@@ -365,8 +366,8 @@ def test_answers_beyond_math_verify_are_not_equal_without_a_scoring_worker(monke
               "\\binom{10^9}{2}", "\\binom{200000}{100000}", "{10 \\choose 3}", "\\binom{n}{k}", "\\Gamma(5)",
               "\\Gamma", "\\prod_{i=1}^{5}(1+i)", "\\prod_{k=1}^{n} k",
               "\\prod_" * 3000, "1 \\choose " * 2000]  # the last two: read in loops (they overflowed the stack)
-    assert [rewards.intractable(answer) for answer in within] == [None] * len(within)
-    assert rewards.math_equal("2^{2^{2^{2}}}", "65536") and rewards.math_equal("((((((((((7))))))))))", "7")
-    assert rewards.math_equal("{10 \\choose 3}", "120") and rewards.math_equal("\\Gamma(5)", "24")
-    assert rewards.math_equal("9^{9^9}", "9^{9^{9}}")  # a gold beyond reach too: the worker decides (here, at once)
+    assert [tractable.intractable(answer) for answer in within] == [None] * len(within)
+    assert math_equivalence.math_equal("2^{2^{2^{2}}}", "65536") and math_equivalence.math_equal("((((((((((7))))))))))", "7")
+    assert math_equivalence.math_equal("{10 \\choose 3}", "120") and math_equivalence.math_equal("\\Gamma(5)", "24")
+    assert math_equivalence.math_equal("9^{9^9}", "9^{9^{9}}")  # a gold beyond reach too: the worker decides (here, at once)
     assert calls == ["2^{2^{2^{2}}}", "((((((((((7))))))))))", "{10 \\choose 3}", "\\Gamma(5)", "9^{9^9}"]
