@@ -23,7 +23,7 @@ import gymnasium as gym
 from _warmup import warmed_model
 
 import arpo_env  # noqa: F401
-from arpo_algo.core.config import RolloutConfig
+from arpo_algo.core.config import add_rollout_flags, from_flags
 from arpo_algo.core.entropy import branch_probability
 from arpo_algo.core.tree import write_jsonl
 from arpo_algo.generation.hf_generator import HFGenerator
@@ -64,17 +64,13 @@ def plot(decisions: list[dict], alpha: float, beta: float, k: int, path: Path) -
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=8)
-    parser.add_argument("-M", "--num-generations", type=int, default=8)
-    parser.add_argument("-N", "--num-global", type=int, default=4)
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--seed", type=int, default=0)
+    add_rollout_flags(parser, skip=("branching", "max_tool_workers"), defaults={"num_generations": 8, "num_global": 4, "max_new_tokens": 64, "max_completion_tokens": 512})
     parser.add_argument("--out", default="runs/branching", help="folder for the trees (JSONL) and the plot")
     args = parser.parse_args()
 
     model, tokenizer = warmed_model()
     model = model.to(generation_device() or "cpu")  # the GPU where there is one
-    config = RolloutConfig(num_generations=args.num_generations, num_global=args.num_global,
-                           max_new_tokens=args.max_new_tokens, max_completion_tokens=512, seed=args.seed)
+    config = from_flags(args)
     engine = ARPORollout(HFGenerator(model, tokenizer),
                          lambda: gym.make("ARPO-Math-v0", dataset="arithmetic:1000:777").unwrapped, config)
     start = time.perf_counter()

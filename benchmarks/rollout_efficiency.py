@@ -3,7 +3,7 @@ memory and the share of wall time spent in the environments and tools.
 
     python benchmarks/rollout_efficiency.py [--tasks 8] [-M 8] [-N 4] [--backend hf] [--schedule continuous]
                                             [--repeats 1] [--seed 0] [--spare-samples 2] [--min-spare-samples 1]
-                                            [--speculative]
+                                            [--speculative-branches]
                                             [--default-kernel] [--family arithmetic] [--device cuda]
                                             [--warmup-steps 8] [--warmup-lr 2e-5]
     python benchmarks/rollout_efficiency.py --family chain:3 --warmup-steps 24 --warmup-lr 5e-5   # 3 calls a task
@@ -32,7 +32,7 @@ other (on vLLM, the engine steps that sampled tokens), the rollout's critical pa
 time follows the steps and, less, their width: on a 2-core CPU a step with 16 rows costs about twice one with a single
 row, `benchmarks/step_cost.py`); the spare rows are ARPO's spare samples (`RolloutConfig.spare_samples` and
 `min_spare_samples`): started, taken as top-ups, and the tokens and tool calls of those it discarded (counted in
-"generated" and "tool calls" too); the speculative rows are ARPO's speculative branches (``--speculative``: started with
+"generated" and "tool calls" too); the speculative rows are ARPO's speculative branches (``--speculative-branches``: started with
 the segment their decision is taken on, kept if it branches), with the tokens of those dropped (counted in "generated"
 too). "longest trajectory" and "mean trajectory" are the model tokens of one trajectory, its shared prefix included: a
 trajectory's tokens are sampled one after another, so the longest is a floor under "decode steps" that no schedule can
@@ -67,7 +67,7 @@ import gymnasium as gym
 from _warmup import family_spec, family_tasks, warmed_model, warmed_path, warmed_ready
 
 import arpo_env  # noqa: F401
-from arpo_algo.core.config import RolloutConfig
+from arpo_algo.core.config import add_rollout_flags, from_flags
 from arpo_algo.rollout.scheduler import ARPORollout, GRPORollout
 from arpo_env.datasets.procedural import scripted_episode
 
@@ -181,10 +181,7 @@ def median_run(runs: list[dict]) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=8)
-    parser.add_argument("-M", "--num-generations", type=int, default=8)
-    parser.add_argument("-N", "--num-global", type=int, default=4)
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--seed", type=int, default=0)
+    add_rollout_flags(parser, skip=("branching", "max_tool_workers"), defaults={"num_generations": 8, "num_global": 4, "max_new_tokens": 64, "max_completion_tokens": 512})
     parser.add_argument("--family", default="arithmetic",
                         help="the procedural tasks, and the warm-up's: arithmetic[:TERMS] (one Python call solves "
                              "a task) or chain[:STEPS] (one call per step, each reading the last one's result)")
@@ -207,15 +204,6 @@ def main() -> None:
                              "weights (arpo_algo.generation.packed_linear)")
     parser.add_argument("--block-size", type=int, default=None,
                         help="vLLM's KV-cache block (tokens); the prefix cache shares whole blocks only")
-    parser.add_argument("--spare-samples", type=int, default=RolloutConfig.spare_samples,
-                        help="ARPO's spare samples per task (fresh samples started ahead of its top-ups)")
-    parser.add_argument("--min-spare-samples", type=int, default=RolloutConfig.min_spare_samples,
-                        help="ARPO's spares per task under way from the start while it can fall short of M")
-    parser.add_argument("--speculative", action="store_true",
-                        help="ARPO's speculative branches: started with the segment their decision is taken on")
-    parser.add_argument("--speculative-min-keep", type=float, default=0.5,
-                        help="with --speculative: how likely the decision must be to keep them for them to start "
-                             "(0.5, the default: more likely than not; 0: at every decision)")
     parser.add_argument("--cold-env", action="store_true",
                         help="leave the envs' per-process start-up (the sandbox's template, the scoring workers) to "
                              "the rollout's first tool calls, inside the wall (by default it runs before the clock)")
@@ -226,10 +214,7 @@ def main() -> None:
                         help="run one arm alone, once, in this process, and print its figures as one RESULT JSON "
                         "line (what the side-by-side run starts for each arm and run)")
     args = parser.parse_args()
-    config = RolloutConfig(num_generations=args.num_generations, num_global=args.num_global,
-                           max_new_tokens=args.max_new_tokens, max_completion_tokens=512, seed=args.seed,
-                           spare_samples=args.spare_samples, min_spare_samples=args.min_spare_samples,
-                           speculative_branches=args.speculative, speculative_min_keep=args.speculative_min_keep)
+    config = from_flags(args)
     tasks = list(range(args.tasks))
     if args.device is None:
         from arpo_algo.generation.models import generation_device

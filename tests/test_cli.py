@@ -433,35 +433,37 @@ def test_the_trees_file_of_a_rollout_is_hidden_from_the_sandbox(tmp_path):
     assert_hidden_from_the_sandbox(kwargs, trees)
 
 
-def test_rollout_defaults_agree_everywhere_they_are_written():
-    """The rollout's settings have defaults in three places: `RolloutConfig`, `ARPOConfig` (the trainer's, TRL's
-    style) and `arpo rollout`'s flags (written out there so that the command line starts without torch). They must
-    not drift apart."""
+def test_rollout_flags_and_trainer_fields_are_made_from_rollout_config():
+    """`RolloutConfig` is the one place rollout settings are written: ``arpo rollout``'s flags (both spellings) and
+    `ARPOConfig`'s fields (under TRL's names) are made from it, and both give back the config they stand for."""
     import argparse
+    from dataclasses import fields
 
     from arpo_algo.cli.rollout import _rollout_parser
-    from arpo_algo.core.config import RolloutConfig, default_num_global
+    from arpo_algo.core.config import TRAINER_NAMES, RolloutConfig, from_flags, from_trainer
     from arpo_algo.training.config import ARPOConfig
 
     parser = argparse.ArgumentParser()
     _rollout_parser(parser.add_subparsers(dest="command"))
-    flags = vars(parser.parse_args(["rollout"]))
-    trainer = ARPOConfig("unused")
-    rollout = RolloutConfig()
-    # RolloutConfig field: (ARPOConfig field, `arpo rollout` flag)
-    names = {"num_generations": ("num_generations", "num_generations"), "num_global": ("num_global", "num_global"),
-             "branch_factor": ("branch_factor", "branch_factor"), "alpha": ("branch_alpha", "alpha"),
-             "beta": ("branch_beta", "beta"), "entropy_k": ("entropy_k", "entropy_k"),
-             "spare_samples": ("spare_samples", "spare_samples"),
-             "min_spare_samples": ("min_spare_samples", "min_spare_samples"),
-             "speculative_branches": ("speculative_branches", "speculative_branches"),
-             "speculative_min_keep": ("speculative_min_keep", "speculative_min_keep"),
-             "temperature": ("temperature", "temperature"), "top_p": ("top_p", "top_p"), "seed": (None, "seed")}
-    flags["num_global"] = default_num_global(flags["num_global"], flags["num_generations"])  # left out: None, 8
-    for field, (in_trainer, flag) in names.items():
-        assert flags[flag] == getattr(rollout, field), f"arpo rollout --{flag.replace('_', '-')}"
-        if in_trainer:
-            assert getattr(trainer, in_trainer) == getattr(rollout, field), f"ARPOConfig.{in_trainer}"
+    budget = {"max_new_tokens": 512, "max_completion_tokens": 4096}  # the backend's budget, given by the command
+    assert from_flags(parser.parse_args(["rollout"]), **budget) == RolloutConfig()
+    changed = from_flags(parser.parse_args(["rollout", "--num_generations", "4", "-Z", "3", "--entropy-k", "5",
+                                            "--speculative-branches", "--min_spare_samples", "0"]), **budget)
+    assert changed == RolloutConfig(num_generations=4, branch_factor=3, entropy_k=5, speculative_branches=True,
+                                    min_spare_samples=0)
+    trainer = ARPOConfig("unused", report_to="none")
+    assert from_trainer(trainer, seed=0) == RolloutConfig(branching=True)
+    renamed = {TRAINER_NAMES.get(f.name, f.name): f.name for f in fields(RolloutConfig)}
+    tuned = ARPOConfig("unused", report_to="none", branch_alpha=0.3, branch_beta=0.4, tool_workers=2,
+                       max_new_tokens_per_turn=64, max_completion_length=256, num_generations=4,
+                       per_device_train_batch_size=4, gradient_accumulation_steps=1)
+    rollout = from_trainer(tuned, seed=0)
+    for trainer_name, name in renamed.items():
+        if hasattr(tuned, trainer_name) and name not in ("seed", "branching"):
+            assert getattr(rollout, name) == getattr(tuned, trainer_name), trainer_name
+    assert (rollout.alpha, rollout.beta, rollout.max_tool_workers, rollout.max_new_tokens) == (0.3, 0.4, 2, 64)
+    assert ARPOConfig.__dataclass_fields__["branch_factor"].metadata["help"] == \
+        RolloutConfig.__dataclass_fields__["branch_factor"].metadata["help"]
 
 
 def test_transformers_generates_on_the_gpu_where_there_is_one(tiny_model_dir, monkeypatch):
