@@ -13,8 +13,8 @@ from tiny_agent import TASK, hesitant_start_agent
 
 import arpo_env  # noqa: F401
 from arpo_algo.core.config import RolloutConfig
+from arpo_algo.core.branching import branch_probability
 from arpo_algo.core.entropy import (
-    branch_probability,
     nucleus_log_probs,
     token_entropy,
     top_logprob_entropy,

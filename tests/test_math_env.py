@@ -888,7 +888,7 @@ def test_a_sandbox_path_or_module_given_as_one_string_is_one(tmp_path):
     assert "is hidden from the sandbox" in observation and "42" not in observation
     assert env.step("<python>import sys\nprint('colorsys' in sys.modules)</python>")[0].endswith("True\n</result>\n")
     env.close()
-    import arpo_env.tools.sandbox as sandbox
+    import arpo_env.tools.sandbox.host as sandbox
 
     sandbox._templates.pop(("colorsys",)).shutdown()  # the sandbox's tests count one template
     for options, words in [({"hidden_paths": 5}, "hidden_paths must be a path or a list of paths, not int '5'"),

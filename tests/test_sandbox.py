@@ -39,7 +39,7 @@ def test_stderr_and_short_traceback(box):
     out = box.call("import sys\nprint('to stderr', file=sys.stderr)\ndef f(a):\n    return 1 / a\nf(0)")
     assert out.failed and out.error == "ZeroDivisionError: division by zero"
     assert "to stderr" in out.text and '<cell 1>", line 4, in f' in out.text
-    assert "sandbox_server" not in out.text  # only the cell's frames
+    assert "arpo_env/tools/sandbox" not in out.text  # only the cell's frames
     syntax = box.call("def f(:\n  pass")
     assert syntax.failed and "SyntaxError" in syntax.text and "ast.py" not in syntax.text
 
@@ -256,7 +256,7 @@ def test_a_named_pipe_in_the_working_directory_is_forked_as_a_pipe(box):
 
 def test_a_working_directory_that_cannot_be_copied_is_rebuilt_by_replay(box, monkeypatch):
     # A copy can still fail (the host's disk full): the fork starts from a clean directory and replays the cells.
-    import arpo_env.tools.sandbox as sandbox
+    import arpo_env.tools.sandbox.host as sandbox
 
     def full_disk(src, dst):
         raise OSError(28, "No space left on device", dst)
@@ -298,7 +298,7 @@ def test_the_hosts_keys_are_not_in_the_sandboxs_environment(monkeypatch):
         assert out.failed and "other processes are not readable" in out.text, out.text
     finally:
         box.close()
-        import arpo_env.tools.sandbox as sandbox
+        import arpo_env.tools.sandbox.host as sandbox
 
         sandbox._templates.pop(("math",)).shutdown()  # the other tests count one template
 
@@ -408,7 +408,7 @@ def test_a_greeting_that_names_a_process_outside_the_sandbox_is_not_adopted(box,
     past the audit hook can take the copy's end of the channel from the fork's message and name any process of the
     user (the trainer): it was adopted, and killed. Only a process in the sandbox's own group is adopted."""
     from arpo_env.tools.sandbox.host import WorkerLost, _Process
-    from arpo_env.tools.sandbox.process import send_message
+    from arpo_env.tools.sandbox.channel import send_message
 
     box.call("x = 41")
     group = box._slot.process.group
@@ -433,7 +433,7 @@ def test_a_greeting_that_names_a_process_outside_the_sandbox_is_not_adopted(box,
 
 NESTED_LANDLOCK = """
 import ctypes, os, struct, sys
-from arpo_env.tools.sandbox import LocalSandbox
+from arpo_env.tools.sandbox.host import LocalSandbox
 libc = ctypes.CDLL(None, use_errno=True)
 libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS, which an unprivileged process needs to restrict itself
 for layer in range(16):  # Landlock nests at most 16 domains: this process takes them all, each allowing everything
@@ -475,7 +475,7 @@ def test_snapshot_pickle_restore_in_a_new_process(box, tmp_path):
     fork.call("x = 0")
     path = tmp_path / "snap.pkl"
     path.write_bytes(pickle.dumps(box.snapshot()))
-    code = ("import pickle, sys; from arpo_env.tools.sandbox import LocalSandbox\n"
+    code = ("import pickle, sys; from arpo_env.tools.sandbox.host import LocalSandbox\n"
             "s = LocalSandbox(); s.restore(pickle.load(open(sys.argv[1], 'rb'))); print(s.call('x + 1').text)")
     out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120,
                          cwd=os.path.dirname(os.path.dirname(__file__)))
@@ -969,7 +969,7 @@ def test_two_hundred_envs_forked_and_closed_leave_no_process():
 def test_a_killed_host_leaves_no_working_directory_behind(tmp_path):
     # Workers write into their working directories (up to `disk_mb` each); a host killed with SIGKILL (a trainer
     # stopped hard) cannot remove them, so the template does, when it sees its host gone.
-    code = ("import sys, time\nfrom arpo_env.tools.sandbox import LocalSandbox\nbox = LocalSandbox()\n"
+    code = ("import sys, time\nfrom arpo_env.tools.sandbox.host import LocalSandbox\nbox = LocalSandbox()\n"
             "box.call(\"open('notes.txt', 'w').write('x' * 100_000)\")\nchild = box.fork()\nchild.call('1')\n"
             "print(box._slot.process.workdir, child._slot.process.workdir, flush=True)\ntime.sleep(120)")
     host = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
@@ -1018,7 +1018,7 @@ def test_an_episode_starts_the_template_before_its_first_call():
     at reset, it overlaps the model's first turn instead of holding up the first call, which uses that template."""
     out = run_python(
         "import json, time, gymnasium as gym, arpo_env\n"
-        "from arpo_env.tools.sandbox import template_pids\n"
+        "from arpo_env.tools.sandbox.host import template_pids\n"
         "env = gym.make('ARPO-Math-v0').unwrapped\n"
         "assert not template_pids()\n"
         "env.reset(options={'question': 'q', 'answer': '1'})\n"
@@ -1039,7 +1039,7 @@ def test_a_fork_taken_while_a_template_starts_can_start_its_own():
     does for its length, must not leave its child a lock that nobody will ever release."""
     out = run_python(
         "import os, signal, threading\n"
-        "from arpo_env.tools import sandbox\n"
+        "from arpo_env.tools.sandbox import host as sandbox\n"
         "held, release = threading.Event(), threading.Event()\n"
         "def hold():\n"
         "    with sandbox._templates_lock:\n"

@@ -23,21 +23,24 @@ one. An empty segment has no entropy (``None``): no branching decision is taken 
 (the reference keeps one table across batches and never resets it); ΔH is measured on the tokens generated right
 after the tool result (as in the paper); the transformers backend is exact rather than top-k.
 
-**P.** ``P = clip(α + β·ΔH, 0, 1)``; a non-finite ΔH (which the definitions above never produce) gives P = α.
+What ARPO does with ΔH (P = clip(α + β·ΔH, 0, 1), and the branch) is `arpo_algo.core.branching`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
-import torch
+if TYPE_CHECKING:  # torch is imported where it computes, so that the rollout settings and the CLI start without it
+    import torch
 
 
 def token_entropy(logits: torch.Tensor, temperature: float = 1.0, top_p: float = 1.0) -> torch.Tensor:
     """Normalised entropy (by ln|V|) of the sampling distribution for each row of ``logits`` ``[batch, vocab]``.
 
     Exact over the whole vocabulary; tokens the nucleus (or a −inf logit) excludes contribute 0."""
+    import torch
+
     log_vocab = math.log(logits.shape[-1])
     scaled = logits.float() / temperature if temperature > 0 else logits.float()
     logp = torch.log_softmax(scaled, dim=-1)
@@ -50,6 +53,8 @@ def token_entropy(logits: torch.Tensor, temperature: float = 1.0, top_p: float =
 
 def nucleus_log_probs(logp: torch.Tensor, top_p: float) -> torch.Tensor:
     """Log-probs restricted to the top-p nucleus and renormalised (−inf outside it), as vLLM's processed log-probs."""
+    import torch
+
     sorted_logp, order = logp.sort(-1, descending=True)
     probs = sorted_logp.exp()
     drop = probs.cumsum(-1) - probs > top_p  # keep the smallest prefix whose mass reaches top_p
@@ -74,10 +79,3 @@ def window_entropy(entropies: Sequence[float | None], k: int) -> float | None:
     if not values:
         return None
     return sum(values) if len(values) >= k else sum(values) / len(values) * k
-
-
-def branch_probability(alpha: float, beta: float, delta_h: float | None) -> float:
-    """P = clip(α + β·ΔH, 0, 1). Without a finite ΔH (no measured token) the base probability α is used."""
-    if delta_h is None or not math.isfinite(delta_h):
-        return float(min(max(alpha, 0.0), 1.0))
-    return float(min(max(alpha + beta * delta_h, 0.0), 1.0))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,9 +11,23 @@ from arpo_algo.core.tree import Node, Trajectory
 from arpo_algo.generation.protocol import Path
 
 
+class Phase(enum.Enum):
+    """What a path's next segment is to ARPO's entropy measurement."""
+
+    FIRST = "first"
+    """The response's first segment: its window entropy is the path's H₀."""
+    AFTER_TOOL = "after tool"
+    """The first segment after a tool result: ARPO decides on it whether to branch."""
+    DECIDED = "decided"
+    """After a tool result, with the decision taken already: while the segment generated (a backend that decides
+    mid-segment), or by the parent of a branch, which generates that segment again."""
+    PLAIN = "plain"
+    """After a notice (a malformed turn's error) or a decided segment: nothing to measure."""
+
+
 @dataclass(eq=False)
-class _Live:
-    """A path under way: the generator's path, its environment, and what it has produced so far.
+class PathState:
+    """A path under way: the generator's sequence (`seq`), its environment, and what it has produced so far.
 
     A branch's environment is forked in the tool pool, off the critical path: until the fork is done `env` is None
     and `env_job` holds (the fork job, this branch's index in it); the branch generates meanwhile.
@@ -25,7 +40,8 @@ class _Live:
 
     task: int
     node: int
-    path: Path
+    seq: Path
+    """The generator's sequence: its tokens (the prompt's included) and their cache."""
     env: Any
     stream: int = -1
     topup: int | None = None
@@ -47,9 +63,8 @@ class _Live:
     decisions: list[dict[str, Any]] = field(default_factory=list)
     h0: float | None = None
     """H₀, the window entropy of the response's first segment (None if it was empty)."""
-    measured: bool = False
-    after_tool: bool = False
-    skip_check: bool = False
+    phase: Phase = Phase.FIRST
+    """What its next segment is to the entropy measurement."""
     steps: int = 0
     env_job: tuple[Future, int] | None = None
     forking: Future | None = None
@@ -66,13 +81,15 @@ class _Live:
         return self.env
 
 
-class _TaskState:
+class TaskState:
+    """A task under way: its root env and prompt, its tree's nodes, its finished trajectories and its spares."""
+
     def __init__(self, task: dict[str, Any], root_env: Any, prompt_ids: list[int], root_path: Path) -> None:
         self.task, self.root_env, self.prompt_ids, self.root_path = task, root_env, prompt_ids, root_path
         self.nodes: list[Node] = []
         self.done: list[Trajectory] = []
         self.live = 0
-        self.spares: list[_Live] = []
+        self.spares: list[PathState] = []
         """Spare samples not taken yet, in the order they started (the order the task takes them in)."""
         self.topups = 0
         """Top-up indices given out (spares included): the next top-up is number `topups`."""

@@ -79,11 +79,13 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from arpo_algo.core.config import RolloutConfig
-from arpo_algo.core.entropy import branch_probability, window_entropy
+from arpo_algo.core.branching import (capacity, decide, expected_trajectories, speculation_pays, top_ups_needed,
+                                      uniform_draw)
+from arpo_algo.core.entropy import window_entropy
 from arpo_algo.core.tree import RolloutTree, Trajectory
 from arpo_algo.generation.models import prompt_ids, text_ids
 from arpo_algo.generation.protocol import Generator, Path, SamplingParams, Segment
-from arpo_algo.rollout.paths import _Live, _TaskState
+from arpo_algo.rollout.paths import PathState, Phase, TaskState
 
 
 class ARPORollout:
@@ -173,105 +175,113 @@ class ARPORollout:
         waiting paths and the tool calls of a batch all return before the next one (so a seed fixes the trees).
         With an asynchronous one (vLLM) a path whose tool result is back is resubmitted at once, while the others
         are still generating or running tools."""
-        cfg = self.config
         self._new_batch()
-        states: list[_TaskState] = []
-        ready: list[_Live] = []
-        tasks = list(tasks)
-        for t, task in enumerate(tasks):
-            if isinstance(task, bool) or not isinstance(task, (numbers.Integral, Mapping)):
-                # "abc" was dict()'s "dictionary update sequence element #0 has length 1", None a TypeError
-                raise ValueError(f"task {t}: a task is an index into the env's dataset or a dict {{'question', "
-                                 f"'answer'}}, not {type(task).__name__} {str(task)[:100]!r}")
-        for t, task in enumerate(tasks):
-            env = None
-            try:
-                with self._env_time():
-                    env = self.make_env()
-                    options = {"index": int(task)} if isinstance(task, numbers.Integral) else dict(task)
-                    _, info = env.reset(seed=cfg.seed + t, options=options)
-                prompt = prompt_ids(self.generator.tokenizer, info["messages"])
-                states.append(_TaskState(info["task"], env, prompt, self.generator.new_path(prompt)))
-            except BaseException:  # a task the env refuses: the envs made for the tasks before it are closed too
-                self._made += [env] if env is not None else []
-                self._abandon(states, {})
-                raise
-            self.prompt_tokens += len(prompt)
-        trees: list[RolloutTree | None] = [None] * len(states)
-        generating: dict[int, _Live] = {}
-        tools: dict[Future, _Live] = {}  # env steps under way
+        states = self._start_tasks(_checked_tasks(tasks))
+        loop = _Loop(self.generator, self.config, len(states))
         try:
             if hasattr(self.generator, "encode"):  # every sample of a task forks its prompt, encoded once
                 self.generator.encode([state.root_path for state in states])
             for t, state in enumerate(states):
-                for _ in range(self._initial(cfg)):
-                    ready.append(self._global(t, state))
-            ready += self._spare_up(states, ready, ready, {})
-            params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(_stop_strings()),
-                                    cfg.entropy_k)
-            lockstep = getattr(self.generator, "lockstep", True)
-            stepped = getattr(self.generator, "stepped", False)
-            cohorts: list[list[Future]] = []  # stepped: the env steps of each poll, collected after the next one
-            with ThreadPoolExecutor(max_workers=cfg.max_tool_workers) as pool:
+                loop.ready += [self._global(t, state) for _ in range(self._initial(self.config))]
+            loop.ready += self._spare_up(states, loop.ready, loop.ready, {})
+            with ThreadPoolExecutor(max_workers=self.config.max_tool_workers) as pool:
                 self._pool = pool
-                while ready or generating or tools:
-                    for x in ready:
-                        self._submit(x, params, states, generating)
-                    ready = []
-                    if generating:
-                        events = self.generator.poll()
-                        cohort = []
-                        for key, seg in events:
-                            x = generating.pop(key)
-                            ready += self._on_segment(x, seg, states)  # its branches, which generate at once
-                            x.stepping = True
-                            future = pool.submit(self._step, x, seg.text)
-                            tools[future] = x
-                            cohort.append(future)
-                        if stepped:
-                            cohorts.append(cohort)
-                        if lockstep or events:
-                            self.turns += 1  # a node's `turn`: the round (the poll that brought segments) it starts in
-                    if tools:
-                        idle = not (generating or ready)  # nothing else to do: waiting is on the critical path
-                        if stepped:  # a poll's env steps overlap the next poll, then are waited for: reproducible
-                            due = [f for cohort in (cohorts if idle else cohorts[:-1]) for f in cohort]
-                            cohorts = [] if idle else cohorts[-1:]
-                            with self._env_time():
-                                wait(due, return_when=ALL_COMPLETED)
-                        else:
-                            if lockstep or idle:
-                                with self._env_time():
-                                    wait(tools, return_when=ALL_COMPLETED if lockstep else FIRST_COMPLETED)
-                            due = [f for f in tools if f.done()]  # in submission order
-                        for future in due:
-                            x = tools.pop(future)
-                            x.stepping = False
-                            if self._on_step(x, future.result(), states):
-                                ready.append(x)
-                    live = ready + list(generating.values()) + list(tools.values())
-                    ready += self._top_up(states, live)
-                    ready += self._spare_up(states, live, ready, generating)
-                    for t, state in enumerate(states):
-                        if trees[t] is None and state.live == 0 and len(state.done) >= cfg.num_generations:
-                            trees[t] = self._tree(state)
-                            if on_tree:
-                                on_tree(t, trees[t])
+                while loop.ready or loop.generating or loop.tools:
+                    self._generate(loop, states)
+                    self._collect_steps(loop, states)
+                    live = loop.ready + list(loop.generating.values()) + list(loop.tools.values())
+                    loop.ready += self._top_up_short_tasks(states, live)
+                    loop.ready += self._spare_up(states, live, loop.ready, loop.generating)
+                    self._complete_trees(loop.trees, states, on_tree)
         except BaseException:  # the generator's error, an env's, an interrupt: no env of the run is left open
             self._pool = None
-            self._abandon(states, generating)
+            self._abandon(states, loop.generating)
             raise
         self._pool = None
         self._made = []
-        trees = [tree if tree is not None else self._tree(state) for tree, state in zip(trees, states)]
+        trees = [tree if tree is not None else self._tree(state) for tree, state in zip(loop.trees, states)]
         for future in self._closing:  # done: the pool's exit waited for them
             if future.exception() is not None:
                 warnings.warn(f"an environment failed to close: {future.exception()!r}", RuntimeWarning, stacklevel=2)
         self._closing = []
         return trees
 
-    def _tree(self, state: _TaskState) -> RolloutTree:
-        self._close(state.root_env)
+    def _start_tasks(self, tasks: list[dict[str, Any] | int]) -> list[TaskState]:
+        """Make and reset one env per task and encode its prompt. A task the env refuses closes the envs made for
+        the tasks before it, and raises."""
+        states: list[TaskState] = []
+        for t, task in enumerate(tasks):
+            env = None
+            try:
+                with self._env_time():
+                    env = self.make_env()
+                    options = {"index": int(task)} if isinstance(task, numbers.Integral) else dict(task)
+                    _, info = env.reset(seed=self.config.seed + t, options=options)
+                prompt = prompt_ids(self.generator.tokenizer, info["messages"])
+                states.append(TaskState(info["task"], env, prompt, self.generator.new_path(prompt)))
+            except BaseException:
+                self._made += [env] if env is not None else []
+                self._abandon(states, {})
+                raise
+            self.prompt_tokens += len(prompt)
+        return states
+
+    def _generate(self, loop: _Loop, states: list[TaskState]) -> None:
+        """Submit the paths that are ready, poll the generator once, and start the env step of every segment it
+        brought (in the tool pool); a decision's branches are ready at once."""
+        for path in loop.ready:
+            self._submit(path, loop.params, states, loop.generating)
+        loop.ready = []
+        if not loop.generating:
+            return
+        events = self.generator.poll()
+        cohort = []
+        for key, seg in events:
+            path = loop.generating.pop(key)
+            loop.ready += self._on_segment(path, seg, states)
+            path.stepping = True
+            future = self._pool.submit(self._step, path, seg.text)
+            loop.tools[future] = path
+            cohort.append(future)
+        if loop.stepped:
+            loop.cohorts.append(cohort)
+        if loop.lockstep or events:
+            self.turns += 1  # a node's `turn`: the round (the poll that brought segments) it starts in
+
+    def _collect_steps(self, loop: _Loop, states: list[TaskState]) -> None:
+        """Take the env steps that are due: on a stepped backend a poll's steps overlap the next poll, then are waited
+        for (reproducible); lock-step, all of them; asynchronous, those done (waiting only when nothing else can
+        run). Paths that go on are ready."""
+        if not loop.tools:
+            return
+        idle = not (loop.generating or loop.ready)  # nothing else to do: waiting is on the critical path
+        if loop.stepped:
+            due = [f for cohort in (loop.cohorts if idle else loop.cohorts[:-1]) for f in cohort]
+            loop.cohorts = [] if idle else loop.cohorts[-1:]
+            with self._env_time():
+                wait(due, return_when=ALL_COMPLETED)
+        else:
+            if loop.lockstep or idle:
+                with self._env_time():
+                    wait(loop.tools, return_when=ALL_COMPLETED if loop.lockstep else FIRST_COMPLETED)
+            due = [f for f in loop.tools if f.done()]  # in submission order
+        for future in due:
+            path = loop.tools.pop(future)
+            path.stepping = False
+            if self._on_step(path, future.result(), states):
+                loop.ready.append(path)
+
+    def _complete_trees(self, trees: list[RolloutTree | None], states: list[TaskState],
+                        on_tree: Callable[[int, RolloutTree], None] | None) -> None:
+        """Close the tree of every task with M trajectories and no live path, and hand it to `on_tree`."""
+        for t, state in enumerate(states):
+            if trees[t] is None and state.live == 0 and len(state.done) >= self.config.num_generations:
+                trees[t] = self._tree(state)
+                if on_tree:
+                    on_tree(t, trees[t])
+
+    def _tree(self, state: TaskState) -> RolloutTree:
+        self._close_env(state.root_env)
         return RolloutTree(state.task, self.algo, state.nodes, state.done,
                            {"branches": sum(n.kind == "branch" for n in state.nodes),
                             "tool_calls": sum(tr.tool_calls for tr in state.done)})
@@ -286,119 +296,119 @@ class ARPORollout:
     def _branching(self) -> bool:
         return self.config.branching
 
-    def _step(self, x: _Live, text: str) -> tuple:
+    def _step(self, path: PathState, text: str) -> tuple:
         """The path's env step, in the tool pool (after its branches' forks: jobs submitted earlier to the same
         first-in-first-out pool, so already running or done)."""
-        if x.forking is not None:
-            x.forking.result()
-            x.forking = None
-        env = x.environment()
+        if path.forking is not None:
+            path.forking.result()
+            path.forking = None
+        env = path.environment()
         with self._pool_time():
             return env.step(text)
 
     # One path's turn ------------------------------------------------------------------------------------------------
-    def _submit(self, x: _Live, params: SamplingParams, states: list[_TaskState], generating: dict[int, _Live]
+    def _submit(self, path: PathState, params: SamplingParams, states: list[TaskState], generating: dict[int, PathState]
                 ) -> None:
         """Ask for the path's next segment (shorter near its token budget or the model's context, the generator's
         `max_length`; a path at either ends truncated). Its sampling seed is its own (task, node, turn): the same on
         an asynchronous backend whatever the order."""
         cfg = self.config
-        room = min(params.max_new_tokens, cfg.max_completion_tokens - len(x.completion))
+        room = min(params.max_new_tokens, cfg.max_completion_tokens - len(path.completion))
         limit = getattr(self.generator, "max_length", None)
         if limit:  # the model's context: a long prompt or tool result can reach it before the token budget does
-            room = min(room, limit - len(x.path.tokens))
+            room = min(room, limit - len(path.seq.tokens))
         if room <= 0:
-            self._finish(x, states[x.task], truncated=True)
+            self._end_path(path, states[path.task], truncated=True)
             return
-        key = id(x)
-        generating[key] = x
-        request = replace(params, max_new_tokens=room, seed=self._seed(x))
-        if self._decides(x) and getattr(self.generator, "decides_mid_segment", False):
-            x.skip_check = True  # decided here, during generation: not again when the segment is back
-            speculative = self._speculate(x, states[x.task])
+        key = id(path)
+        generating[key] = path
+        request = replace(params, max_new_tokens=room, seed=self._seed(path))
+        if self._decides(path) and getattr(self.generator, "decides_mid_segment", False):
+            path.phase = Phase.DECIDED  # decided during generation: not again when the segment is back
+            speculative = self._speculate(path, states[path.task])
 
             def decide(entropies: list[float]) -> list[tuple[int, Path, SamplingParams]]:
-                children = self._maybe_branch(x, window_entropy(entropies, cfg.entropy_k), len(x.completion),
-                                              len(x.path.tokens), states[x.task], self.turns, speculative)
+                children = self._maybe_branch(path, window_entropy(entropies, cfg.entropy_k), len(path.completion),
+                                              len(path.seq.tokens), states[path.task], self.turns, speculative)
                 for child in children:
                     generating[id(child)] = child
                 # A child's request is the one it would have made itself: the same room, its own seed.
-                return [(id(child), child.path, replace(request, seed=self._seed(child))) for child in children]
+                return [(id(child), child.seq, replace(request, seed=self._seed(child))) for child in children]
 
             if speculative:
-                self.generator.submit(x.path, request, key, decide,
-                                      [(id(c), c.path, replace(request, seed=self._seed(c))) for c in speculative])
+                self.generator.submit(path.seq, request, key, decide,
+                                      [(id(c), c.seq, replace(request, seed=self._seed(c))) for c in speculative])
             else:
-                self.generator.submit(x.path, request, key, decide)
+                self.generator.submit(path.seq, request, key, decide)
         else:
-            self.generator.submit(x.path, request, key)
+            self.generator.submit(path.seq, request, key)
 
-    def _seed(self, x: _Live) -> int:
+    def _seed(self, path: PathState) -> int:
         """The request seed of the path's next segment: from (seed, task, stream, segment), whatever the order."""
-        entropy = [self.config.seed, x.task, x.stream, len(x.segments)]
+        entropy = [self.config.seed, path.task, path.stream, len(path.segments)]
         return int(np.random.SeedSequence(entropy).generate_state(1)[0])
 
-    def _decides(self, x: _Live) -> bool:
+    def _decides(self, path: PathState) -> bool:
         """Whether the path's next segment is one ARPO takes a branch decision on (the first after a tool result;
         never on a top-up, a trajectory-level sample)."""
-        return x.measured and x.after_tool and not x.skip_check and x.topup is None and self._branching()
+        return path.phase is Phase.AFTER_TOOL and path.topup is None and self._branching()
 
-    def _on_segment(self, x: _Live, seg: Segment, states: list[_TaskState]) -> list[_Live]:
+    def _on_segment(self, path: PathState, seg: Segment, states: list[TaskState]) -> list[PathState]:
         """Record a generated segment; returns the branches made from it (ARPO's decision after a tool result)."""
-        start = len(x.completion)
-        self._record(x, seg)
+        start = len(path.completion)
+        self._record(path, seg)
         branches = []
-        if not x.measured:
-            x.h0, x.measured = seg.entropy, True
-        elif self._decides(x):
-            branches = self._maybe_branch(x, seg.entropy, start, len(x.path.tokens) - len(seg.token_ids),
-                                          states[x.task], self.turns + 1)
-        x.skip_check = False
+        if path.phase is Phase.FIRST:
+            path.h0 = seg.entropy
+        elif self._decides(path):
+            branches = self._maybe_branch(path, seg.entropy, start, len(path.seq.tokens) - len(seg.token_ids),
+                                          states[path.task], self.turns + 1)
+        path.phase = Phase.PLAIN  # until its env step says what comes next
         return branches
 
-    def _on_step(self, x: _Live, result: tuple, states: list[_TaskState]) -> bool:
+    def _on_step(self, path: PathState, result: tuple, states: list[TaskState]) -> bool:
         """The env's answer to the path's segment: the path ends, or takes the observation and goes on (True)."""
         obs, _reward, terminated, truncated, info = result
         if info.get("tool"):
             self.tool_calls += 1
-            x.steps += 1
-        if x.cancelled:  # a spare stopped while its tool ran
+            path.steps += 1
+        if path.cancelled:  # a spare stopped while its tool ran
             self.spares["discarded_tool_calls"] += bool(info.get("tool"))
-            self._close(x.environment())
+            self._close_env(path.environment())
             return False
-        x.tool_steps_left = self._tool_steps_left(x.environment())
+        path.tool_steps_left = self._tool_steps_left(path.environment())
         if terminated or truncated:
-            self._finish(x, states[x.task], truncated=truncated, observation=obs, parts=info.get("reward_parts"))
+            self._end_path(path, states[path.task], truncated=truncated, observation=obs, parts=info.get("reward_parts"))
             return False
         ids = text_ids(self.generator.tokenizer, obs)
         limit = getattr(self.generator, "max_length", None)
-        if len(x.completion) + len(ids) > self.config.max_completion_tokens or (
-                limit and len(x.path.tokens) + len(ids) > limit):
+        if len(path.completion) + len(ids) > self.config.max_completion_tokens or (
+                limit and len(path.seq.tokens) + len(ids) > limit):
             # Past the token budget, which bounds a trajectory, tool outputs included (TRL's max_completion_length:
             # a trainer's memory is sized by it), or past the model's context, which a trainer's forward pass must
             # not exceed either (TRL drops such a result too): the path ends before it, and the result is in the
             # record, not in the tokens. A 6,000-character page made a 320-token budget 1,800.
-            self._finish(x, states[x.task], truncated=True, observation=obs)
+            self._end_path(path, states[path.task], truncated=True, observation=obs)
             return False
-        self.generator.extend(x.path, ids)
+        self.generator.extend(path.seq, ids)
         self.observation_tokens["tool results" if info.get("tool") else "notices"] += len(ids)
         self.notices += not info.get("tool")
-        x.segments.append({"kind": "tool", "text": obs, "start": len(x.completion),
-                           "end": len(x.completion) + len(ids)})
-        x.completion += ids
-        x.mask += [0] * len(ids)
-        x.logprobs += [0.0] * len(ids)
-        x.entropies += [None] * len(ids)
-        x.after_tool = info.get("tool") is not None
+        path.segments.append({"kind": "tool", "text": obs, "start": len(path.completion),
+                           "end": len(path.completion) + len(ids)})
+        path.completion += ids
+        path.mask += [0] * len(ids)
+        path.logprobs += [0.0] * len(ids)
+        path.entropies += [None] * len(ids)
+        path.phase = Phase.AFTER_TOOL if info.get("tool") is not None else Phase.PLAIN
         return True
 
-    def _record(self, x: _Live, seg: Segment) -> None:
-        start = len(x.completion)
-        x.completion += seg.token_ids
-        x.mask += [1] * len(seg.token_ids)
-        x.logprobs += seg.logprobs
-        x.entropies += list(seg.entropies) + [None] * (len(seg.token_ids) - len(seg.entropies))
-        x.segments.append({"kind": "model", "text": seg.text, "start": start, "end": len(x.completion),
+    def _record(self, path: PathState, seg: Segment) -> None:
+        start = len(path.completion)
+        path.completion += seg.token_ids
+        path.mask += [1] * len(seg.token_ids)
+        path.logprobs += seg.logprobs
+        path.entropies += list(seg.entropies) + [None] * (len(seg.token_ids) - len(seg.entropies))
+        path.segments.append({"kind": "model", "text": seg.text, "start": start, "end": len(path.completion),
                            "pieces": self._pieces(seg.token_ids[:len(seg.entropies)])})
 
     def _pieces(self, ids: list[int]) -> list[str]:
@@ -416,7 +426,7 @@ class ARPORollout:
         return pieces
 
     # Branching ------------------------------------------------------------------------------------------------------
-    def _speculate(self, x: _Live, state: _TaskState) -> list[_Live]:
+    def _speculate(self, path: PathState, state: TaskState) -> list[PathState]:
         """The branches the decision on the path's next segment can make, to start with that segment
         (`RolloutConfig.speculative_branches`): Z − 1, fewer if the task's budget is smaller (it never grows), none
         where the backend cannot or the task has its M, and none where the decision is less likely to keep them
@@ -427,65 +437,62 @@ class ARPORollout:
         cfg = self.config
         if not (cfg.speculative_branches and getattr(self.generator, "speculates", False)):
             return []
-        if cfg.speculative_min_keep > 0:
-            typical = float(np.quantile(self._deltas, 1 - cfg.speculative_min_keep)) if self._deltas else 0.0
-            if self._draw(x) >= branch_probability(cfg.alpha, cfg.beta, typical):
-                return []
+        if not speculation_pays(self._draw(path), cfg.alpha, cfg.beta, self._deltas, cfg.speculative_min_keep):
+            return []
         count = min(cfg.branch_factor - 1, cfg.num_generations - (len(state.done) + state.live))
-        children = [self._child(x, i, len(x.completion), len(x.path.tokens)) for i in range(max(0, count))]
+        children = [self._child(path, i, len(path.completion), len(path.seq.tokens)) for i in range(max(0, count))]
         self.speculative["started"] += len(children)
         return children
 
-    def _child(self, x: _Live, i: int, start: int, at: int) -> _Live:
+    def _child(self, path: PathState, i: int, start: int, at: int) -> PathState:
         """The path's i-th branch at token `at` (completion offset `start`), before it is a node of the tree. Its
         stream is named by its parent's stream, tool step and i, so it draws alike whenever it starts."""
-        stream = int(np.random.SeedSequence([x.stream, x.steps, i]).generate_state(1, np.uint64)[0])
+        stream = int(np.random.SeedSequence([path.stream, path.steps, i]).generate_state(1, np.uint64)[0])
         # The child re-generates this segment itself: it is after a tool result, but takes no decision on it.
-        return _Live(x.task, -1, self.generator.fork(x.path, at=at), None, stream=stream,
-                     completion=x.completion[:start], mask=x.mask[:start], logprobs=x.logprobs[:start],
-                     entropies=x.entropies[:start],
-                     segments=[dict(s) for s in x.segments if s["kind"] != "model" or s["start"] < start],
-                     h0=x.h0, measured=True, after_tool=True, skip_check=True, steps=x.steps,
-                     tool_steps_left=x.tool_steps_left)
+        return PathState(path.task, -1, self.generator.fork(path.seq, at=at), None, stream=stream,
+                     completion=path.completion[:start], mask=path.mask[:start], logprobs=path.logprobs[:start],
+                     entropies=path.entropies[:start],
+                     segments=[dict(s) for s in path.segments if s["kind"] != "model" or s["start"] < start],
+                     h0=path.h0, phase=Phase.DECIDED, steps=path.steps,
+                     tool_steps_left=path.tool_steps_left)
 
-    def _maybe_branch(self, x: _Live, h: float | None, start: int, at: int, state: _TaskState, turn: int,
-                      speculative: Sequence[_Live] = ()) -> list[_Live]:
+    def _maybe_branch(self, path: PathState, h: float | None, start: int, at: int, state: TaskState, turn: int,
+                      speculative: Sequence[PathState] = ()) -> list[PathState]:
         """ARPO's decision on the segment after a tool result, whose window entropy is `h`: the branches (forks of
         the path at token `at`, completion offset `start`, or the `speculative` ones started with the segment)
         starting in round `turn`; none if the draw says so or the task has its M. Taken while the segment generates
         (transformers, vLLM's engine) or once it is back."""
         cfg = self.config
-        if h is None or x.h0 is None:  # an empty segment has no entropy: no decision on it
+        room = cfg.num_generations - (len(state.done) + state.live)
+        decision = decide(h, path.h0, self._draw(path), cfg.alpha, cfg.beta, cfg.branch_factor, room)
+        if decision is None:  # an empty segment has no entropy: no decision on it
             return []
-        delta = h - x.h0
-        p = branch_probability(cfg.alpha, cfg.beta, delta)
-        budget = cfg.num_generations - (len(state.done) + state.live)
-        branched = budget > 0 and cfg.branch_factor > 1 and self._draw(x) < p
-        x.decisions.append({"step": x.steps, "token": start, "delta_h": delta, "p": p, "branched": bool(branched)})
+        delta, p, count = decision.delta_h, decision.p, decision.new_paths
+        path.decisions.append({"step": path.steps, "token": start, "delta_h": delta, "p": p,
+                               "branched": decision.branched})
         self._seen["p"] += p
         self._seen["decisions"] += 1
         if math.isfinite(delta):
             self._deltas.append(delta)
-        if not branched:
+        if not decision.branched:
             return []
         children = []
-        count = min(cfg.branch_factor - 1, budget)
-        x.forking = self._pool.submit(self._forks, x.environment(), count)
+        path.forking = self._pool.submit(self._forks, path.environment(), count)
         for i in range(count):
-            child = speculative[i] if i < len(speculative) else self._child(x, i, start, at)
-            child.node = state.new_node(x.node, start, "branch", turn, step=x.steps, delta_h=delta, p=p)
-            child.turn, child.env_job = turn, (x.forking, i)
+            child = speculative[i] if i < len(speculative) else self._child(path, i, start, at)
+            child.node = state.new_node(path.node, start, "branch", turn, step=path.steps, delta_h=delta, p=p)
+            child.turn, child.env_job = turn, (path.forking, i)
             state.live += 1
             children.append(child)
         self.speculative["kept"] += min(count, len(speculative))
         return children
 
-    def _draw(self, x: _Live) -> float:
+    def _draw(self, path: PathState) -> float:
         """The uniform draw of the path's decision at its current tool step: it branches if the draw is below P. From
         (seed, task, stream, tool step): the same in any event order, and known before the segment it decides on."""
-        return float(np.random.default_rng([self.config.seed, x.task, x.stream, x.steps]).random())
+        return uniform_draw(self.config.seed, path.task, path.stream, path.steps)
 
-    def _abandon(self, states: list[_TaskState], generating: dict[int, _Live]) -> None:
+    def _abandon(self, states: list[TaskState], generating: dict[int, PathState]) -> None:
         """Close every env of a run that stopped on an error, or on a task its env refused (the tasks' own, the one
         that refused, and all their forks: closing one twice does nothing) and drop the requests still generating.
         They were left open, each holding its sandbox's process until the process ended: a notebook or a trainer that
@@ -504,19 +511,19 @@ class ARPORollout:
             except Exception as exc:  # noqa: BLE001 - the others are closed all the same; the run's error is raised
                 warnings.warn(f"an environment failed to close: {exc!r}", RuntimeWarning, stacklevel=3)
 
-    def _close(self, env: Any) -> None:
+    def _close_env(self, env: Any) -> None:
         """Close an env that is done with (its sandbox's process killed, its working directory removed) off the
         critical path: in the tool pool while the rollout runs (its time counts in `step_seconds`), else here."""
         if self._pool is not None:
             try:
-                self._closing.append(self._pool.submit(self._closed, env))
+                self._closing.append(self._pool.submit(self._close_env_in_pool, env))
                 return
             except RuntimeError:  # the pool of a rollout that stopped on an error: shut down
                 pass
         with self._env_time():
             env.close()
 
-    def _closed(self, env: Any) -> None:
+    def _close_env_in_pool(self, env: Any) -> None:
         with self._pool_time():
             env.close()
 
@@ -530,21 +537,21 @@ class ARPORollout:
             return forks
 
     # Starting and ending paths --------------------------------------------------------------------------------------
-    def _global(self, t: int, state: _TaskState) -> _Live:
+    def _global(self, t: int, state: TaskState) -> PathState:
         """One of the task's N global samples."""
         node = state.new_node(None, 0, "global", self.turns)
         state.live += 1
         return self._start(t, state, node=node, stream=node)
 
-    def _start(self, t: int, state: _TaskState, **kw: Any) -> _Live:
+    def _start(self, t: int, state: TaskState, **kw: Any) -> PathState:
         """A path at the start of the response: a fork of the task's prompt and of its env."""
         with self._env_time():
             env = state.root_env.fork()
         self._made.append(env)
-        return _Live(t, path=self.generator.fork(state.root_path), env=env, turn=self.turns,
+        return PathState(t, seq=self.generator.fork(state.root_path), env=env, turn=self.turns,
                      tool_steps_left=self._tool_steps_left(env), **kw)
 
-    def _topup(self, t: int, state: _TaskState, spare: bool) -> _Live:
+    def _start_topup(self, t: int, state: TaskState, spare: bool) -> PathState:
         """The task's next top-up: started ahead of need as a spare (no node, not counted), or needed now."""
         j, state.topups = state.topups, state.topups + 1
         stream = self.config.num_generations + j
@@ -555,36 +562,36 @@ class ARPORollout:
         state.live += 1
         return self._start(t, state, node=node, stream=stream, topup=j)
 
-    def _top_up(self, states: list[_TaskState], live: list[_Live]) -> list[_Live]:
+    def _top_up_short_tasks(self, states: list[TaskState], live: list[PathState]) -> list[PathState]:
         """Top-ups for every task that is certain to end with fewer than M trajectories: even if each of its live
-        paths branched at every tool step it has left (`_capacity`), they could not make up the shortfall. The task
+        paths branched at every tool step it has left (`capacity`), they could not make up the shortfall. The task
         takes its spares first (in the order they started: already under way, or finished), then starts new
         samples at once, in the same batch as everything else. Returns the new samples."""
-        capacity = [0] * len(states)
-        for x in live:
-            if not x.spare:
-                capacity[x.task] += self._capacity(x)
+        capacities: list[list[int]] = [[] for _ in states]
+        for path in live:
+            if not path.spare:
+                capacities[path.task].append(self._capacity(path))
         fresh = []
         for t, state in enumerate(states):
-            short = self.config.num_generations - len(state.done) - capacity[t]
+            short = top_ups_needed(self.config.num_generations, len(state.done), capacities[t])
             while short > 0 and state.spares:
                 self._take(state.spares.pop(0), state)
                 short -= 1
-            fresh += [self._topup(t, state, spare=False) for _ in range(max(0, short))]
+            fresh += [self._start_topup(t, state, spare=False) for _ in range(max(0, short))]
         return fresh
 
-    def _take(self, x: _Live, state: _TaskState) -> None:
+    def _take(self, path: PathState, state: TaskState) -> None:
         """A spare becomes the task's next top-up: a node of the tree, and counted (live, or done if it ended)."""
-        x.node, x.spare = state.new_node(None, 0, "topup", x.turn), False
+        path.node, path.spare = state.new_node(None, 0, "topup", path.turn), False
         self.spares["taken"] += 1
-        if x.ended is None:
+        if path.ended is None:
             state.live += 1
             return
-        x.ended.node = x.node
-        self._done(x, state, x.ended)
+        path.ended.node = path.node
+        self._count_trajectory(path, state, path.ended)
 
-    def _spare_up(self, states: list[_TaskState], live: list[_Live], ready: list[_Live],
-                  generating: dict[int, _Live]) -> list[_Live]:
+    def _spare_up(self, states: list[TaskState], live: list[PathState], ready: list[PathState],
+                  generating: dict[int, PathState]) -> list[PathState]:
         """Start spares where a task is expected to fall short, stop those it can no longer need; returns the new
         ones. A task needs at most M − (done + live) more top-ups (its finished and live paths end as at least one
         trajectory each): the spares beyond that many go (the last started first). It is expected to need M minus
@@ -592,25 +599,25 @@ class ARPORollout:
         up to `min_spare_samples` under way whatever the expectation, with at most `spare_samples` under way. A spare
         that has finished waits to be taken and is no longer under way: another may start in its place."""
         cfg = self.config
-        by_task: list[list[_Live]] = [[] for _ in states]
-        for x in live:
-            if not x.spare:
-                by_task[x.task].append(x)
+        by_task: list[list[PathState]] = [[] for _ in states]
+        for path in live:
+            if not path.spare:
+                by_task[path.task].append(path)
         fresh = []
         for t, state in enumerate(states):
             limit = max(0, cfg.num_generations - len(state.done) - state.live)
-            for x in state.spares[limit:]:
-                self._cancel(x, ready, generating)
+            for path in state.spares[limit:]:
+                self._cancel(path, ready, generating)
             del state.spares[limit:]
             expected = math.floor(cfg.num_generations - self._expected(state, by_task[t]) + 0.5)
-            finished = sum(x.ended is not None for x in state.spares)
+            finished = sum(path.ended is not None for path in state.spares)
             want = min(limit, finished + self._spares(cfg), max(finished + cfg.min_spare_samples, expected))
             while len(state.spares) < want:
-                state.spares.append(self._topup(t, state, spare=True))
+                state.spares.append(self._start_topup(t, state, spare=True))
                 fresh.append(state.spares[-1])
         return fresh
 
-    def _expected(self, state: _TaskState, live: list[_Live]) -> float:
+    def _expected(self, state: TaskState, live: list[PathState]) -> float:
         """The trajectories a task is expected to end with: each finished one, and for each live path the
         (1 + (Z−1)·p)^q it grows into on average if it branches with probability p at each of q more tool steps —
         p the mean branching probability of this rollout's decisions so far (α before any), q the mean tool steps of
@@ -618,66 +625,58 @@ class ARPORollout:
         the whole budget (a prior: before any path has ended, paths are expected to use it all, and the first to end
         are the short ones). A top-up counts one."""
         cfg, seen = self.config, self._seen
-        p = seen["p"] / seen["decisions"] if seen["decisions"] else cfg.alpha
-        growth = 1 + (cfg.branch_factor - 1) * p
+        mean_p = seen["p"] / seen["decisions"] if seen["decisions"] else cfg.alpha
         mean_steps = (seen["tool_steps"] + state.tool_budget) / (seen["ended"] + 1)
-        expected = float(len(state.done))
-        for x in live:
-            if x.topup is not None:
-                expected += 1
-                continue
-            expected += growth ** min(x.tool_steps_left, max(0.0, mean_steps - x.steps))
-        return expected
+        paths = [(path.topup is not None, path.steps, path.tool_steps_left) for path in live]
+        return expected_trajectories(len(state.done), paths, cfg.branch_factor, mean_p, mean_steps)
 
-    def _cancel(self, x: _Live, ready: list[_Live], generating: dict[int, _Live]) -> None:
+    def _cancel(self, path: PathState, ready: list[PathState], generating: dict[int, PathState]) -> None:
         """Stop a spare and discard its work. One whose env step is under way is closed when the step returns."""
-        x.cancelled = True
+        path.cancelled = True
         dropped = 0
-        if generating.pop(id(x), None) is not None:
-            dropped = self.generator.cancel(id(x))
-        ready[:] = [y for y in ready if y is not x]
+        if generating.pop(id(path), None) is not None:
+            dropped = self.generator.cancel(id(path))
+        ready[:] = [y for y in ready if y is not path]
         self.spares["discarded"] += 1
-        self.spares["discarded_tokens"] += sum(x.mask) + dropped
-        self.spares["discarded_tool_calls"] += x.steps
-        if x.ended is None and not x.stepping:
-            self._close(x.environment())
+        self.spares["discarded_tokens"] += sum(path.mask) + dropped
+        self.spares["discarded_tool_calls"] += path.steps
+        if path.ended is None and not path.stepping:
+            self._close_env(path.environment())
 
-    def _capacity(self, x: _Live) -> int:
+    def _capacity(self, path: PathState) -> int:
         """The most trajectories a live path can still end as: Z^r with r its tool steps left (each branch point
         makes Z paths, and every one of them may branch again at each later step); 1 for a top-up or without
         branching."""
-        z = self.config.branch_factor
-        if not self._branching() or z < 2 or x.topup is not None:
-            return 1
-        return z ** min(x.tool_steps_left, 20)
+        return capacity(path.tool_steps_left, self.config.branch_factor,
+                        self._branching() and path.topup is None)
 
     @staticmethod
     def _tool_steps_left(env: Any) -> int:
         return max(0, env.max_tool_calls - env.state.budget_used)
 
-    def _finish(self, x: _Live, state: _TaskState, truncated: bool, observation: str = "",
+    def _end_path(self, path: PathState, state: TaskState, truncated: bool, observation: str = "",
                 parts: dict[str, Any] | None = None) -> None:
         """Score the path's trajectory and count it done; a spare's waits until the task takes it (`_take`)."""
-        env = x.environment()
+        env = path.environment()
         env_state = env.state
         if observation:  # the env's last word (why it truncated) is part of the record, not of the tokens
-            x.segments.append({"kind": "tool", "text": observation, "start": len(x.completion),
-                               "end": len(x.completion)})
+            path.segments.append({"kind": "tool", "text": observation, "start": len(path.completion),
+                               "end": len(path.completion)})
         if not parts:  # the env scored it when the episode ended; else score now
             with self._env_time():
                 parts = env.score().as_dict()
-        trajectory = Trajectory(x.node, state.prompt_ids, x.completion, x.mask, x.logprobs, x.entropies, x.segments,
-                                float(parts["total"]), parts, env_state.total_tool_calls, x.decisions, truncated)
-        self._close(env)
-        if x.spare:  # not counted until taken: a spare's trajectory is the tree's only as a top-up
-            x.ended = trajectory
+        trajectory = Trajectory(path.node, state.prompt_ids, path.completion, path.mask, path.logprobs, path.entropies, path.segments,
+                                float(parts["total"]), parts, env_state.total_tool_calls, path.decisions, truncated)
+        self._close_env(env)
+        if path.spare:  # not counted until taken: a spare's trajectory is the tree's only as a top-up
+            path.ended = trajectory
             return
         state.live -= 1
-        self._done(x, state, trajectory)
+        self._count_trajectory(path, state, trajectory)
 
-    def _done(self, x: _Live, state: _TaskState, trajectory: Trajectory) -> None:
+    def _count_trajectory(self, path: PathState, state: TaskState, trajectory: Trajectory) -> None:
         """Count a trajectory of the task (the scheduler's statistics see its path's tool steps)."""
-        self._seen["tool_steps"] += x.steps
+        self._seen["tool_steps"] += path.steps
         self._seen["ended"] += 1
         state.done.append(trajectory)
         if self.progress:
@@ -694,6 +693,32 @@ class GRPORollout(ARPORollout):
 
     def _branching(self) -> bool:
         return False
+
+
+class _Loop:
+    """What the scheduler's loop holds between two turns: the paths ready to generate, those generating (by request
+    key), the env steps under way, and on a stepped backend the steps of each poll, collected after the next one."""
+
+    def __init__(self, generator: Generator, cfg: RolloutConfig, tasks: int) -> None:
+        self.ready: list[PathState] = []
+        self.generating: dict[int, PathState] = {}
+        self.tools: dict[Future, PathState] = {}
+        self.cohorts: list[list[Future]] = []
+        self.trees: list[RolloutTree | None] = [None] * tasks
+        self.params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(_stop_strings()),
+                                     cfg.entropy_k)
+        self.lockstep = getattr(generator, "lockstep", True)
+        self.stepped = getattr(generator, "stepped", False)
+
+
+def _checked_tasks(tasks: Sequence[Any]) -> list[dict[str, Any] | int]:
+    """The tasks as a list; anything but an index or a mapping is a ValueError naming it, before any env is made."""
+    tasks = list(tasks)
+    for t, task in enumerate(tasks):
+        if isinstance(task, bool) or not isinstance(task, (numbers.Integral, Mapping)):
+            raise ValueError(f"task {t}: a task is an index into the env's dataset or a dict {{'question', "
+                             f"'answer'}}, not {type(task).__name__} {str(task)[:100]!r}")
+    return tasks
 
 
 def _stop_strings() -> list[str]:

@@ -2,7 +2,7 @@
 
 * `arpo_env.tools.protocol` — `Tool`, `ToolOutput`, `StatelessTool`: what every backend implements;
 * ``<python>``: `arpo_env.tools.sandbox` (the local forkable interpreter; its worker program is
-  `arpo_env.tools.sandbox.process`) or `arpo_env.tools.e2b` (E2B cloud sandboxes);
+  `arpo_env.tools.sandbox`) or `arpo_env.tools.e2b` (E2B cloud sandboxes);
 * ``<search>``: `arpo_env.tools.search` (local BM25, ddgs, recorded);
 * ``<browse>``: `arpo_env.tools.browse` (httpx + trafilatura, or an offline page store);
 * `arpo_env.tools.cache` — the SQLite cache the search and browse backends share.

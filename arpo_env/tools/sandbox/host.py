@@ -51,9 +51,9 @@ import weakref
 from dataclasses import asdict, dataclass
 
 from arpo_env.tools.protocol import MAX_SECONDS, MAX_WHOLE, ToolOutput, elide, limit_problem
-from arpo_env.tools.sandbox.process import recv_message, send_message
+from arpo_env.tools.sandbox.channel import recv_message, send_message
 
-SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_server.py")
+SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "template.py")
 DEFAULT_PRELOAD = ("numpy", "sympy", "math", "fractions", "itertools", "collections", "statistics", "random", "re")
 
 
