@@ -9,8 +9,8 @@ from arpo_algo.settings import ConfigError
 
 
 def unknown_env(exc: Exception) -> str:
-    """Gymnasium's message for an id that is not registered, with arpo's ids: "Did you mean: `Hopper`?" was all it
-    said of ``Nope-v0``."""
+    """Gymnasium's message for an id that is not registered, with arpo's ids: its own suggestion ("Did you mean:
+    `Hopper`?" for ``Nope-v0``) is no help here."""
     from arpo_env import ENV_IDS
 
     said = re.sub(r" Did you mean: `(?!ARPO-)[^`]*`\?", "", str(exc))  # a close name among Gymnasium's own

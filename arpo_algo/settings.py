@@ -29,8 +29,7 @@ def json_object(name: str, value: Any, example: str) -> dict[str, Any]:
 
 def whole_problems(values: Mapping[str, Any]) -> list[str]:
     """The settings in `values` (by name) that are no whole number: text, true/false, 2.5 (a config written from
-    Python). They were taken as given: a TypeError deep in a rollout (``range(1.5)``, a seed of 1.5) once its envs
-    were made, or a comparison's TypeError that named nothing."""
+    Python). Each is said by name before anything runs, not as a TypeError deep in a rollout."""
     from arpo_env.env import whole_number
 
     return [f"{name} must be a whole number, not {value!r}" for name, value in values.items()
@@ -38,6 +37,6 @@ def whole_problems(values: Mapping[str, Any]) -> list[str]:
 
 
 def switch_problems(values: Mapping[str, Any]) -> list[str]:
-    """The settings in `values` (by name) that are neither true nor false: "no" was true, and switched them on."""
+    """The settings in `values` (by name) that are neither true nor false: "no" is true to Python."""
     return [f"{name} must be true or false, not {value!r}" for name, value in values.items()
             if not isinstance(value, (bool, np.bool_))]

@@ -69,7 +69,7 @@ class EpisodeState:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "EpisodeState":
         """The state `to_dict` wrote; a `ValueError` saying what is amiss for one of other types (a snapshot edited or
-        damaged: "done": "no" was done, a task of null a TypeError)."""
+        damaged)."""
         counts = [d["turns"], d.get("unavailable_calls", 0), d.get("refused_calls", 0), *dict(d["tool_calls"]).values()]
         if not (isinstance(d["task"], dict) and isinstance(d["done"], bool) and isinstance(d["segments"], list)
                 and all(isinstance(s, (list, tuple)) and len(s) == 2 and all(isinstance(p, str) for p in s)
@@ -115,7 +115,7 @@ class ToolEnv(gym.Env[str, str]):
         problems = [f"{name} must be a whole number of at least {low}, not {value!r}"
                     for name, (value, low) in budgets.items()
                     if whole_number(value) is None or whole_number(value) < low]
-        if problems:  # 1.5 was read as 1, and True as 1, silently; text was int()'s message, without the name
+        if problems:  # 1.5, True and text are refused by name, not rounded or cast
             raise ValueError("budgets: " + "; ".join(problems))
         self.tasks = list(tasks)
         self.tool_factories = dict(tools)
@@ -139,7 +139,7 @@ class ToolEnv(gym.Env[str, str]):
         ``meta`` (what scorers read, e.g. ``answer_type``)."""
         super().reset(seed=seed)
         options = options or {}
-        if not isinstance(options, collections.abc.Mapping):  # a string's letters were named as unknown options
+        if not isinstance(options, collections.abc.Mapping):  # a string is not a table of options
             raise ValueError(f"reset options are a dict ({{'index': i}} or {{'question': q, 'answer': a}}), not "
                              f"{type(options).__name__} {str(options)[:100]!r}")
         unknown = sorted(set(options) - _RESET_OPTIONS, key=str)
@@ -160,7 +160,7 @@ class ToolEnv(gym.Env[str, str]):
                         dict(options.get("meta") or {}))
         elif "index" in options:
             index = whole_number(options["index"])
-            if index is None:  # 1.5 was task 1, True task 1, "a" int()'s error
+            if index is None:  # only a whole number names a task
                 raise ValueError(f"options['index'] must be a whole number, a task of the dataset, not "
                                  f"{options['index']!r}")
             if not -len(self.tasks) <= index < len(self.tasks):
@@ -298,7 +298,7 @@ class ToolEnv(gym.Env[str, str]):
     def fork(self) -> "ToolEnv":
         """An independent environment whose state equals this one's now (tools forked, RNG copied)."""
         state = self._require_state()
-        self._require_open()  # a fork of a closed env was closed too: its first step said so
+        self._require_open()  # a closed env has nothing to fork: say so now, not at the fork's first step
         child = copy.copy(self)
         child.state = state.copy()
         child.tools = {tag: tool.fork() for tag, tool in self.tools.items()}
@@ -336,14 +336,14 @@ class ToolEnv(gym.Env[str, str]):
     def snapshot(self) -> dict[str, Any]:
         """A picklable value that `restore` turns back into this state (the interpreter by replaying its cells)."""
         state = self._require_state()
-        self._require_open()  # the interpreter's cells went with its tools: restored, its variables were not there
+        self._require_open()  # its tools, and the interpreter's cells, are gone
         rng = self._np_random.bit_generator.state if self._np_random is not None else None
         return {"version": 1, "state": state.to_dict(), "tools": {t: tool.snapshot() for t, tool in self.tools.items()},
                 "np_random": rng}
 
     def restore(self, snapshot: dict[str, Any]) -> None:
         """Bring back a `snapshot()` (taken in this env, another one with the same tools, or another process)."""
-        if not isinstance(snapshot, dict):  # None (a snapshot not taken) was an AttributeError
+        if not isinstance(snapshot, dict):  # None: a snapshot that was never taken
             raise ValueError(f"a snapshot is the dict snapshot() returns, not {type(snapshot).__name__}")
         if snapshot.get("version") != 1:
             raise ValueError(f"unsupported snapshot version {snapshot.get('version')!r}")

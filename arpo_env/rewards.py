@@ -74,7 +74,7 @@ class HierarchicalReward:
     def __init__(self, scorer: Scorer = math_score, strict_think: bool = False,
                  tool_bonus: float = 0.1, require_boxed: bool = True) -> None:
         # tool_bonus="x" failed at the first correct answer that used both tools, NaN made its reward NaN;
-        # strict_think="no" was strict
+        # strict_think must be a real switch: "no" is not false to Python
         if isinstance(tool_bonus, bool) or not isinstance(tool_bonus, numbers.Real) or not math.isfinite(tool_bonus):
             raise ValueError(f"tool_bonus must be a number (0.1 in the paper), not {tool_bonus!r}")
         if strict_think not in (True, False):

@@ -106,11 +106,6 @@ def tool_calls(text: str) -> list[Span]:
     return [s for s in spans(text)[0] if s.tag in TOOL_TAGS]
 
 
-def used_tools(text: str) -> set[str]:
-    """The tools a transcript wrote at least one call to (run or not; see `ran_tools`)."""
-    return {s.tag for s in tool_calls(text)}
-
-
 def unanswered_calls(text: str) -> list[Span]:
     """Tool calls not followed by a ``<result>``: calls that never ran (several in one action: the env runs none;
     or a completion that writes tool tags where no tool was ever attached)."""

@@ -13,7 +13,6 @@ from tiny_agent import TASK, hesitant_start_agent
 
 import arpo_env  # noqa: F401
 from arpo_algo.core.config import RolloutConfig
-from arpo_algo.core.branching import branch_probability
 from arpo_algo.core.entropy import (
     nucleus_log_probs,
     token_entropy,
@@ -34,14 +33,6 @@ def test_window_entropy_sums_the_k_tokens_and_scales_a_short_segment():
     assert window_entropy([None, float("nan"), 0.2, float("-inf")], 4) == pytest.approx(0.8)
     seg = Segment([1, 2], [-0.1, -0.2], [0.05, 0.15], "ab", "eos", entropy_k=20)
     assert seg.entropy == pytest.approx(2.0)
-
-
-def test_p_is_alpha_plus_beta_delta_h_clipped_and_always_finite():
-    assert branch_probability(0.5, 0.2, 1.0) == pytest.approx(0.7)
-    assert branch_probability(0.5, 0.2, -1.0) == pytest.approx(0.3)
-    assert branch_probability(0.5, 0.2, 10.0) == 1.0 and branch_probability(0.5, 0.2, -10.0) == 0.0
-    for bad in (None, float("nan"), float("inf"), float("-inf")):
-        assert branch_probability(0.5, 0.2, bad) == 0.5
 
 
 def test_entropies_are_finite_for_any_log_probs():

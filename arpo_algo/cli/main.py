@@ -11,8 +11,8 @@ from typing import Sequence
 
 from arpo_algo.cli.rollout import _rollout_parser, rollout_main
 
-MODULE_COMMANDS = {"train": "arpo_algo.training.train", "sft": "arpo_algo.training.sft", "eval": "arpo_algo.cli.eval.benchmarks",
-                   "view": "arpo_algo.cli.viewer"}
+MODULE_COMMANDS = {"train": "arpo_algo.training.train", "sft": "arpo_algo.training.sft",
+                   "eval": "arpo_algo.cli.eval.command", "view": "arpo_algo.cli.viewer"}
 """Subcommands with a parser of their own (train and sft: TRL's `TrlParser`, every GRPOConfig / SFTConfig field):
 the rest of the command line goes to the module's ``main``."""
 

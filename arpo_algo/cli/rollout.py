@@ -154,7 +154,7 @@ def rollout_main(args: argparse.Namespace) -> int:
              if value < 1]
     if not 0 <= args.start < len(probe.tasks):
         wrong.append(f"--start must be a task of the dataset, from 0 to {len(probe.tasks) - 1}, not {args.start}")
-    if wrong:  # only what is wrong: "--tasks 0" also read "--start … (not 0)", which was right
+    if wrong:  # only what is wrong
         raise ConfigError("; ".join(wrong))
     if args.out != "-":
         writable(args.out)

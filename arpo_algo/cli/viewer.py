@@ -120,7 +120,7 @@ def read_metrics(path: Path | None) -> list[dict[str, Any]]:
     with open(path, encoding="utf-8", errors="replace") as f:
         for _, entry in jsonl.records(f):
             step = whole_number(entry.get("step")) if isinstance(entry, dict) and "reward" in entry else None
-            if step is not None:  # a step that is no whole number ("x", 1.5, Infinity) was a traceback
+            if step is not None:  # a step that is no whole number ("x", 1.5, Infinity) is passed over
                 by_step[step] = entry
     return [by_step[s] for s in sorted(by_step)]
 
@@ -342,7 +342,7 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 def _json_block(element_id: str, value: Any) -> str:
     # "</script>" or "<!--" in model text would end or derail the script element: no "<" reaches the HTML parser
     # ("\u003c" is the same JSON string). A lone surrogate (which `jsonl` writes as its escape) stays an escape: no
-    # UTF-8 encodes it, and the page was never written.
+    # UTF-8 encodes it, and the page could not be written.
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
     text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
     return f'<script type="application/json" id="{element_id}">{text}</script>'
@@ -404,7 +404,7 @@ def build(path: str | Path, out: str | Path, limit: int | None = DEFAULT_LIMIT) 
     """Write the report (and its PNG plots) for `path`; returns what was written and the header numbers. With
     `limit` (0 or None: all), the newest `limit` trees are shown: the files are read one tree at a time, and only what
     the page needs of those trees is kept."""
-    if limit is not None and limit < 0:  # deque's "maxlen must be non-negative" was a traceback
+    if limit is not None and limit < 0:
         raise SystemExit(f"arpo view: --limit must be at least 0 (0: all the trees), not {limit}")
     source = find_source(path)
     folder = str(out).endswith(("/", os.sep))  # (Path drops the slash)

@@ -16,7 +16,7 @@ DEFAULT_NUM_GLOBAL = 8
 
 
 def default_num_global(num_global: int | None, num_generations: int) -> int:
-    """N as given, or left out (None): `DEFAULT_NUM_GLOBAL`, or M when M is smaller (M = 4 alone was an error)."""
+    """N as given, or left out (None): `DEFAULT_NUM_GLOBAL`, or M when M is smaller (so that M = 4 alone is valid)."""
     return min(DEFAULT_NUM_GLOBAL, num_generations) if num_global is None else num_global
 
 
@@ -114,7 +114,7 @@ def sampling_problems(max_new_tokens: int, max_completion_tokens: int, temperatu
     turn, whole, temp, nucleus, k, a, b = names
     from arpo_env.env import whole_number
 
-    # text or true/false (a config written from Python) was a TypeError ("must be real number, not str"), unnamed
+    # text or true/false (a config written from Python) is refused by name
     problems = [f"{name} must be a whole number, not {value!r}" for name, value in
                 ((turn, max_new_tokens), (whole, max_completion_tokens), (k, entropy_k)) if whole_number(value) is None]
     problems += [f"{name} must be a number, not {value!r}" for name, value in

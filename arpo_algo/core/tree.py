@@ -86,8 +86,7 @@ class RolloutTree:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RolloutTree":
         """The tree `to_dict` wrote; a `ValueError` saying what is amiss for JSON of another shape (a line of another
-        file: it was a `KeyError` or `TypeError` naming no line, or a tree whose task or reward parts were no object,
-        which readers failed on later)."""
+        file, or a tree whose task or reward parts are no object)."""
         try:
             if not isinstance(d, dict):
                 raise TypeError(f"a {type(d).__name__}, not an object of fields")

@@ -10,8 +10,8 @@ made during generation (ARPO's decision after the first k tokens, `decide`) copi
 running batch; a speculative fork (`PathGenerator`) copies its parent's row as the parent joins (the same prefix, so
 the same cache and first distribution), and its parent's decision keeps it or drops its row. `submit`/`poll` batch
 continuously (`continuous=True`: paths join and leave the running batch between polls) or in lock-step rounds. Entropy
-is exact: computed from the full sampling distribution (`arpo_algo.core.entropy`). Every request samples from a stream of
-its own, seeded by its `SamplingParams.seed` (or, for a request without one, drawn from the generator's seeded
+is exact: computed from the full sampling distribution (`arpo_algo.core.entropy`). Every request samples from a stream
+of its own, seeded by its `SamplingParams.seed` (or, for a request without one, drawn from the generator's seeded
 stream): what a path generates does not depend on what else is in the batch, as on vLLM.
 """
 
@@ -44,8 +44,8 @@ class HFGenerator(PathGenerator):
             overlap each tool call gets with generation, and the longest a path whose tool result is back waits to
             rejoin.
         packed_weights: run the model's float32 CPU linear layers on oneDNN-packed copies of their weights
-            (`arpo_algo.generation.packed_linear`: a decoding step of a few rows takes a fifth to two fifths less time, for as much
-            memory again as those weights); None (the default) does where oneDNN is built in.
+            (`arpo_algo.generation.packed_linear`: a decoding step of a few rows takes a fifth to two fifths less time,
+            for as much memory again as those weights); None (the default) does where oneDNN is built in.
     """
 
     decides_mid_segment = True

@@ -10,7 +10,8 @@ kernels after loading, so per-tensor loads cannot reach them, and NCCL needs CUD
   asks the server, over its ``/collective_rpc`` development endpoint, to run `WeightReload.arpo_reload_weights`
   on every worker. The server must be started with the worker extension and dev mode::
 
-      VLLM_SERVER_DEV_MODE=1 trl vllm-serve --model MODEL --worker-extension-cls arpo_algo.generation.weight_sync.WeightReload
+      VLLM_SERVER_DEV_MODE=1 trl vllm-serve --model MODEL --worker-extension-cls
+      arpo_algo.generation.weight_sync.WeightReload
 
 A reload leaves a tied LM head (SmolLM2, Qwen2.5-0.5B) pointing at its old packed copy: the head has no weights of
 its own in the checkpoint. `reload_engine_weights` ties it again and repacks it.
@@ -44,8 +45,8 @@ def reload_engine_weights(runner: Any, weights: Iterable[tuple[str, torch.Tensor
 
 
 class WeightReload:
-    """vLLM worker extension (``--worker-extension-cls arpo_algo.generation.weight_sync.WeightReload``): methods a trainer
-    calls on every worker through ``POST /collective_rpc``."""
+    """vLLM worker extension (``--worker-extension-cls arpo_algo.generation.weight_sync.WeightReload``): methods a
+    trainer calls on every worker through ``POST /collective_rpc``."""
 
     model_runner: Any
 

@@ -4,8 +4,8 @@ ARPO, per task:
 
 1. sample N global trajectories;
 2. record each trajectory's *initial entropy* H₀: the entropy of the first k tokens of its response, summed
-   (`arpo_algo.core.entropy.window_entropy`: per-token entropies of the sampling distribution normalised by ln|V|, summed
-   over the window as the reference code does, so H ∈ [0, k]);
+   (`arpo_algo.core.entropy.window_entropy`: per-token entropies of the sampling distribution normalised by ln|V|,
+   summed over the window as the reference code does, so H ∈ [0, k]);
 3. after every tool result, measure the entropy H of the first k generated tokens the same way; ΔH = H − H₀, and
    with probability P = clip(α + β·ΔH, 0, 1) branch Z−1 extra ways from the point right after the result — the
    environment is forked (a live copy of the interpreter, made in the tool pool before the parent's next step, while
@@ -378,7 +378,8 @@ class ARPORollout:
             return False
         path.tool_steps_left = self._tool_steps_left(path.environment())
         if terminated or truncated:
-            self._end_path(path, states[path.task], truncated=truncated, observation=obs, parts=info.get("reward_parts"))
+            self._end_path(path, states[path.task], truncated=truncated, observation=obs,
+                           parts=info.get("reward_parts"))
             return False
         ids = text_ids(self.generator.tokenizer, obs)
         limit = getattr(self.generator, "max_length", None)
@@ -665,7 +666,8 @@ class ARPORollout:
         if not parts:  # the env scored it when the episode ended; else score now
             with self._env_time():
                 parts = env.score().as_dict()
-        trajectory = Trajectory(path.node, state.prompt_ids, path.completion, path.mask, path.logprobs, path.entropies, path.segments,
+        trajectory = Trajectory(path.node, state.prompt_ids, path.completion, path.mask, path.logprobs, path.entropies,
+                                path.segments,
                                 float(parts["total"]), parts, env_state.total_tool_calls, path.decisions, truncated)
         self._close_env(env)
         if path.spare:  # not counted until taken: a spare's trajectory is the tree's only as a top-up

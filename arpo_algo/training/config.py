@@ -114,8 +114,8 @@ class ARPOConfig(GRPOConfig):
         default="auto",
         metadata={"help": "How trained weights reach a vLLM server: nccl (TRL's weight-transfer engine, CUDA only), "
                           "disk (a safetensors file in output_dir/vllm-weights that the server reloads; start it with "
-                          "--worker-extension-cls arpo_algo.generation.weight_sync.WeightReload), auto (nccl with CUDA, else "
-                          "disk).",
+                          "--worker-extension-cls arpo_algo.generation.weight_sync.WeightReload), auto (nccl with "
+                          "CUDA, else disk).",
                   "choices": ["auto", "nccl", "disk"]},
     )
 
@@ -212,7 +212,7 @@ class ARPOConfig(GRPOConfig):
                             f"{self.temperature}; eval_temperature=0 evaluates greedily")
         calls = self.max_tool_calls
         if calls is not None and (whole_number(calls) is None or whole_number(calls) < 0):
-            # -1 was refused by the env, once the model had loaded
+            # refused here, before the model loads, not by the env
             problems.append(f"max_tool_calls must be a whole number of at least 0 (None: the env's), not "
                             f"{self.max_tool_calls!r}")
         if self.dynamic_sampling_rounds < 0:

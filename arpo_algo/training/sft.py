@@ -14,8 +14,8 @@ Trajectory sources (JSONL, one record per line; any mix):
   or ``{"messages": [{"role": …, "content": …}]}`` without ``segments``. The first user turn is the
   question; assistant turns become actions, mapped onto our tags (```` ```python ``` ```` blocks and ``<code>`` become
   ``<python>``; a final ``\\boxed{}`` outside ``<answer>`` is wrapped in one); OpenAI-style ``tool_calls`` to
-  ``python``, ``search``, ``browse`` and ``answer`` (the tools of `arpo_env.integrations.trl_environment`) become those calls, and a
-  content of parts its text; tool turns and later user turns become ``<result>`` observations, and so do
+  ``python``, ``search``, ``browse`` and ``answer`` (the tools of `arpo_env.integrations.trl_environment`) become those
+  calls, and a content of parts its text; tool turns and later user turns become ``<result>`` observations, and so do
   ``<result>`` and ```` ```output ```` blocks written inside an assistant turn (a whole episode as one message, as
   NuminaMath-TIR keeps it). The env's system prompt replaces the record's unless ``keep_system_prompt`` is set, so
   the model learns the prompt it will see in RL.
@@ -42,12 +42,6 @@ from arpo_env import tags
 from arpo_env.scoring.chat_client import content_text
 
 # Sources ----------------------------------------------------------------------------------------------------------
-
-
-def read_records(path: str) -> Iterator[dict[str, Any]]:
-    """Records of a JSONL file (``-`` is standard input): `numbered_records` without the line numbers."""
-    for _, record in numbered_records(path):
-        yield record
 
 
 def numbered_records(path: str) -> Iterator[tuple[int, Any]]:
@@ -113,7 +107,8 @@ def map_action(text: str, final: bool) -> str:
 
 _CALLS = {"python": ("python", "code"), "search": ("search", "query"), "browse": ("browse", "url"),
           "answer": ("answer", "final_answer")}
-"""OpenAI-style tool calls (the names and arguments of `arpo_env.integrations.trl_environment`'s tools) → our tag, argument."""
+"""OpenAI-style tool calls (the names and arguments of `arpo_env.integrations.trl_environment`'s tools) → our tag,
+argument."""
 
 
 def _turn_text(turn: dict[str, Any], role: str) -> str:
@@ -245,7 +240,7 @@ def rollout_records(path: str, min_reward: float | None = None, read: list[int] 
                 if not (isinstance(tr.reward, numbers.Real) and isinstance(tr.truncated, bool)):
                     raise ValueError("a trajectory's reward is a number and its truncated true or false, not "
                                      f"{tr.reward!r} and {tr.truncated!r}")
-        except ValueError as exc:  # a string reward failed on --min_reward, "no" was truncated: silently
+        except ValueError as exc:  # a reward is a number and truncated a switch, or --min_reward compares text
             raise ValueError(f"{path} line {n}: {exc}") from None
         total += len(tree.trajectories)
         checked = tokenizer is None
@@ -297,7 +292,7 @@ def tokenize(record: dict[str, Any], tokenizer: Any) -> dict[str, list[int]]:
         messages = record["messages"]
         if not (isinstance(messages, list) and all(isinstance(m, dict) and isinstance(m.get("role"), str)
                                                    and isinstance(m.get("content"), str) for m in messages)):
-            # a message without a role was jinja2's UndefinedError from the chat template: a traceback
+            # the chat template needs a role in every message (jinja2 would raise UndefinedError)
             raise ValueError("a native record's messages are a list of {\"role\", \"content\"} objects, each "
                              "a text")
         prompt = prompt_ids(tokenizer, messages)
@@ -393,9 +388,9 @@ class SFTScriptArguments:
 
         from arpo_env.datasets.procedural import FAMILIES, MAX_LEVEL, MAX_TASKS
 
-        if isinstance(self.trajectories, (str, os.PathLike)):  # a recipe's one file: it was read letter by letter
+        if isinstance(self.trajectories, (str, os.PathLike)):  # a recipe's one file, not a list of its letters
             self.trajectories = [os.fspath(self.trajectories)]
-        # nothing to train on, or a file that is not there, was said once the model had loaded (minutes, for a 7B one)
+        # nothing to train on, or a missing file, is said before the model loads (minutes, for a 7B one)
         if not (self.trajectories or self.from_rollouts or self.synthetic_tasks):
             raise ValueError("no trajectories: give --trajectories, --from_rollouts or --synthetic_tasks")
         files = [("trajectories", p) for p in self.trajectories or ()] + [("from_rollouts", self.from_rollouts)]
@@ -462,7 +457,7 @@ def build_dataset(script: SFTScriptArguments, tokenizer: Any, vocabulary: int | 
         least = f", reward at least {script.min_reward:g}" if script.min_reward is not None else ""
         print(f"arpo sft: {len(kept)} of {read[0]} trajectories kept from {script.from_rollouts} (correct, "
               f"format-valid{least}; each completion once)", file=sys.stderr)
-        if not kept and not examples and not script.synthetic_tasks:  # it said: give --from_rollouts, which was given
+        if not kept and not examples and not script.synthetic_tasks:  # name what was given and why none of it was kept
             raise SystemExit(f"arpo sft: nothing to train on: no trajectory of {script.from_rollouts} is correct and "
                              f"format-valid{least}; roll out more tasks, or add --synthetic_tasks N")
         for i, record in enumerate(kept, 1):

@@ -299,7 +299,8 @@ def build_trainer(script_args: ARPOScriptArguments, args: ARPOConfig, model_args
     if script_args.data_dir:
         env_kwargs["data_dir"] = script_args.data_dir
     args.env_kwargs = env_kwargs
-    with env_arguments(args.env_id):  # before the cold start: an env argument it refuses was found minutes later
+    # before the cold start: an env argument the env refuses is found now, not minutes later
+    with env_arguments(args.env_id):
         dataset = task_dataset(args.env_id, limit=script_args.train_limit, **ARPOTrainer.env_kwargs(args))
         eval_dataset = None
         if script_args.eval_dataset_name:
@@ -337,7 +338,7 @@ def holds_model(path: str) -> bool:
     folder without them (empty, or with checkpoints only)."""
     from arpo_algo.generation.models import EMBEDDED
 
-    if path.lower() in EMBEDDED:  # was taken for a folder to make: the cold start ran into ./smollm2-135m, unused
+    if path.lower() in EMBEDDED:  # the embedded model's name is not a folder to write the cold start into
         return True
     folder = Path(path)
     return ((folder / "config.json").is_file() or (folder / "adapter_config.json").is_file()) and \
@@ -506,8 +507,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def check_launch(args: Any) -> None:
-    """`arpo_algo.training.distributed.check_processes_joined` before the model loads (and before the output folder is held:
-    processes that did not join one another all take it for the launch's first)."""
+    """`arpo_algo.training.distributed.check_processes_joined` before the model loads (and before the output folder is
+    held: processes that did not join one another all take it for the launch's first)."""
     from accelerate import PartialState
 
     from arpo_algo.training.distributed import check_processes_joined

@@ -277,9 +277,10 @@ class ARPOTrainer(GRPOTrainer):
         return _HFGeneration(self)
 
     def _sync_vllm_weights(self) -> None:
-        """Push the trained weights into vLLM: TRL's sync, except where it cannot work (`arpo_algo.generation.weight_sync`):
-        a colocated engine on the CPU reloads in place; a server with ``vllm_weight_sync="disk"`` (the default
-        without CUDA) reloads from a safetensors file the trainer writes to ``output_dir/vllm-weights``."""
+        """Push the trained weights into vLLM: TRL's sync, except where it cannot work
+        (`arpo_algo.generation.weight_sync`): a colocated engine on the CPU reloads in place; a server with
+        ``vllm_weight_sync="disk"`` (the default without CUDA) reloads from a safetensors file the trainer writes to
+        ``output_dir/vllm-weights``."""
         from arpo_algo.generation.weight_sync import ServerWeightSync, reload_engine_weights
 
         gen = self.vllm_generation
@@ -373,7 +374,7 @@ class ARPOTrainer(GRPOTrainer):
         here rather than after TRL's step so that their metrics are logged with this step."""
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         infinite = torch.isinf(rewards_per_func).nonzero()
-        if len(infinite):  # its group's advantages were NaN, and so, after the step, were the model's weights
+        if len(infinite):  # its group's advantages would be NaN, and after the step the model's weights
             row, col = infinite[0].tolist()
             value = rewards_per_func[row, col].item()
             raise ValueError(f"reward function {self.reward_func_names[col]!r} gave {value} (completion {row} of the "
@@ -602,8 +603,9 @@ def _env_maker(env_id: str, env_kwargs: dict[str, Any]) -> Callable[[], Any]:
 @contextmanager
 def _vllm_engine_options(args: ARPOConfig) -> Iterator[None]:
     """While TRL sets up vLLM: pass a colocated engine ``vllm_engine_kwargs`` (GRPOConfig has no field for them), with
-    `arpo_algo.generation.vllm_generator.cpu_engine_defaults` where no CUDA device is present (no chunked prefill, eager); for
-    a server synced through a folder, check that the server can reload from one instead of opening TRL's NCCL group."""
+    `arpo_algo.generation.vllm_generator.cpu_engine_defaults` where no CUDA device is present (no chunked prefill,
+    eager); for a server synced through a folder, check that the server can reload from one instead of opening TRL's
+    NCCL group."""
     if not args.use_vllm:
         yield
         return

@@ -16,7 +16,8 @@
   no network): 100 math problems (ARPO training rows and GSM8K), 100 multi-hop questions from the ARPO training set
   that the shipped search corpus covers, 100 questions of the release's hard-search set;
 * ``hub:<owner>/<name>[:split]``: a Hugging Face dataset, when the ``datasets`` package and a network are there;
-* ``arithmetic[:N:SEED:TERMS]`` and ``chain[:N:SEED:STEPS]``: the seeded procedural families (`arpo_env.datasets.procedural`).
+* ``arithmetic[:N:SEED:TERMS]`` and ``chain[:N:SEED:STEPS]``: the seeded procedural families
+(`arpo_env.datasets.procedural`).
 
 When `data_dir` is not given, the ``ARPO_DATA_DIR`` environment variable is used.
 """
@@ -68,7 +69,7 @@ def _clean(text: str) -> str:
 
 def gold_value_text(value: Any) -> str:
     """A gold answer given as a number, as text: a whole number stored as a float (an integer column with a null in
-    it, read through pandas, holds 1990.0) is its integer ("1990": QA's F1 of "1990" against "1990.0" was 0); NaN
+    it, read through pandas, holds 1990.0) is its integer ("1990": QA's F1 of "1990" against "1990.0" is 0); NaN
     (such a column's null) is blank."""
     if isinstance(value, float):
         if missing(value):
@@ -80,8 +81,8 @@ def gold_value_text(value: Any) -> str:
 
 def gold_text(answer: Any) -> str | list[str]:
     """A gold answer as the scorers read it: text, or a list of aliases (a real list: the dataset's own), each
-    number as its text (`gold_value_text`) and each lone surrogate U+FFFD. An object of fields is a `ValueError`: its keys
-    or values read as aliases (QA's F1 scored "1" correct against ``{"a": 1}``)."""
+    number as its text (`gold_value_text`) and each lone surrogate U+FFFD. An object of fields is a `ValueError`: its
+    keys or values read as aliases (QA's F1 scored "1" correct against ``{"a": 1}``)."""
     if isinstance(answer, dict):
         raise ValueError(f"gold answer is an object of fields ({', '.join(map(str, list(answer)[:6]))}), not text, "
                          "a number or a list of aliases")
@@ -215,8 +216,8 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
 
 def _read_table(path: Path, text: str) -> list[dict[str, Any]]:
     """The rows of a CSV (TSV) table as records, by its header row's names; an empty cell is a missing field, but in
-    a gold answer's column (`GOLD_FIELDS`) a blank gold, which `load_tasks` leaves out with a warning (the whole
-    table was refused for one such row)."""
+    a gold answer's column (`GOLD_FIELDS`) a blank gold, which `load_tasks` leaves out with a warning (not the whole
+    table for one row)."""
     import csv
     import io
 
@@ -293,7 +294,7 @@ def resolve(name: str, data_dir: str | os.PathLike | None = None) -> Path:
         if path.is_file():
             return path
         raise DataNotFound(f"dataset file {path} does not exist")
-    if path.is_file():  # was "needs a data directory … eval/data.txt/test.jsonl"
+    if path.is_file():  # a file is read as it is, whatever its name
         raise DataUnreadable(f"{path}: a dataset file is {', '.join(FILE_SUFFIXES[:-1])} or {FILE_SUFFIXES[-1]}, "
                              f"not {path.suffix or 'a file without a suffix'}")
     hub = f"; a Hugging Face dataset is named hub:{name}" if _HUB_ID.fullmatch(name) else ""
@@ -313,8 +314,8 @@ def resolve(name: str, data_dir: str | os.PathLike | None = None) -> Path:
 
 
 def dataset_name(name: Any) -> str:
-    """A dataset's name or file as text: a `pathlib.Path` is its path (it was an AttributeError, "'PosixPath' object
-    has no attribute 'startswith'"), anything else but text a `ValueError` saying what a dataset is."""
+    """A dataset's name or file as text: a `pathlib.Path` is its path , anything else but text a `ValueError` saying
+    what a dataset is."""
     if isinstance(name, os.PathLike):
         return os.fspath(name)
     if not isinstance(name, str):
@@ -406,7 +407,7 @@ def _tasks(records: Iterable[dict[str, Any]], source: str, kind: str | None, lim
         tasks.append(task)
         if limit is not None and len(tasks) >= limit:
             break
-    # train_10k's record 5275, a construction with the gold " ", was trained on with a reward no answer could earn
+    # a blank gold (train_10k's record 5275 is " ") would train on a reward no answer can earn
     _warn_left_out(blank, where, "with a blank gold answer", "no answer could be scored right")
     _warn_left_out(attached, where, "whose question comes with an image or a file", "a text model is not given it")
     if not tasks:

@@ -89,7 +89,7 @@ def parse_name(name: str) -> tuple[Any, dict[str, Any]] | None:
     if parts[0] not in FAMILIES:
         return None
     generate, level, default = FAMILIES[parts[0]]
-    if len(parts) > 4:  # was "needs a data directory … chain:2:1:3:4/test.jsonl"
+    if len(parts) > 4:  # a procedural name, not a file: say what is wrong with it
         raise BadDatasetName(f"dataset {name!r}: more than N, SEED and {level.upper()} after {parts[0]} "
                              f"({parts[0]}[:N[:SEED[:{level.upper()}]]], e.g. {parts[0]}:200:7:{default})")
     values = []

@@ -80,7 +80,7 @@ class QAEnv(ToolEnv):
                  tool_bonus: float = 0.1, judge_url: str | None = None, judge_model: str | None = None,
                  tasks: Sequence[Any] | None = None, render_mode: str | None = None) -> None:
         scorer = shared_judge(judge_url, judge_model) if judge_url else qa_score
-        tools = self.default_tools if tools is None else tools  # () is none (--mode direct): it was the default
+        tools = self.default_tools if tools is None else tools  # () means no tool (--mode direct), not the default
         super().__init__(
             as_tasks(tasks, "qa") if tasks is not None
             else load_tasks(dataset or self.default_dataset, data_dir, kind="qa"),

@@ -73,7 +73,7 @@ class ChatClient:
 
     def __init__(self, base_url: str, model: str | None = None, api_key: str | None = None,
                  timeout_s: float = 600.0, retries: int = 4, backoff_s: float = 1.0) -> None:
-        if not isinstance(base_url, str):  # judge_url=5 was an AttributeError ('int' object has no attribute 'rstrip')
+        if not isinstance(base_url, str):  # judge_url=5: a clear TypeError, not an AttributeError
             raise ValueError(f"the endpoint's base URL is text (http://host:port/v1), not {base_url!r}")
         self.root = api_root(base_url)
         self.retries, self.backoff_s, self.timeout_s = retries, backoff_s, timeout_s
@@ -95,7 +95,7 @@ class ChatClient:
             if self._model is None:
                 answer = self._request("GET", "/models")
                 listed = answer.get("data")
-                if not isinstance(listed, list):  # data that was no list was a TypeError traceback (through the judge)
+                if not isinstance(listed, list):  # anything else is an answer we cannot read
                     listed = []
                 names = [m["id"] for m in listed if isinstance(m, dict) and m.get("id")]
                 if not names:
@@ -110,7 +110,7 @@ class ChatClient:
         response = self._request("POST", "/chat/completions", {"model": self.model, "messages": messages, **params})
         choices = response.get("choices")
         if not (isinstance(choices, list) and choices and isinstance(choices[0], dict)
-                and isinstance(choices[0].get("message"), dict)):  # choices an object was a KeyError traceback
+                and isinstance(choices[0].get("message"), dict)):  # choices must be a list of messages
             # it answered (no "is it up?"), but not as an OpenAI-compatible API does: no request of the run would do
             raise ChatError(f"{self.root}/chat/completions answered without a message: {str(response)[:300]}",
                             refused=True)

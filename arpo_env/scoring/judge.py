@@ -41,8 +41,8 @@ class LLMJudge:
     The score is 1 when the judge says the prediction means the same as a gold answer, else 0 (`judge_verdict`
     reads the reply; a reply that says neither counts as a failure of the judge). `judge` also says whether the
     judge decided or F1 stood in for it; `fallbacks` counts the stand-ins. `model`: the judge's model name; None (the
-    default) asks the endpoint which model it serves (`arpo_env.scoring.chat_client`). A request that fails for a passing
-    reason is tried `retries` more times; once the judge was unreachable, F1 stands in without asking for
+    default) asks the endpoint which model it serves (`arpo_env.scoring.chat_client`). A request that fails for a
+    passing reason is tried `retries` more times; once the judge was unreachable, F1 stands in without asking for
     `down_s` seconds, so that a judge that is down costs a run its retries once, not at every sample. `max_tokens`
     leaves a thinking model room to think before its one word (a model that answers at once stops there).
     """

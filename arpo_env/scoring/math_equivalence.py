@@ -92,8 +92,8 @@ _OPTION_GOLD = re.compile(r"\s*" + _OPTION + r"\s*")
 def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None) -> bool:
     r"""Whether `prediction` and `gold` are the same mathematical answer (math-verify; any gold alias may match).
 
-    Bounded from any thread: math-verify runs in a killable worker process (`arpo_env.scoring.worker_pool`); an answer that
-    makes it overrun `timeout_s` (default ``ARPO_SCORE_TIMEOUT``, 5 s), exhaust its memory or crash is not equal.
+    Bounded from any thread: math-verify runs in a killable worker process (`arpo_env.scoring.worker_pool`); an answer
+    that makes it overrun `timeout_s` (default ``ARPO_SCORE_TIMEOUT``, 5 s), exhaust its memory or crash is not equal.
     An inequality is the interval it describes (``x > 3`` is ``(3,\infty)``: math-verify's
     ``allow_set_relation_comp``). A percentage is its number as well as its fraction (``12.5\%`` is 12.5 and 0.125:
     math-verify read only a whole positive one both ways, `_without_percent`). Where the gold is a vector or a matrix
@@ -124,14 +124,14 @@ def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None
         return any(letter in o.groups() for o in options)
     text = tidy(prediction)
     shapes = {_matrix_shape(g) for g in golds}
-    if None not in shapes:  # a vector or matrix: "(1, 2)", "[[1, 2], [3, 4]]" were tuples and lists, not matrices
+    if None not in shapes:  # a vector or matrix: "(1, 2)" and "[[1, 2], [3, 4]]" compare as matrices
         text = _as_matrix(text, shapes.pop() if len(shapes) == 1 else "column") or text
     elif text[:1] == "[" and all(_listed(g) for g in golds):  # SymPy's solutions [2, 3]: an interval to math-verify
         text = _unlisted(text)
     if any(g == text for g in golds):
         return True
     measured = unit(text)
-    if measured is not None:  # math-verify drops units: "18 cents" was 18 dollars ("5 minutes", 5 hours)
+    if measured is not None:  # math-verify drops units: "18 cents" must not equal 18 dollars
         golds = [g for g in golds if unit(g) in (None, measured, *_KINDS_OF.get(measured, ()))]
         if not golds:
             return False

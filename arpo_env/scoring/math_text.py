@@ -80,7 +80,7 @@ _INFIX = re.compile(r"\\(?:choose|over|atop|above|brack|brace)(?![A-Za-z])")
 """TeX's infix commands, whose operands the brace group around them delimits (``{10 \\choose 3}``)."""
 _DELIMITERS = (*tags.MATH_DELIMITERS, ("**", "**"))  # and Markdown's bold
 _SPACES = ("\\qquad", "\\quad", "\\,", "\\;", "\\:", "\\!", "\\ ", "~")
-"""LaTeX's spacing: at either end of an answer it is nothing (``10,\\!080\\quad`` was not 10080)."""
+"""LaTeX's spacing: at either end of an answer it is nothing (``10,\\!080\\quad`` is not 10080 to math-verify)."""
 
 
 def _strip_spacing(text: str) -> str:
@@ -493,28 +493,30 @@ def tidy(answer: str) -> str:
     ``1.5e-05``: math-verify reads the ``e`` as Euler's number), is written as ``1\times10^{6}``. More that
     math-verify misreads:
 
-    * a binomial after a number or a bracket gets its product sign (``2\binom{5}{2}`` was not 20);
-    * ``\limits`` and ``\nolimits`` go, being layout only (``\sum\limits_{k=1}^{4} k`` was not 10), and so do
-      ``\displaystyle`` and the other styles (``\displaystyle\text{5 cm}`` was not 5);
-    * full-width digits and signs are ASCII (``１２``, as a model writing Chinese may put them, was not 12), and the
-      mathematics of Unicode is LaTeX's (`_unicode_math`: ``2√2``, ``x²``, ``2½``, ``∞`` were none of theirs), and so
+    * a binomial after a number or a bracket gets its product sign (``2\binom{5}{2}`` is not 20 to math-verify);
+    * ``\limits`` and ``\nolimits`` go, being layout only (``\sum\limits_{k=1}^{4} k`` is not 10 to math-verify), and so
+    do
+      ``\displaystyle`` and the other styles (``\displaystyle\text{5 cm}`` is not 5 to math-verify);
+    * full-width digits and signs are ASCII (``１２``, as a model writing Chinese may put them, is not 12 to
+    math-verify), and the
+      mathematics of Unicode is LaTeX's (`_unicode_math`: ``2√2``, ``x²``, ``2½``, ``∞`` are none of its), and so
       is Python's and SymPy's printing, which a model copies from the interpreter (`_python_math`: ``10*pi``,
-      ``x**2``, ``1 + sqrt(2)``, ``2+7j`` were none of theirs);
+      ``x**2``, ``1 + sqrt(2)``, ``2+7j`` are none of its);
     * a number followed by up to three words and nothing else is that number with its unit, as ``18\text{ cookies}``
       writes it (``18 cookies`` and ``18 dollars`` were not 18: outside ``\text{}`` math-verify knows only the units
       on its list, ``18 meters``); not where a word changes the value or is mathematics (`_NOT_UNITS`); so is a
       number with a unit's name and perhaps a power (``15 cm^2``, ``3 oz``: math-verify read letters), and a price
       with its currency first (``€1,200``, ``USD 1200``: `_PRICE`), and a rate (``\$18/day``, ``18 km per hour``:
       `_RATE`, a quotient of letters to math-verify), and words in brackets after a number (``18 (dollars)``:
-      `_BRACKETED_WORDS`, a product); the number's digits may be grouped by commas (``1,200 dollars`` was a tuple);
-      a percentage in words is one in signs (``50 percent``: ``50\%``, 1/2 as that is: `_PERCENT_WORD`);
+      `_BRACKETED_WORDS`, a product); the number's digits may be grouped by commas (``1,200 dollars`` would read as a
+      tuple); a percentage in words is one in signs (``50 percent``: ``50\%``, 1/2 as that is: `_PERCENT_WORD`);
     * a variable set to a number whose digits are grouped is that number (``x = 1,000``, ``n = 10{,}080``: no number
       to math-verify);
     * what wraps the whole answer only to mark it up goes (`_peel`: ``\(10,\!080\)``, ``**18**``, ``{(6,31,-1)}``,
       ``\mathbf{3\sqrt{13}}``, ``\text{6 - 5i}``, ``10,\!080\quad`` were not their answers);
     * a degree sign is ``^{\circ}`` (``90°`` and ``90\degree`` were not ``90^\circ``), and ``\varnothing`` is
-      ``\emptyset`` (it was a symbol, not the empty set); a temperature is its number in degrees of its scale
-      (``18°C``, ``-3 °F``, ``18℃``: `_TEMPERATURE`; no number before);
+      ``\emptyset`` (math-verify reads it as a symbol, not the empty set); a temperature is its number in degrees of its
+      scale (``18°C``, ``-3 °F``, ``18℃``: `_TEMPERATURE`; no number before);
     * a mixed number in plain text is one (``2 1/2``, `_MIXED_NUMBER`), and digits grouped by spaces are one number
       (``1 200``, `_SPACED_DIGITS`): neither was any number; nor was a number in millions (``1.2 million``:
       `_SCALED`), which is written in digits; other numbers side by side are a list (``3 4 5``: `_JUXTAPOSED`;

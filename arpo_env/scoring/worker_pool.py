@@ -7,10 +7,10 @@ interrupt it, and math-verify's own timeout is a ``SIGALRM`` that only works in 
 steps its environments in a thread pool). A web page is hostile input for an extractor: trafilatura's time grows
 about with the square of a page's paragraphs (80,000 short ones, 1.3 MB, take it 18 s; 150,000 close to a minute).
 So the expensive part of scoring — parsing and comparing with math-verify — and of reading a page — trafilatura —
-run here, in small pools of worker processes (``python -m arpo_env.scoring.worker_pool <kind>``, one pool per kind: a slow page
-never holds up scoring) that talk JSON lines over pipes. A call that does not answer within its bound has its worker
-killed (the whole process group) and replaced, and returns the caller's fallback; a worker that runs out of memory
-(its address space is capped) or crashes is replaced the same way. A caller with a fallback of its own may also
+run here, in small pools of worker processes (``python -m arpo_env.scoring.worker_pool <kind>``, one pool per kind: a
+slow page never holds up scoring) that talk JSON lines over pipes. A call that does not answer within its bound has its
+worker killed (the whole process group) and replaced, and returns the caller's fallback; a worker that runs out of
+memory (its address space is capped) or crashes is replaced the same way. A caller with a fallback of its own may also
 bound its wait for a free worker (reading a page does: the wait counts against its bound); scoring waits. Any thread
 or process may call; the pools start lazily, and their workers exit when their parent does.
 
@@ -87,7 +87,7 @@ def _spawner_loop(requests: queue.Queue) -> None:
     while True:
         kind, done, box = requests.get()
         try:
-            box["proc"] = subprocess.Popen([sys.executable, "-m", "arpo_env.scoring.worker_pool", kind], stdin=subprocess.PIPE,
+            box["proc"] = subprocess.Popen([sys.executable, "-m", __name__, kind], stdin=subprocess.PIPE,
                                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
                                            start_new_session=True)
         except Exception as exc:  # noqa: BLE001 - handed to the caller
@@ -168,11 +168,11 @@ class WorkerPool:
         self.prestarted = False
 
     def call(self, op: str, *args: Any, timeout_s: float | None = None, wait_s: float | None = None) -> Any:
-        """Run `op` (a function named ``module:function``, imported in the worker) on JSON-able `args`; BoundExceeded past `timeout_s`. With
-        `wait_s`, it waits at most that long for a free worker (NoWorkerFree past it) and the wait is taken off
-        `timeout_s`, so a caller with a fallback of its own (reading a page) has its answer within `timeout_s` and
-        does not queue behind slow calls; without, it waits for a worker as long as it takes (scoring: a correct
-        answer must not be scored wrong because others were slow)."""
+        """Run `op` (a function named ``module:function``, imported in the worker) on JSON-able `args`; BoundExceeded
+        past `timeout_s`. With `wait_s`, it waits at most that long for a free worker (NoWorkerFree past it) and the
+        wait is taken off `timeout_s`, so a caller with a fallback of its own (reading a page) has its answer within
+        `timeout_s` and does not queue behind slow calls; without, it waits for a worker as long as it takes (scoring: a
+        correct answer must not be scored wrong because others were slow)."""
         timeout_s = default_timeout() if timeout_s is None else timeout_s
         began = time.monotonic()
         try:
@@ -270,7 +270,8 @@ def _close_pools() -> None:
 # ----------------------------------------------------------------------------------------------------------------------
 # The worker side
 # ----------------------------------------------------------------------------------------------------------------------
-PRELOAD = {"score": ("arpo_env.scoring.math_equivalence", "math_verify"), "page": ("arpo_env.tools.browse", "trafilatura")}
+PRELOAD = {"score": ("arpo_env.scoring.math_equivalence", "math_verify"),
+           "page": ("arpo_env.tools.browse", "trafilatura")}
 """The kinds of worker, and what each imports before it says it is ready, so that a call's bound does not pay for it
 (the last name is also the logger it silences). Module names, not imports: the pool imports none of its callers."""
 

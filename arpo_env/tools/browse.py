@@ -4,14 +4,14 @@ Fetching uses httpx with a per-page deadline, a size cap (on the page as inflate
 decompression bomb stops at it, `_decoded`), a redirect limit (loops are detected) and a content-type check (text of any
 kind: `is_text_type`); the main text of HTML and XML is extracted with trafilatura (navigation, ads and scripts
 dropped), other text (plain text, Markdown, JSON) is read as it is, and either is truncated with a visible note.
-Extraction is bounded: trafilatura runs in a killable worker process (`arpo_env.scoring.worker_pool`), since its time grows faster
-than the page (a 1.3 MB page of short paragraphs takes it 18 s); past ``extract_timeout_s`` the page's plain text (lxml,
-linear time) stands in, and the model is told so. A page that overran is remembered (by its content, in this process),
-so another visit reads its plain text at once instead of waiting out the bound again. An offline page store
-(``{url: html file}``) serves pages without network; live fetching can be switched off. Results are cached in the shared
-SQLite tool cache, a plain-text stand-in excepted: the cache outlives the run, and an overrun can be the machine's load
-of the moment. Pages read with ``private_hosts`` are cached under keys of their own, and so are a page store's copies.
-Every failure is an observation (``browse failed: …``).
+Extraction is bounded: trafilatura runs in a killable worker process (`arpo_env.scoring.worker_pool`), since its time
+grows faster than the page (a 1.3 MB page of short paragraphs takes it 18 s); past ``extract_timeout_s`` the page's
+plain text (lxml, linear time) stands in, and the model is told so. A page that overran is remembered (by its content,
+in this process), so another visit reads its plain text at once instead of waiting out the bound again. An offline page
+store (``{url: html file}``) serves pages without network; live fetching can be switched off. Results are cached in the
+shared SQLite tool cache, a plain-text stand-in excepted: the cache outlives the run, and an overrun can be the
+machine's load of the moment. Pages read with ``private_hosts`` are cached under keys of their own, and so are a page
+store's copies. Every failure is an observation (``browse failed: …``).
 
 The URL is the model's, so by default only public addresses are fetched: a host that resolves to a loopback, private,
 link-local or otherwise non-global address (``127.0.0.1:8000``, a vLLM server; ``169.254.169.254``, a cloud's
@@ -81,7 +81,7 @@ class PageStore:
                 raise ValueError(f"page store index {index} is a JSON {type(self.index).__name__}, not an object of "
                                  "url → file name")
         bad = [(url, name) for url, name in self.index.items() if not (isinstance(name, str) and name)]
-        if bad:  # each was a TypeError at its page, in every episode that browsed it
+        if bad:  # said once here, not at every page of every episode
             where = "page_store" if isinstance(source, dict) else f"page store index {self.root / 'index.json'}"
             listed = ", ".join(f"{url!r}: {name!r}"[:200] for url, name in bad[:5])
             raise ValueError(f"{where} holds {len(bad)} {'entry that is' if len(bad) == 1 else 'entries that are'} not "
@@ -131,7 +131,7 @@ class Summarizer:
                  timeout_s: float = 60.0, retries: int = 2, down_s: float = 30.0) -> None:
         from arpo_env.scoring.chat_client import ChatClient
 
-        # each was taken as given and failed every page's summary, silently
+        # checked here: a bad one would fail every page's summary, silently
         problems = [type_problem("model", model, "a model's name", str)
                     or (None if model or model is None else "model is a name, or None to ask the endpoint"),
                     type_problem("api_key", api_key, "text", str),
@@ -256,7 +256,7 @@ def plain_text(html: str) -> str:
     main text when extraction overruns."""
     import lxml.html
 
-    try:  # without an XML declaration, which lxml refuses in a str (an XHTML page's plain text was empty)
+    try:  # without an XML declaration, which lxml refuses in a str (an XHTML page would read as empty)
         root = lxml.html.document_fromstring(_XML_DECLARATION.sub("", html, count=1))
     except (ValueError, lxml.etree.LxmlError):  # empty, or nothing lxml can make a document of
         return ""
@@ -316,7 +316,7 @@ class BrowseTool(StatelessTool):
         stored = self.page_store.version(url) if self.page_store else None
         summarized_by = self.summarizer.cache_id() if self.summarizer else None
         # a summarizer that cannot say which model it asks has no key: the cache is neither read nor written (the
-        # page cached without a summarizer was served as its summary)
+        # page cached without a summarizer must not be served as its summary)
         cache = self.cache if self.summarizer is None or summarized_by is not None else None
         key = ToolCache.key("browse", url, self.max_chars, summarized_by,
                             *(("private hosts",) if self.private_hosts else ()), *(stored or ()))
@@ -662,7 +662,7 @@ def browse_tool_factory(options: dict[str, Any] | None = None) -> Callable[[], B
     tool_arguments = [name for name in inspect.signature(BrowseTool).parameters if name not in ("page_store", "cache",
                                                                                                   "summarizer")]
     check_options("browse_options", options, ["page_store", "summarizer", "cache", *tool_arguments])
-    # each was taken as given: a timeout of text or below 0 failed every page, a live of "no" was true
+    # checked here: a timeout of text or below 0 would fail every page, and a live of "no" is not true
     problems = [limit_problem("timeout_s", options.get("timeout_s", 10.0), None, MAX_SECONDS),
                 limit_problem("extract_timeout_s", options.get("extract_timeout_s", EXTRACT_TIMEOUT_S), None,
                               MAX_SECONDS),

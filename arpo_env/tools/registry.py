@@ -31,7 +31,7 @@ def python_tool_factory(sandbox: str = "local", options: dict[str, Any] | None =
     if sandbox == "local":
         from arpo_env.tools.sandbox.host import LocalSandbox, SandboxLimits
 
-        # an unknown one was SandboxLimits' TypeError, which gym wraps with every keyword argument of the env
+        # named here: SandboxLimits' own TypeError reaches the user wrapped in every keyword argument of the env
         check_options("sandbox_options", options, [f.name for f in dataclasses.fields(SandboxLimits)] + ["preload"])
         preload = _entries("preload", options.pop("preload", ()), "a module's name or a list of them") or None
         options["hidden_paths"] = _entries("hidden_paths", options.get("hidden_paths", ()),
@@ -50,9 +50,8 @@ def python_tool_factory(sandbox: str = "local", options: dict[str, Any] | None =
 
 
 def _entries(name: str, value: Any, what: str) -> tuple[str, ...]:
-    """A sandbox option that lists names or paths, as a tuple of strings: a string is one (``hidden_paths:
-    /srv/answers`` was read letter by letter, and the path not hidden), a number a `ValueError` (it was a TypeError
-    wrapped by gym)."""
+    """A sandbox option that lists names or paths, as a tuple of strings: a string is one (one path, not its letters), a
+    number a `ValueError` ."""
     if isinstance(value, (str, os.PathLike)):
         value = [value]
     if not (isinstance(value, (list, tuple)) and all(isinstance(v, (str, os.PathLike)) for v in value)):
@@ -66,8 +65,8 @@ def build_tools(tools: Sequence[str], sandbox: str = "local", sandbox_options: d
                 hide: Sequence[str] = ()) -> dict[str, Callable[[], Tool]]:
     """Tool factories by tag, from the tool names and backend options an environment was given; `hide`: paths the
     local sandbox may not read (the files of the environment's tasks). `tools` as `tool_names` reads them. Options
-    or a backend given for a tool that is not among them are a warning: they are not used (``search_options`` to
-    an env without ``search`` were passed over silently, as if search were on)."""
+    or a backend given for a tool that is not among them are a warning: they are not used (``search_options`` to an env
+    without ``search``)."""
     tools = tool_names(tools)
     for what, options in (("sandbox_options", sandbox_options), ("search_options", search_options),
                           ("browse_options", browse_options)):
@@ -108,8 +107,8 @@ _WARNED: set[str] = set()
 
 def tool_names(tools: Any) -> list[str]:
     """The tool names an environment's ``tools`` argument gives: a list (any iterable) of names, or a string naming
-    one tool or several with commas (``"python"``, ``"search,python"``: it was read letter by letter, "unknown tool
-    'p'"); anything else a `ValueError`."""
+    one tool or several with commas (``"python"``, ``"search,python"``: one name, not its letters); anything else a
+    `ValueError`."""
     given = tools
     if isinstance(tools, str):
         tools = [name.strip() for name in tools.split(",") if name.strip()]
@@ -118,7 +117,7 @@ def tool_names(tools: Any) -> list[str]:
     else:
         tools = [given]  # refused below
     if not all(isinstance(t, str) for t in tools):
-        # 5 was "'int' object is not iterable", [5] an unknown tool 5, b"python" the tools 112, 121, …
+        # tools are names or Tool objects: 5, [5] and b"python" are refused by what they are
         raise ValueError(f"tools are tool names (python, search, browse) as a list or one string, not "
                          f"{type(given).__name__} {str(given)[:100]!r}")
     return tools

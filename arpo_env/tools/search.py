@@ -70,8 +70,8 @@ def index_terms(text: str) -> str:
     (``瓦萨号`` is ``瓦萨 萨号``), since those languages put no spaces between words. bm25s's tokenizer took a whole
     run (a sentence) for one word, so that no query but that sentence could find it. Unicode's compatibility forms
     (NFKC) first, as QA's F1 reads answers: full-width letters and digits, as Chinese text writes them, are the ASCII
-    ones (a query for ``２０２３年`` or ``Ｍｏｕｎｔ Ｆｕｊｉ`` found nothing), ligatures their letters (``ﬁrst``), and an
-    accent written as a combining mark is one letter with it (``Hernández`` was the words ``herna`` and ``ndez``)."""
+    ones (a query for ``２０２３年`` or ``Ｍｏｕｎｔ Ｆｕｊｉ`` found nothing), ligatures their letters (``ﬁrst``), and
+    an accent written as a combining mark is one letter with it (``Hernández`` was the words ``herna`` and ``ndez``)."""
     text = unicodedata.normalize("NFKC", text)
     return _CJK_RUN.sub(lambda run: " " + " ".join(run[0][i:i + 2] for i in range(len(run[0]) - 1)) + " ", text)
 
@@ -293,7 +293,7 @@ def _url(value: Any) -> str | None:
 
 def _recorded_hit(entry: Any) -> SearchHit:
     """One recorded result: an object's title, snippet (or text, or body) and url, a null field empty; an entry that
-    is no object, its text (either was a TypeError, "search failed" for a result)."""
+    is no object, its text."""
     if not isinstance(entry, dict):
         return SearchHit("", _text(entry))
     snippet = next((entry[k] for k in ("snippet", "text", "body") if entry.get(k) is not None), "")
@@ -439,7 +439,7 @@ MAX_TOP_K = 100
 def search_spec(spec: str) -> tuple[str, dict[str, Any]]:
     """A search backend as one string, as ``arpo eval --search`` takes it: ``recorded:PATH[:local|ddgs]`` is the
     recorded backend with its ``recording`` (and ``fallback``) options; any other name is itself, with none."""
-    if not isinstance(spec, str):  # None was an AttributeError ('NoneType' object has no attribute 'partition')
+    if not isinstance(spec, str):  # None or a number: a clear error
         raise ValueError(f"search must be a backend's name (local, ddgs, recorded, recorded:PATH[:local|ddgs]), not "
                          f"{spec!r}")
     name, _, recording = spec.partition(":")
@@ -474,7 +474,7 @@ def search_tool_factory(name: str = "local", options: dict[str, Any] | None = No
     name, given = search_spec("local" if name is None else name)  # None, as gym's arguments go: the default
     options = {**(options or {}), **given}
     check_options("search_options", options, ("top_k", "cache", "corpus", "recording", "fallback", "ddgs"))
-    top_k = options.get("top_k", 5)  # -2 failed every search, 0 found nothing, "3" and 2.5 were taken as numbers
+    top_k = options.get("top_k", 5)  # a whole number of at least 1, checked once here rather than at every search
     problems = [limit_problem("top_k", top_k, 1, MAX_TOP_K),
                 type_problem("cache", options.get("cache"), "a path, or true or false", bool, ToolCache, *PATH_TYPES),
                 type_problem("corpus", options.get("corpus"), "a path", *PATH_TYPES),

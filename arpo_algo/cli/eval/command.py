@@ -193,14 +193,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("--max-tool-calls", args.max_tool_calls, 0), ("--seed", args.seed, 0)) if value is not None and value < low]
     from urllib.parse import urlsplit
 
-    # A --judge that is no URL was "unreachable" at every sample, each scored by F1 instead, to the run's end
+    # A --judge that is no URL is refused now: it would be "unreachable" at every sample, each scored by F1
     urls = [("--judge", args.judge)] + [("--base-url", args.base_url)] * (args.backend == "openai")
     problems += [f"{flag} must be the http(s) URL of an OpenAI-compatible endpoint (http://127.0.0.1:8000/v1), not "
                  f"{url!r}" for flag, url in urls if url is not None and (
                      urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).netloc)]
     from arpo_env.tools.search import BACKENDS
 
-    if args.search.partition(":")[0] not in BACKENDS:  # read only by the search tasks: a typo was missed on the others
+    if args.search.partition(":")[0] not in BACKENDS:  # read only by the search tasks: check it for every run
         problems.append(f"--search must be local, ddgs or recorded:PATH[:local|ddgs], not {args.search!r}")
     elif args.search == "recorded":
         problems.append("--search recorded needs its recording: --search recorded:path/to/search_cache.json "
@@ -208,7 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problems:
         raise SystemExit("arpo eval: " + "; ".join(problems))
     compare = []
-    if args.compare == "paper":  # read now: a table it cannot read was a traceback after the whole evaluation
+    if args.compare == "paper":  # read now, not after the whole evaluation
         table_path = Path(args.paper_table) if args.paper_table else PAPER_TABLE
         try:
             compare = paper_rows(table_path, args.model)

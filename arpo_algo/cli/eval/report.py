@@ -34,7 +34,7 @@ def paper_rows(path: Path, model: str) -> list[tuple[str, dict[str, float]]]:
     rows = []
     with open(path, encoding="utf-8-sig") as f:
         reader = csv.DictReader(f, delimiter="\t")
-        for column in ("model", "method"):  # checked on the header: a file of one line (no rows) was no table, silently
+        for column in ("model", "method"):  # checked on the header: a file of one line (no rows) is no table
             if column not in (reader.fieldnames or ()):
                 raise KeyError(column)
         for row in reader:

@@ -130,7 +130,8 @@ class RolloutRunner:
 
 
 class OpenAIRunner:
-    """Any OpenAI-compatible chat endpoint (`arpo_env.scoring.chat_client`: retries, clear errors); episodes run in threads.
+    """Any OpenAI-compatible chat endpoint (`arpo_env.scoring.chat_client`: retries, clear errors); episodes run in
+    threads.
 
     How the episode reaches the server (``transcript``):
 
@@ -186,10 +187,10 @@ class OpenAIRunner:
                                     "done so far are kept: run the same command again to go on") from exc
             raise
         choice = response["choices"][0]
-        text = content_text(choice["message"].get("content"))  # parts were their list's Python spelling
+        text = content_text(choice["message"].get("content"))  # the text of a list of parts, not its Python spelling
         reasoning = next((r for r in (choice["message"].get(k) for k in ("reasoning_content", "reasoning"))
                           if isinstance(r, str) and r.strip()), None)
-        if reasoning is not None:  # a reasoning parser took the model's <think> out of its text: it was lost
+        if reasoning is not None:  # a reasoning parser takes the model's <think> out of its text: put it back
             if self.transcript == "continue":  # the episode continues the text as written, which this is not
                 raise ServerRefused(f"{self.client.root} answers with the model's reasoning apart from its text (a "
                                     "reasoning parser, as vLLM's --reasoning-parser): a continued episode would lose "
@@ -304,14 +305,13 @@ class _TextTrajectory:
 def load_done(path: Path) -> dict[tuple[str, int, int], dict[str, Any]]:
     """The samples of ``samples.jsonl`` that ended without an error, by (benchmark, item, run). A line cut short is
     passed over; so is one that is no sample record (a file edited or joined by hand: a list, a record without its
-    run), said on stderr, and its sample made again (they were an AttributeError or KeyError traceback, after the
-    model had loaded)."""
+    run), said on stderr, and its sample made again."""
     done: dict[tuple[str, int, int], dict[str, Any]] = {}
     if path.exists():
         with open(path, encoding="utf-8", errors="replace") as f:  # lines end at "\n" only: not at a U+2028 of a text
             for n, rec in jsonl.records(f):  # past a line cut short
                 key = (rec.get("benchmark"), rec.get("index"), rec.get("run")) if isinstance(rec, dict) else ()
-                score = rec.get("score") if key else None  # what the table reads: a score of text was its TypeError
+                score = rec.get("score") if key else None  # what the table reads: a number, or None
                 if not (key and isinstance(key[0], str) and all(type(k) is int for k in key[1:])
                         and (rec.get("error") is not None or (type(rec.get("tool_calls")) is int and type(score) in (
                             int, float) and math.isfinite(score)))):
@@ -447,7 +447,7 @@ def _run_chunk(runner: Any, bench: Benchmark, make_env: Callable[[], Any], indic
         raise
     except Exception as exc:  # noqa: BLE001 - a sample's crash must not end the run
         if len(indices) == 1 and len(runs) == 1:
-            if (indices[0], runs[0]) not in recorded:  # the error on one line (a message's last line was all it kept)
+            if (indices[0], runs[0]) not in recorded:  # the error on one line
                 record({"benchmark": bench.name, "index": indices[0], "run": runs[0], "score": 0.0, "tool_calls": 0,
                         "error": f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:1000]})
             return

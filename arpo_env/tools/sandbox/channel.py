@@ -19,7 +19,6 @@ import struct
 import time
 import traceback
 
-
 MAX_MESSAGE = 64 * 1024 * 1024
 _RANDOM = random._inst  # `random`'s global generator (what random.random() draws from), as the template imported it
 _HEADER = struct.Struct("!I")

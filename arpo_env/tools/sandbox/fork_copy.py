@@ -8,12 +8,25 @@ import errno
 import fcntl
 import os
 
-
 # --------------------------------------------------------------------------------------------------------------------
 # The template: preload, then fork workers on request
 # --------------------------------------------------------------------------------------------------------------------
 import containment
-from channel import _CLOSE, _DUP2, _FCNTL, _FSTAT, _GET_INHERITABLE, _LISTDIR, _LSEEK, _OPEN, _READ, _READLINK, _REALPATH, _S_ISREG, _WRITE
+from channel import (
+    _CLOSE,
+    _DUP2,
+    _FCNTL,
+    _FSTAT,
+    _GET_INHERITABLE,
+    _LISTDIR,
+    _LSEEK,
+    _OPEN,
+    _READ,
+    _READLINK,
+    _REALPATH,
+    _S_ISREG,
+    _WRITE,
+)
 from containment import _O_TMPFILE
 
 

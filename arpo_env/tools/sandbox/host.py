@@ -558,7 +558,8 @@ class LocalSandbox:
     def restore(self, snapshot: dict | None) -> None:
         """Replace the interpreter with a fresh one that has run the snapshot's cells (output discarded)."""
         cells = (snapshot or {}).get("cells", []) if isinstance(snapshot, (dict, type(None))) else None
-        if not (isinstance(cells, list) and all(isinstance(c, str) for c in cells)):  # text was run letter by letter
+        # a string would run letter by letter
+        if not (isinstance(cells, list) and all(isinstance(c, str) for c in cells)):
             raise ValueError(f"a Python snapshot is {{'cells': [code, …]}}, not {str(snapshot)[:100]}")
         self._slot.kill()
         cells = list(cells)

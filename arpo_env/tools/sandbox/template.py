@@ -59,7 +59,20 @@ import time
 
 import containment
 from channel import recv_message, send_message
-from containment import DiskQuota, Guard, _drop_capabilities, _guard_node_makers, _guard_socketpair, _guard_sqlite, _landlock, _local_semaphores, _private_network, _refuse_unaudited, _seccomp_filter, _set_subreaper
+from containment import (
+    DiskQuota,
+    Guard,
+    _drop_capabilities,
+    _guard_node_makers,
+    _guard_socketpair,
+    _guard_sqlite,
+    _landlock,
+    _local_semaphores,
+    _private_network,
+    _refuse_unaudited,
+    _seccomp_filter,
+    _set_subreaper,
+)
 from fork_copy import _stat_fields, _take_mapping_calls
 from worker import Worker
 

@@ -17,7 +17,23 @@ import sys
 import threading
 import time
 from typing import Any
-from channel import _CHDIR, _COMPILE, _EVAL, _EXEC, _GETCWD, _MONOTONIC, _PERF_COUNTER, _RANDOM, _REALPATH, _SELECT, _STACK, _TRACEBACK, recv_message, send_message
+
+from channel import (
+    _CHDIR,
+    _COMPILE,
+    _EVAL,
+    _EXEC,
+    _GETCWD,
+    _MONOTONIC,
+    _PERF_COUNTER,
+    _RANDOM,
+    _REALPATH,
+    _SELECT,
+    _STACK,
+    _TRACEBACK,
+    recv_message,
+    send_message,
+)
 from containment import CellTimeout, Guard, _interrupt_threads
 from fork_copy import _moved, _remap_shared, _reopen_files, _stat_fields
 
@@ -391,7 +407,7 @@ class Worker:
             if self.guard.quota is not None:
                 self.guard.quota = self.guard.quota.moved_to(self.guard.root)
             # what named the parent's folder names the copy's: its files are there, and the parent's are outside the
-            # copy's root (`tempfile` in a fork wrote to the parent's folder and was refused)
+            # copy's root (`tempfile` in a fork must write to the fork's own folder)
             try:
                 for name in ("TMPDIR", "MPLCONFIGDIR"):
                     if isinstance(os.environ.get(name), str):
