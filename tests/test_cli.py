@@ -58,11 +58,37 @@ def test_arpo_rollout_writes_trees(tiny_model_dir, tmp_path):
     assert len(out.read_text().splitlines()) == 4
 
 
-def test_unknown_env_is_a_clear_error():
-    result = subprocess.run([sys.executable, "-m", "arpo_algo.cli", "rollout", "--env", "ARPO-Nope-v0"],
-                            capture_output=True, text=True, timeout=120, cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert result.returncode != 0 and "ARPO-Nope" in result.stderr
+@pytest.fixture
+def arpo(capsys, monkeypatch):
+    """``arpo ARGS`` in this process (`run_main`), as a result with ``returncode``, ``stdout`` and ``stderr``."""
+    import types
+
+    def run(*args):
+        from arpo_algo.cli.main import main
+
+        monkeypatch.chdir(ROOT)
+        capsys.readouterr()
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse's usage errors and --help
+            code = exc.code
+        out = capsys.readouterr()
+        return types.SimpleNamespace(returncode=code, stdout=out.out, stderr=out.err)
+
+    return run
+
+
+def run_main(args, capsys, monkeypatch):
+    """The ``arpo`` command run in this process from the project's root: its exit status and what it wrote on stderr."""
+    from arpo_algo.cli.main import main
+
+    monkeypatch.chdir(ROOT)
+    capsys.readouterr()
+    try:
+        code = main(list(args))
+    except SystemExit as exc:  # argparse's own usage errors
+        code = exc.code
+    return code, capsys.readouterr().err
 
 
 def run_cli(*args, timeout=300):
@@ -135,18 +161,19 @@ def run_cli(*args, timeout=300):
      "train_limit must be at least 1"),  # trained on every task (-1: on all but the last)
     (["rollout", "--seed", "-1"], "seed must be at least 0, not -1"),  # numpy's error, once the model had loaded
 ])
-def test_mistakes_are_one_clear_line(args, words):
+def test_mistakes_are_one_clear_line(args, words, capsys, monkeypatch):
+    """Run in this process (`main(argv)`): what is tested is the message, not the process around it."""
     if "vllm" in words and importlib.util.find_spec("vllm") is not None:
         pytest.skip("vLLM is installed here")
     if "API key" in words and os.environ.get("E2B_API_KEY"):
         pytest.skip("an E2B key is set here")
-    result = run_cli(*args)
-    assert result.returncode == 2 and words in result.stderr, result.stderr[-2000:]
-    assert "Traceback" not in result.stderr
-    assert len([line for line in result.stderr.splitlines() if line.startswith("arpo ")]) == 1
+    code, stderr = run_main(args, capsys, monkeypatch)
+    assert code == 2 and words in stderr, stderr[-2000:]
+    assert "Traceback" not in stderr
+    assert len([line for line in stderr.splitlines() if line.startswith("arpo ")]) == 1
 
 
-def test_a_recipe_of_other_bytes_or_keys_is_one_line(tmp_path):
+def test_a_recipe_of_other_bytes_or_keys_is_one_line(tmp_path, arpo):
     """A recipe that is no UTF-8 text (a binary file, another encoding), or whose keys are numbers (``1: 2``, ``env:
     {5: x}``), was a traceback: UnicodeDecodeError, TRL's "keywords must be strings", "str expected, not int"."""
     cases = [(b"\xff\xfe\x00num_generations: 4\n", "is not UTF-8 text: invalid start byte at byte 0"),
@@ -156,22 +183,22 @@ def test_a_recipe_of_other_bytes_or_keys_is_one_line(tmp_path):
         recipe = tmp_path / f"recipe{n}.yaml"
         recipe.write_bytes(content)
         for command in ("train", "sft"):
-            result = run_cli(command, "--config", str(recipe), "--model_name_or_path", str(tmp_path / "nowhere"))
+            result = arpo(command, "--config", str(recipe), "--model_name_or_path", str(tmp_path / "nowhere"))
             assert result.returncode == 2 and words in result.stderr, result.stderr[-2000:]
             assert "Traceback" not in result.stderr and result.stderr.startswith(f"arpo {command}: ")
 
 
-def test_an_env_argument_the_env_refuses_stops_train_before_the_cold_start(tmp_path):
+def test_an_env_argument_the_env_refuses_stops_train_before_the_cold_start(tmp_path, arpo):
     """The recipe's env arguments were first used after its cold start: ``max_tool_calls: -1`` in env_kwargs (or a
     dataset that is not there) was found once the SFT recipe had run, minutes later."""
     sft_model = tmp_path / "sft"
-    result = run_cli("train", "--config", "examples/recipes/smollm2_cpu.yaml", "--model_name_or_path", str(sft_model),
+    result = arpo("train", "--config", "examples/recipes/smollm2_cpu.yaml", "--model_name_or_path", str(sft_model),
                      "--output_dir", str(tmp_path / "run"), "--env_kwargs", '{"max_tool_calls": -1}')
     assert result.returncode == 2 and "ARPO-Math-v0: budgets: max_tool_calls must be" in result.stderr, result.stderr
     assert not sft_model.exists() and "Traceback" not in result.stderr
 
 
-def test_a_paper_table_eval_cannot_read_is_one_line_before_the_model_loads(tmp_path):
+def test_a_paper_table_eval_cannot_read_is_one_line_before_the_model_loads(tmp_path, arpo):
     """`arpo eval --compare paper --paper-table T` read T only after the whole evaluation: a missing file, a column
     missing or a value that is no number was a traceback then (the samples kept, the table not printed)."""
     missing_column = tmp_path / "no_method.tsv"
@@ -182,14 +209,14 @@ def test_a_paper_table_eval_cannot_read_is_one_line_before_the_model_loads(tmp_p
     header_only.write_text(json.dumps({"task": {"question": "1+1?"}, "nodes": []}) + "\n")
     for table, words in [(tmp_path / "nowhere.tsv", "No such file"), (missing_column, "no 'method' column"),
                          (not_a_number, "is not a number"), (header_only, "no 'model' column")]:
-        result = run_cli("eval", "--model", "/nowhere/Qwen2.5-7B-Instruct", "--benchmarks", "gsm8k", "--compare",
+        result = arpo("eval", "--model", "/nowhere/Qwen2.5-7B-Instruct", "--benchmarks", "gsm8k", "--compare",
                          "paper", "--paper-table", str(table), "--out", str(tmp_path / "out"))
         assert result.returncode == 2 and f"arpo eval: --paper-table {table}: " in result.stderr, result.stderr
         assert words in result.stderr and "Traceback" not in result.stderr and "/nowhere/Qwen" not in result.stderr
         assert not (tmp_path / "out").exists()  # nothing started
 
 
-def test_a_model_without_a_chat_template_is_one_clear_line_before_its_weights_load(tiny_model_dir, tmp_path):
+def test_a_model_without_a_chat_template_is_one_clear_line_before_its_weights_load(tiny_model_dir, tmp_path, arpo):
     """A base model's tokenizer has no chat template: transformers' ValueError was a traceback once the model had
     loaded, in arpo rollout, eval, train and sft alike (they all load the tokenizer through arpo_algo.generation.models)."""
     import shutil
@@ -201,7 +228,7 @@ def test_a_model_without_a_chat_template_is_one_clear_line_before_its_weights_lo
     (base / "tokenizer_config.json").write_text(json.dumps(config))
     for template in base.glob("*.jinja"):
         template.unlink()
-    result = run_cli("rollout", "--model", str(base), "--tasks", "1", "--out", str(tmp_path / "trees.jsonl"))
+    result = arpo("rollout", "--model", str(base), "--tasks", "1", "--out", str(tmp_path / "trees.jsonl"))
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert (f"arpo rollout: model {base}: its tokenizer has no chat template (a base model?); arpo's prompts are "
             f"chat turns (system, user, assistant): use an instruct model, or give it a chat_template in "
@@ -221,7 +248,7 @@ def test_a_hub_dataset_out_of_reach_is_one_clear_line():
 
 
 @pytest.mark.parametrize("command", ["train", "sft"])
-def test_a_recipe_with_a_mistake_is_one_clear_line(command, tmp_path):
+def test_a_recipe_with_a_mistake_is_one_clear_line(command, tmp_path, arpo):
     """A recipe that is not YAML, not a mapping, or has a key with a typo was a traceback from TRL's parser."""
     for text, words in [("output_dir: runs/x\n  bad: [\n", "not valid YAML: mapping values are not allowed here "
                                                            "(line 2, column 6)"),
@@ -235,28 +262,28 @@ def test_a_recipe_with_a_mistake_is_one_clear_line(command, tmp_path):
              "mean num_generations?) (the flags: arpo train --help-all); with it left out: generation_batch_size (8) "
              "must be divisible by num_generations (16)")] * (command == "train"):
         (tmp_path / "recipe.yaml").write_text(text)
-        result = run_cli(command, "--config", str(tmp_path / "recipe.yaml"))
+        result = arpo(command, "--config", str(tmp_path / "recipe.yaml"))
         assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
         assert f"arpo {command}: " in result.stderr and words in result.stderr, result.stderr[-2000:]
 
 
-def test_a_recipe_beta_is_named_as_trls_kl_weight(tmp_path):
+def test_a_recipe_beta_is_named_as_trls_kl_weight(tmp_path, arpo):
     """``beta`` is a TRL flag (the KL weight), so the paper's ``β = 0.2`` written as ``beta: 0.2`` was no unknown key:
     it trained with a KL penalty and a reference model instead, silently. It is said before anything loads."""
     (tmp_path / "recipe.yaml").write_text(f"beta: 0.2\nmodel_name_or_path: {tmp_path / 'nowhere'}\n"
                                           f"output_dir: {tmp_path / 'run'}\n")
-    result = run_cli("train", "--config", str(tmp_path / "recipe.yaml"))
+    result = arpo("train", "--config", str(tmp_path / "recipe.yaml"))
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert ("arpo train: beta=0.2 is TRL's KL weight (a reference model is kept and the policy pulled towards it); "
             "ARPO's β, the slope of P = α + β·ΔH, is branch_beta (here 0.2)") in result.stderr
     (tmp_path / "recipe.yaml").write_text(f"branch_beta: 0.3\nmodel_name_or_path: {tmp_path / 'nowhere'}\n")
-    assert "KL weight" not in run_cli("train", "--config", str(tmp_path / "recipe.yaml")).stderr
+    assert "KL weight" not in arpo("train", "--config", str(tmp_path / "recipe.yaml")).stderr
 
 
-def test_a_dataset_named_twice_and_apart_is_one_clear_line(tmp_path):
+def test_a_dataset_named_twice_and_apart_is_one_clear_line(tmp_path, arpo):
     """The recipe's ``dataset_name: arithmetic`` won over ``--env_kwargs '{"dataset": "mine.jsonl"}'`` in silence:
     the run trained on the recipe's tasks, not the ones asked for."""
-    result = run_cli("train", "--config", str(ROOT / "examples" / "recipes" / "smollm2_cpu.yaml"), "--env_kwargs",
+    result = arpo("train", "--config", str(ROOT / "examples" / "recipes" / "smollm2_cpu.yaml"), "--env_kwargs",
                      '{"dataset": "mine.jsonl", "data_dir": "here"}', "--data_dir", "there",
                      "--output_dir", str(tmp_path / "run"))
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
@@ -270,8 +297,7 @@ def test_a_dataset_named_twice_and_apart_is_one_clear_line(tmp_path):
 def test_every_shipped_recipe_parses(recipe):
     """The 7B recipes run only on a GPU node: a key misspelt in one would show there first, after the model's
     download. Parsed here with bf16 off (transformers refuses it on a CPU), every key must be one a flag knows."""
-    from arpo_algo.training import sft
-    from arpo_algo.training.sft import train
+    from arpo_algo.training import sft, train
 
     module = sft if "_sft_" in recipe else train
     script, args, _ = train.parse_recipe(module.make_parser(), ["--config", str(ROOT / "examples" / "recipes" /
@@ -282,8 +308,8 @@ def test_every_shipped_recipe_parses(recipe):
         assert not recipe.startswith("qwen") or (args.num_generations, args.num_global) == (16, 8)
 
 
-def test_train_help_leads_with_config_and_arpo_options():
-    result = run_cli("train", "--help")
+def test_train_help_leads_with_config_and_arpo_options(arpo):
+    result = arpo("train", "--help")
     assert result.returncode == 0
     lines = result.stdout.splitlines()
     assert lines[0].startswith("usage: arpo train --config") and len(lines) < 150
@@ -362,36 +388,37 @@ def test_version_names_the_stack():
     assert "torch " in result.stdout and "trl " in result.stdout and "gymnasium " in result.stdout
 
 
-def test_rollout_says_which_budget_it_uses(tiny_model_dir, tmp_path):
-    result = run_cli("rollout", "--model", str(tiny_model_dir), "--dataset", "arithmetic:4:3", "--tasks", "1",
+def test_rollout_says_which_budget_it_uses(tiny_model_dir, tmp_path, arpo):
+    result = arpo("rollout", "--model", str(tiny_model_dir), "--dataset", "arithmetic:4:3", "--tasks", "1",
                      "-M", "2", "-N", "1", "--out", str(tmp_path / "t.jsonl"))
     assert result.returncode == 0, result.stderr[-2000:]
     assert "tokens per turn" in result.stderr and ("CPU budget" in result.stderr or "default budget" in result.stderr)
 
 
-def test_a_trees_file_that_cannot_be_written_is_one_clear_line_before_any_work(tiny_model_dir, tmp_path):
+def test_a_trees_file_that_cannot_be_written_is_one_clear_line_before_any_work(tiny_model_dir, tmp_path, arpo):
     """`arpo rollout --out FOLDER` rolled the first batch out, then lost it to an IsADirectoryError traceback (a file
     in a missing folder: the same work, then the error)."""
     for out, why in [(tmp_path, "Is a directory"), (tmp_path / "missing" / "t.jsonl", "No such file or directory")]:
-        result = run_cli("rollout", "--model", str(tiny_model_dir), "--dataset", "arithmetic:4:3", "--tasks", "1",
+        result = arpo("rollout", "--model", str(tiny_model_dir), "--dataset", "arithmetic:4:3", "--tasks", "1",
                          "-M", "2", "-N", "1", "--out", str(out))
         assert result.returncode == 2, result.stderr[-2000:]
         assert f"arpo rollout: --out {out} cannot be written ({why})" in result.stderr
         assert "Traceback" not in result.stderr and "loading" not in result.stderr  # before the model, and any rollout
-    result = run_cli("rollout", "--model", "nobody/nothing", "--out", str(tmp_path / "new.jsonl"))
+    result = arpo("rollout", "--model", "nobody/nothing", "--out", str(tmp_path / "new.jsonl"))
     assert result.returncode == 2 and not (tmp_path / "new.jsonl").exists()  # the check leaves no file behind
-    os.mkfifo(tmp_path / "pipe")  # its opening waited for a reader, silently, for ever (the resume reads it first)
+    os.mkfifo(tmp_path / "pipe")  # opening it would wait for a reader for ever (the resume reads it first)
+    # in a process of its own: a hang is what this checks for
     result = run_cli("rollout", "--model", str(tiny_model_dir), "--tasks", "1", "--out", str(tmp_path / "pipe"),
                      timeout=60)
     assert result.returncode == 2 and f"arpo rollout: --out {tmp_path / 'pipe'} is a pipe: the trees go to a file" \
         in result.stderr
 
 
-def test_an_eval_output_that_is_a_file_is_one_clear_line_before_any_work(tiny_model_dir, tmp_path, data_dir):
+def test_an_eval_output_that_is_a_file_is_one_clear_line_before_any_work(tiny_model_dir, tmp_path, data_dir, arpo):
     """`arpo eval --out FILE` was a FileExistsError traceback."""
     taken = tmp_path / "taken"
     taken.write_text("not a folder")
-    result = run_cli("eval", "--model", str(tiny_model_dir), "--benchmarks", "gsm8k", "--data-dir",
+    result = arpo("eval", "--model", str(tiny_model_dir), "--benchmarks", "gsm8k", "--data-dir",
                      str(data_dir / "eval"), "--limit", "1", "--out", str(taken))
     assert result.returncode == 2, result.stderr[-2000:]
     assert f"arpo eval: --out {taken} is a file, not a folder: give a folder for the results" in result.stderr
@@ -400,13 +427,13 @@ def test_an_eval_output_that_is_a_file_is_one_clear_line_before_any_work(tiny_mo
 
 @pytest.mark.parametrize("command, recipe, below", [("train", "smollm2_cpu.yaml", ""),
                                                      ("sft", "smollm2_sft_cpu.yaml", "sub")])
-def test_an_output_dir_that_cannot_be_one_is_one_clear_line(command, recipe, below, tmp_path):
+def test_an_output_dir_that_cannot_be_one_is_one_clear_line(command, recipe, below, tmp_path, arpo):
     """A file where the run directory (or a folder above it) should be was transformers' FileExistsError traceback,
     once the model was loaded; with a cold start, after the SFT stage."""
     taken = tmp_path / "taken"
     taken.write_text("not a folder")
     out = taken / below if below else taken
-    result = run_cli(command, "--config", f"examples/recipes/{recipe}", "--output_dir", str(out))
+    result = arpo(command, "--config", f"examples/recipes/{recipe}", "--output_dir", str(out))
     why = f"{taken} is a file, not a folder" if not below else f"{out} cannot be made: {taken} is a file"
     assert result.returncode == 2 and f"arpo {command}: output_dir {why}" in result.stderr, result.stderr[-2000:]
     assert "Traceback" not in result.stderr and taken.read_text() == "not a folder"

@@ -157,6 +157,7 @@ def test_two_real_arpo_steps_train_the_model(undecided, tokenizer, tmp_path, mon
     assert len(trees) == 2 and all(len(t.trajectories) == 4 for t in trees)  # M trajectories per prompt
     assert sum(t.stats["tool_calls"] for t in trees) > 0
     assert all(h["arpo/tool_calls_per_trajectory"] > 0 for h in logs)
+    assert all(h["arpo/scoring_errors"] == 0 for h in logs)  # every answer judged, none given up on
     assert any(h["reward_std"] > 0 for h in logs)  # mixed rewards: a real learning signal
     # the loss mask is 0 on every tool-output token, and hard attribution drops the duplicated shared prefix
     for out, tree in zip(batches, trees):

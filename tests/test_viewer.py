@@ -12,7 +12,7 @@ from pathlib import Path
 
 import gymnasium as gym
 import pytest
-from browser import Browser, ensure_chromium
+from browser import Browser, find_chromium
 from tiny_agent import TASK
 
 import arpo_env  # noqa: F401
@@ -39,9 +39,9 @@ def trees_file(agent, tokenizer, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def browser():
-    executable = ensure_chromium()
+    executable = find_chromium()
     if executable is None:
-        pytest.fail("chromium is not installed and could not be installed with apt-get (install Debian's chromium)")
+        pytest.skip("no chromium: bash scripts/setup.sh --browser installs Debian's (CI does)")
     b = Browser(executable)
     yield b
     b.close()

@@ -456,6 +456,9 @@ class ARPOTrainer(GRPOTrainer):
         self._log_metric("arpo/format_valid", float(np.mean([bool(t.reward_parts.get("format_ok"))
                                                               for t in trajectories])))
         self._log_metric("arpo/truncated", float(np.mean([t.truncated for t in trajectories])))
+        # answers the scorer gave up on (scored 0, not judged wrong)
+        self._log_metric("arpo/scoring_errors", float(np.mean([bool(t.reward_parts.get("scoring_errors"))
+                                                                for t in trajectories])))
         for part in ("total", "score", "bonus"):  # the parts of arpo_env.rewards.HierarchicalReward
             values = [float(t.reward_parts[part]) for t in trajectories if part in t.reward_parts]
             if values:

@@ -10,6 +10,7 @@ from collections import OrderedDict
 from concurrent.futures import Future
 from typing import Any, Mapping
 
+from arpo_env.scoring.failures import record
 from arpo_env.scoring.math_text import _DECIMAL, _KINDS_OF, _OPTION, _as_latex, prose, tidy, unit
 from arpo_env.scoring.qa_metrics import aliases, choice_letter
 from arpo_env.scoring.tractable import FAR_LONGER, MIN_FAR_LONGER, intractable
@@ -196,7 +197,8 @@ _verdicts_lock = threading.Lock()
 
 def _verdict(text: str, golds: tuple[str, ...], timeout_s: float | None) -> bool:
     """math-verify's verdict from a scoring worker, asked once for the same answer, golds and bound: the threads
-    that ask while it is being decided wait for that one verdict; kept for the `VERDICTS_KEPT` latest."""
+    that ask while it is being decided wait for that one verdict; kept for the `VERDICTS_KEPT` latest. A verdict the
+    worker could not give (past its bound) is False, and recorded as a scoring failure (`failures.record`)."""
     from arpo_env.scoring.worker_pool import BoundExceeded, pool
 
     key = (text, golds, timeout_s)
@@ -211,17 +213,20 @@ def _verdict(text: str, golds: tuple[str, ...], timeout_s: float | None) -> bool
             _verdicts.move_to_end(key)
     if mine:
         try:
-            future.set_result(bool(pool().call(MATH_EQUAL_TARGET, text, list(golds), timeout_s=timeout_s)))
+            future.set_result((bool(pool().call(MATH_EQUAL_TARGET, text, list(golds), timeout_s=timeout_s)), None))
         except BoundExceeded as exc:
             _log.warning("math scoring gave up on %r: %s", text[:80], exc)
-            future.set_result(False)
+            future.set_result((False, f"math scoring gave up: {exc}"))
         except BaseException as exc:  # not a verdict (the pool could not start, an interrupt): asked again next time
             with _verdicts_lock:
                 if _verdicts.get(key) is future:
                     del _verdicts[key]
             future.set_exception(exc)
             raise
-    return future.result()
+    verdict, failure = future.result()
+    if failure is not None:  # every answer scored by this verdict carries it, not only the first
+        record(failure)
+    return verdict
 
 
 MATH_EQUAL_TARGET = f"{__name__}:math_equal_unbounded"
