@@ -115,7 +115,7 @@ def test_an_answer_far_longer_than_every_gold_is_not_equal_without_asking_math_v
     asked = []
     real = arpo_env.scoring.worker_pool.pool
     monkeypatch.setattr(arpo_env.scoring.worker_pool, "pool", lambda *args: asked.append(args) or real(*args))
-    monkeypatch.setattr(rewards, "_verdicts", type(math_equivalence._verdicts)())  # none kept from the tests before
+    monkeypatch.setattr(math_equivalence, "_verdicts", type(math_equivalence._verdicts)())  # none kept from the tests before
     assert not math_equivalence.math_equal("a1 " * 1000, "42") and not asked
     assert not math_equivalence.math_equal("1+" * 600 + "1", ["42", "7"]) and not asked
     assert math_equivalence.math_equal("+".join(["1"] * 101), "101") and len(asked) == 1  # 201 characters: math-verify's
@@ -136,7 +136,7 @@ def test_the_same_answer_is_decided_once_however_many_samples_end_on_it(monkeypa
     asked = []
     real_call = WorkerPool.call
     monkeypatch.setattr(WorkerPool, "call", lambda self, *a, **k: asked.append(a[1]) or real_call(self, *a, **k))
-    monkeypatch.setattr(rewards, "_verdicts", type(math_equivalence._verdicts)())
+    monkeypatch.setattr(math_equivalence, "_verdicts", type(math_equivalence._verdicts)())
     slow = "(x+1)^{3000}"
     with caplog.at_level(logging.WARNING, logger="arpo_env.rewards"), ThreadPoolExecutor(8) as threads:
         verdicts = list(threads.map(lambda _: math_equivalence.math_equal(slow, "5", timeout_s=1.0), range(8)))
@@ -145,7 +145,7 @@ def test_the_same_answer_is_decided_once_however_many_samples_end_on_it(monkeypa
     assert math_equivalence.math_equal("\\frac{2}{4}", "0.5") and math_equivalence.math_equal("\\frac{2}{4}", "0.5")
     assert not math_equivalence.math_equal(slow, "5", timeout_s=1.0) and asked == [slow, "\\frac{2}{4}"]
     assert not math_equivalence.math_equal(slow, "5", timeout_s=0.5) and asked == [slow, "\\frac{2}{4}", slow]
-    monkeypatch.setattr(rewards, "VERDICTS_KEPT", 2)
+    monkeypatch.setattr(math_equivalence, "VERDICTS_KEPT", 2)
     for answer in ("1", "2", "3"):
         math_equivalence.math_equal(answer, "7")
     assert len(math_equivalence._verdicts) == 2

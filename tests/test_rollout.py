@@ -597,15 +597,15 @@ def test_capacity_bounds_what_a_path_can_still_become(agent, tokenizer):
     engine = ARPORollout(HFGenerator(agent, tokenizer), make_env, RolloutConfig(num_generations=4, num_global=2))
     env = make_env()
     env.reset(options=TASK)
-    from arpo_algo.rollout.paths import _Live
+    from arpo_algo.rollout.paths import PathState
 
-    x = _Live(0, 0, engine.generator.new_path([1]), env, tool_steps_left=engine._tool_steps_left(env))
-    assert engine._capacity(x) == 2 ** 4  # four tool steps left, Z = 2: a full binary tree of branches
-    engine._on_step(x, env.step("<python>x = 1</python>"), [])
-    assert x.tool_steps_left == 3 and engine._capacity(x) == 2 ** 3  # updated by the rollout, once the step is back
-    assert GRPORollout(HFGenerator(agent, tokenizer), make_env, RolloutConfig(4, 4))._capacity(x) == 1
-    x.topup = 0
-    assert engine._capacity(x) == 1  # a top-up is a trajectory-level sample: it never branches
+    path = PathState(0, 0, engine.generator.new_path([1]), env, tool_steps_left=engine._tool_steps_left(env))
+    assert engine._capacity(path) == 2 ** 4  # four tool steps left, Z = 2: a full binary tree of branches
+    engine._on_step(path, env.step("<python>path = 1</python>"), [])
+    assert path.tool_steps_left == 3 and engine._capacity(path) == 2 ** 3  # updated by the rollout, once the step is back
+    assert GRPORollout(HFGenerator(agent, tokenizer), make_env, RolloutConfig(4, 4))._capacity(path) == 1
+    path.topup = 0
+    assert engine._capacity(path) == 1  # a top-up is a trajectory-level sample: it never branches
     env.close()
 
 
@@ -647,8 +647,8 @@ def test_a_task_keeps_min_spare_samples_from_the_start(agent, tokenizer):
                                max_completion_tokens=400, temperature=0.3, seed=1, min_spare_samples=floor)
         engine = ARPORollout(HFGenerator(agent, tokenizer), make_env, config)
         started = []
-        topup = engine._topup
-        engine._topup = lambda t, state, spare: started.append((t, engine.turns)) or topup(t, state, spare)
+        topup = engine._start_topup
+        engine._start_topup = lambda t, state, spare: started.append((t, engine.turns)) or topup(t, state, spare)
         return engine, engine.run(tasks), started
 
     plain, without, none = run(0)
@@ -667,15 +667,15 @@ def test_a_task_keeps_min_spare_samples_from_the_start(agent, tokenizer):
 def test_a_spare_that_ended_waits_and_joins_the_tree_when_taken(agent, tokenizer):
     """A spare that finishes before its task needs it is scored and kept aside (not in the task's counts); when the
     task takes it, it becomes a top-up node and its trajectory is done at once."""
-    from arpo_algo.rollout.paths import _TaskState
+    from arpo_algo.rollout.paths import TaskState
 
     engine = ARPORollout(HFGenerator(agent, tokenizer), make_env, RolloutConfig(num_generations=4, num_global=2))
     env = make_env()
     env.reset(options=TASK)
-    state = _TaskState(TASK, env, [1, 2, 3], engine.generator.new_path([1, 2, 3]))
-    spare = engine._topup(0, state, spare=True)
+    state = TaskState(TASK, env, [1, 2, 3], engine.generator.new_path([1, 2, 3]))
+    spare = engine._start_topup(0, state, spare=True)
     assert spare.spare and spare.node == -1 and spare.topup == 0 and state.live == 0 and not state.nodes
-    engine._finish(spare, state, truncated=True)
+    engine._end_path(spare, state, truncated=True)
     assert spare.ended is not None and state.done == [] and state.live == 0
     engine._take(spare, state)
     assert [(n.kind, n.id) for n in state.nodes] == [("topup", 0)] and state.done == [spare.ended]
@@ -687,24 +687,24 @@ def test_a_spare_that_ended_makes_room_for_another_under_way(agent, tokenizer):
     """`spare_samples` and `min_spare_samples` count the spares under way: one that has finished waits to be taken
     and no longer counts, so another starts in its place while the task can still need both (on arithmetic a task's
     third top-up was certain only when its last long path ended, and ran alone after every other path)."""
-    from arpo_algo.rollout.paths import _TaskState
+    from arpo_algo.rollout.paths import TaskState
 
     config = RolloutConfig(num_generations=4, num_global=2, spare_samples=1, min_spare_samples=1)
     engine = ARPORollout(HFGenerator(agent, tokenizer), make_env, config)
     env = make_env()
     env.reset(options=TASK)
-    state = _TaskState(TASK, env, [1, 2, 3], engine.generator.new_path([1, 2, 3]))
+    state = TaskState(TASK, env, [1, 2, 3], engine.generator.new_path([1, 2, 3]))
     paths = [engine._global(0, state) for _ in range(2)]  # two live paths: the task may need two top-ups
     assert [x.topup for x in engine._spare_up([state], paths, [], {})] == [0]
     assert engine._spare_up([state], paths, [], {}) == []  # one under way: the most `spare_samples` allows
-    engine._finish(state.spares[0], state, truncated=True)
+    engine._end_path(state.spares[0], state, truncated=True)
     assert [x.topup for x in engine._spare_up([state], paths, [], {})] == [1]  # the first waits, another runs
     assert [x.ended is not None for x in state.spares] == [True, False] and engine.spares["discarded"] == 0
     paths.append(engine._global(0, state))  # a third live path (as a branch would be): at most one top-up is needed
     assert engine._spare_up([state], paths, [], {}) == [] and len(state.spares) == 1  # the later spare goes
     assert state.spares[0].ended is not None and engine.spares["discarded"] == 1
     for x in paths + state.spares:
-        engine._close(x.environment())
+        engine._close_env(x.environment())
     env.close()
 
 
@@ -905,8 +905,8 @@ def test_an_engine_schedules_each_batch_from_what_that_batch_sees(agent, tokeniz
     def engine():
         e = ARPORollout(HFGenerator(agent, tokenizer), make_env, config)
         e.started, e.first_turn = [], 0
-        topup = e._topup
-        e._topup = lambda t, state, spare: e.started.append((t, e.turns - e.first_turn, spare)) or topup(
+        topup = e._start_topup
+        e._start_topup = lambda t, state, spare: e.started.append((t, e.turns - e.first_turn, spare)) or topup(
             t, state, spare)
         return e
 

@@ -347,7 +347,7 @@ def test_answers_beyond_math_verify_are_not_equal_without_a_scoring_worker(monke
         return real_call(self, *args, **kwargs)
 
     monkeypatch.setattr(bounded.WorkerPool, "call", counted)
-    monkeypatch.setattr(rewards, "_verdicts", type(math_equivalence._verdicts)())  # none kept from the tests before
+    monkeypatch.setattr(math_equivalence, "_verdicts", type(math_equivalence._verdicts)())  # none kept from the tests before
     beyond = ["9^{9^{9^{9}}}", "9^{9^9}", "3^{3^{3^{3}}}", "10^{10^{7}}", "(10^{6})!", "9!!!!", "\\frac{1}{2}^{10^{9}}",
               "10**10**10", "(2x)^{10^{7}}", "1+" + "{" * 11 + "1" + "}" * 11, "\\frac{1}{" * 15 + "2" + "}" * 15,
               "2^{10}!^{2}",

@@ -451,11 +451,10 @@ class ARPORollout:
         stream = int(np.random.SeedSequence([path.stream, path.steps, i]).generate_state(1, np.uint64)[0])
         # The child re-generates this segment itself: it is after a tool result, but takes no decision on it.
         return PathState(path.task, -1, self.generator.fork(path.seq, at=at), None, stream=stream,
-                     completion=path.completion[:start], mask=path.mask[:start], logprobs=path.logprobs[:start],
-                     entropies=path.entropies[:start],
-                     segments=[dict(s) for s in path.segments if s["kind"] != "model" or s["start"] < start],
-                     h0=path.h0, phase=Phase.DECIDED, steps=path.steps,
-                     tool_steps_left=path.tool_steps_left)
+                         completion=path.completion[:start], mask=path.mask[:start], logprobs=path.logprobs[:start],
+                         entropies=path.entropies[:start],
+                         segments=[dict(s) for s in path.segments if s["kind"] != "model" or s["start"] < start],
+                         h0=path.h0, phase=Phase.DECIDED, steps=path.steps, tool_steps_left=path.tool_steps_left)
 
     def _maybe_branch(self, path: PathState, h: float | None, start: int, at: int, state: TaskState, turn: int,
                       speculative: Sequence[PathState] = ()) -> list[PathState]:

@@ -49,6 +49,7 @@ import threading
 import time
 import weakref
 from dataclasses import asdict, dataclass
+from importlib import resources
 
 from arpo_env.tools.protocol import MAX_SECONDS, MAX_WHOLE, ToolOutput, elide, limit_problem
 from arpo_env.tools.sandbox.channel import recv_message, send_message
@@ -112,7 +113,7 @@ def hidden_by_default() -> list[str]:
     rewarded for, or keys to write into its rollouts."""
     home = os.path.expanduser("~")
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
-    paths = [os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data"),
+    paths = [str(resources.files("arpo_env").joinpath("data")),
              os.environ.get("HF_HOME") or os.path.join(cache, "huggingface")]
     paths += [os.environ["ARPO_DATA_DIR"]] if os.environ.get("ARPO_DATA_DIR") else []
     return paths + [os.path.join(home, name) for name in (".ssh", ".aws", ".config", ".netrc", ".git-credentials",
