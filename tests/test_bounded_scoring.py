@@ -66,6 +66,7 @@ def test_pathological_answers_through_the_trl_reward_in_a_thread(name):
                                                  answer=["42"])) == [1.0]
 
 
+@pytest.mark.slow
 def test_an_overrunning_call_is_cut_and_its_worker_replaced():
     with pytest.raises(BoundExceeded):
         pool().call(MATH_EQUAL_TARGET, "9^{9^{9^{9}}}", ["1"], timeout_s=0.5)
@@ -87,6 +88,7 @@ def test_scoring_survives_the_thread_that_started_its_workers():
     own.close()
 
 
+@pytest.mark.slow
 def test_an_episode_starts_its_scoring_workers_before_its_first_answer():
     """A scoring worker imports sympy and math-verify (a second here, several on a machine's first run): started at
     reset, they are up by the time the first answer comes, and that answer is scored on them."""
@@ -124,6 +126,7 @@ def test_an_answer_far_longer_than_every_gold_is_not_equal_without_asking_math_v
     assert math_equivalence.math_equal(answer, gold) and len(asked) == 2
 
 
+@pytest.mark.slow
 def test_the_same_answer_is_decided_once_however_many_samples_end_on_it(monkeypatch, caplog):
     """The samples of a group often end on the same answer: one that takes math-verify its whole bound held a worker
     that long for each (16 samples of ``(x+1)^{3000}``: 80 s of two workers). It is asked once; the samples that

@@ -175,6 +175,7 @@ def env(tmp_path):
     e.close()
 
 
+@pytest.mark.slow
 def test_article_text_without_boilerplate(env, server):
     obs, reward, term, trunc, info = env.step(f"<browse>{server}/article</browse>")
     assert "sank after sailing about 1,300 metres" in obs and "64 bronze cannons" in obs
@@ -191,6 +192,7 @@ def test_article_text_without_boilerplate(env, server):
     ("/loop-a", "redirect loop"),
     ("/missing", "HTTP 404"),
 ])
+@pytest.mark.slow
 def test_failures_are_observations_and_the_episode_goes_on(env, server, path, message):
     obs, reward, term, trunc, info = env.step(f"<browse>{server}{path}</browse>")
     assert obs.startswith("\n<result>\nbrowse failed:") and message in obs, obs
@@ -199,6 +201,7 @@ def test_failures_are_observations_and_the_episode_goes_on(env, server, path, me
     assert "Vasa Museum" in obs
 
 
+@pytest.mark.slow
 def test_a_page_that_extraction_would_take_minutes_over_is_read_as_plain_text_in_time(env, server):
     obs, reward, term, trunc, info = env.step(f"<browse>{server}/paragraphs</browse>")
     assert "could not be extracted within 1 s; this is all of its text" in obs, obs[:300]
@@ -208,6 +211,7 @@ def test_a_page_that_extraction_would_take_minutes_over_is_read_as_plain_text_in
     assert "64 bronze cannons" in obs and "SIDEBAR-PROMO" not in obs and "could not be extracted" not in obs
 
 
+@pytest.mark.slow
 def test_a_plain_text_stand_in_is_not_cached_and_the_overrun_is_not_waited_out_again(server, tmp_path, monkeypatch):
     from collections import OrderedDict
 
@@ -239,6 +243,7 @@ def test_a_plain_text_stand_in_is_not_cached_and_the_overrun_is_not_waited_out_a
     assert article.extra["extraction"] == "main" and tool.call(f"{server}/article").extra["cache"] == "hit"
 
 
+@pytest.mark.slow
 def test_a_page_waits_for_a_busy_page_worker_no_longer_than_its_bound(monkeypatch):
     # Every page worker busy with slow pages (18 s each here, bounded at 4 s): another page does not queue behind
     # them past its own bound; it is read as plain text, and not remembered as a page that overran.
@@ -406,6 +411,7 @@ def test_a_summarizer_that_fails_costs_a_warning_and_its_raw_page_is_not_cached_
         chat.shutdown()
 
 
+@pytest.mark.slow
 def test_a_summarizer_that_is_down_is_not_asked_again_at_every_page(server):
     """As the judge: once its endpoint could not be reached, a summarizer is passed over for `down_s` seconds, so that
     one that is down costs its retries once, not at every page an episode browses."""
@@ -424,6 +430,7 @@ def test_a_summarizer_that_is_down_is_not_asked_again_at_every_page(server):
         chat.shutdown()
 
 
+@pytest.mark.slow
 def test_a_summarizer_without_a_model_named_asks_the_one_its_endpoint_serves_and_caches_under_it(server, tmp_path):
     """As the judge: a summarizer without its "model" was refused ("model must be named"). Its endpoint is asked
     which model it serves; while it cannot say (down), the page's own text is given and nothing is cached or served
@@ -592,6 +599,7 @@ def test_offline_page_store(tmp_path):
 
 
 @pytest.mark.parametrize("private_hosts", [True, False])
+@pytest.mark.slow
 def test_a_server_that_trickles_its_headers_is_cut_off_at_the_deadline(monkeypatch, private_hosts):
     """httpx's timeouts bound each read: a server sending its headers a line every 0.3 s held a 1 s fetch until it
     was done (here 6 s; a server that never ends held it for ever). The fetch now hangs up at its deadline."""

@@ -28,6 +28,7 @@ def tiny_model_dir(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_arpo_rollout_writes_trees(tiny_model_dir, tmp_path):
     out = tmp_path / "trees.jsonl"
     cmd = [sys.executable, "-m", "arpo_algo.cli", "rollout", "--model", str(tiny_model_dir), "--env", "ARPO-Math-v0",
@@ -318,6 +319,7 @@ def test_train_help_leads_with_config_and_arpo_options(arpo):
     assert "--help-all" in result.stdout
 
 
+@pytest.mark.slow
 def test_rollout_writes_each_tree_as_it_finishes(tiny_model_dir, tmp_path):
     """Killed while later tasks are still rolling out, the file already holds the finished trees."""
     import signal
@@ -339,6 +341,7 @@ def test_rollout_writes_each_tree_as_it_finishes(tiny_model_dir, tmp_path):
     assert 2 <= len(trees) < 50 and all(len(t["trajectories"]) == 2 for t in trees)
 
 
+@pytest.mark.slow
 def test_rollout_interrupted_keeps_its_trees_and_says_so(tiny_model_dir, tmp_path):
     """Ctrl-C: the trees already finished are in the file, whole, and the command ends with status 130 and one line
     (it was a KeyboardInterrupt traceback)."""
@@ -366,6 +369,7 @@ def test_rollout_interrupted_keeps_its_trees_and_says_so(tiny_model_dir, tmp_pat
     assert 2 <= len(trees) < 500 and all(len(t["trajectories"]) == 2 for t in trees)
 
 
+@pytest.mark.slow
 def test_rollout_to_a_reader_that_stops_ends_quietly(tiny_model_dir):
     """`arpo rollout --out - | head -1`: once the reader is gone the rollout stops with a pipe writer's status (141,
     as a shell reports SIGPIPE), not a BrokenPipeError traceback."""
@@ -511,6 +515,7 @@ def test_transformers_generates_on_the_gpu_where_there_is_one(tiny_model_dir, mo
     assert placed == ["cuda", None]
 
 
+@pytest.mark.slow
 def test_a_second_rollout_into_the_same_file_at_once_is_refused(tiny_model_dir, tmp_path):
     """Two `arpo rollout` into one --out at once each read the file at start, so each rolled out the tasks the other
     had under way and appended them: every tree twice."""
@@ -529,6 +534,7 @@ def test_a_second_rollout_into_the_same_file_at_once_is_refused(tiny_model_dir, 
     assert again.returncode == 0 and "nothing to roll out" in again.stderr, again.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_a_second_eval_into_the_same_folder_at_once_is_refused(tiny_model_dir, tmp_path, data_dir):
     """Two `arpo eval` into one --out at once (the same model's default folder, one with --mode direct) each read the
     settings and samples at start: the second wrote its settings over the first's, and both appended samples."""

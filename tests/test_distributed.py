@@ -50,6 +50,7 @@ def launch(recipe: Path, *flags: str, cwd: Path) -> subprocess.CompletedProcess:
     return run_group(cmd, cwd, env, timeout=900)
 
 
+@pytest.mark.slow
 def test_two_processes_train_log_every_rank_and_resume(undecided, tokenizer, tmp_path):
     recipe, run = write_recipe(tmp_path, undecided, tokenizer, tasks=16, max_steps=2, save_steps=2,
                                max_completion_length=300)
@@ -86,6 +87,7 @@ def test_two_processes_train_log_every_rank_and_resume(undecided, tokenizer, tmp
     assert sorted((t.stats["step"], t.stats["rank"]) for t in trees)[-2:] == [(3, 0), (3, 1)]
 
 
+@pytest.mark.slow
 def test_fsdp2_rollouts_of_unequal_length_then_a_step_together(tmp_path):
     """ARPO's rollouts from a model sharded by FSDP 2 on two gloo processes, the second taking more decoding steps
     than the first (`tests/fsdp_rollout.py`). Each FSDP 2 unit gathered its parameters at every forward, so the
@@ -140,6 +142,7 @@ num_processes: 2
 """
 
 
+@pytest.mark.slow
 def test_fsdp_config_without_a_gpu_is_refused_or_said(undecided, tokenizer, tmp_path):
     """accelerate runs FSDP on GPUs only. On a machine without one, `accelerate launch --config_file` an FSDP config
     started two processes that never joined: each trained alone, both "finished", their checkpoints saved over each

@@ -85,6 +85,7 @@ def decisions_of(model, tokenizer, alpha=0.5, beta=0.2):
     return tree
 
 
+@pytest.mark.slow
 def test_p_rises_with_entropy_after_tools_and_falls_without(shaped_agents, tokenizer):
     rising = [d for t in decisions_of(shaped_agents["rising"], tokenizer).trajectories for d in t.decisions]
     falling = [d for t in decisions_of(shaped_agents["falling"], tokenizer).trajectories for d in t.decisions]
@@ -100,6 +101,7 @@ def test_p_rises_with_entropy_after_tools_and_falls_without(shaped_agents, token
         assert math.isfinite(d["p"]) and d["p"] == pytest.approx(min(max(0.5 + 0.2 * d["delta_h"], 0.0), 1.0))
 
 
+@pytest.mark.slow
 def test_delta_h_is_the_difference_of_window_sums(shaped_agents, tokenizer):
     """The recorded ΔH is H (after the result) − H₀ (start), each the sum of the k tokens' entropies."""
     tree = decisions_of(shaped_agents["rising"], tokenizer)

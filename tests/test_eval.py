@@ -113,6 +113,7 @@ def test_gaia_without_a_data_dir_says_where_to_get_it(tmp_path):
     assert result.returncode != 0 and "gsm8k" in result.stderr and str(tmp_path) in result.stderr
 
 
+@pytest.mark.slow
 def test_search_backends_of_eval_including_a_recording(data_dir, tmp_path):
     """``--search recorded`` could not be used (no way to give the recording: a ValueError traceback), nor could a
     wrong name (``--search bogus``: a traceback). Now ``recorded:PATH[:FALLBACK]`` replays a recording, and a wrong
@@ -161,6 +162,7 @@ def test_samples_whose_text_holds_line_separators_count_as_done(tmp_path):
     assert [m["step"] for m in read_metrics(metrics)] == [1, 2, 3, 4]
 
 
+@pytest.mark.slow
 def test_an_interrupted_eval_finishes_only_the_missing_samples(agent, tokenizer, data_dir, tmp_path):
     model_dir = tmp_path / "tiny"
     agent.save_pretrained(model_dir)
@@ -201,6 +203,7 @@ def test_an_interrupted_eval_finishes_only_the_missing_samples(agent, tokenizer,
     assert (out / "samples.jsonl").read_text().splitlines() == after
 
 
+@pytest.mark.slow
 def test_each_sample_is_written_as_it_ends_so_an_interrupt_loses_only_those_under_way(agent, tokenizer, tmp_path):
     """Ctrl-C in the middle of a chunk: the samples already done are in samples.jsonl (not only whole chunks), and
     the next run does the others, each once."""
@@ -236,6 +239,7 @@ def test_each_sample_is_written_as_it_ends_so_an_interrupt_loses_only_those_unde
     assert all(r["error"] is None and r["tool_calls"] == 2 for r in results["gsm8k"])
 
 
+@pytest.mark.slow
 def test_samples_made_on_other_data_are_made_again_not_reported_as_these(agent, tokenizer, tmp_path):
     """A sample is reused by benchmark, item and run: a second run with another --data-dir (or after the data file
     changed) into the same folder reported the first data's answers as its own items'. Now only the items whose
@@ -269,6 +273,7 @@ def test_samples_made_on_other_data_are_made_again_not_reported_as_these(agent, 
     assert len((out / "samples.jsonl").read_text().splitlines()) == 3
 
 
+@pytest.mark.slow
 def test_lines_of_samples_jsonl_that_are_no_sample_records_are_passed_over_and_made_again(agent, tokenizer, tmp_path,
                                                                                            capsys):
     """A samples.jsonl edited or joined by hand (a list, a record without its run, bytes that are not UTF-8, a score
@@ -300,6 +305,7 @@ def test_lines_of_samples_jsonl_that_are_no_sample_records_are_passed_over_and_m
     assert evaluation_command._line_count(out / "samples.jsonl") == 5
 
 
+@pytest.mark.slow
 def test_a_model_server_that_does_not_answer_stops_the_run_with_what_is_done_kept(tmp_path):
     """Nothing listens at the address (a server down, an engine dead): after its retries the first sample stops the
     run, instead of every sample waiting as long and writing an error."""
@@ -371,6 +377,7 @@ def test_a_base_url_that_is_a_web_site_stops_the_run_with_its_words(web_page_ser
                                                               "/v1/chat/completions")
 
 
+@pytest.mark.slow
 def test_a_judge_serving_another_model_at_the_same_url_is_another_setting(tmp_path, monkeypatch):
     """With --judge and no --judge-model, the model the endpoint serves was asked at the first judged sample and kept
     nowhere: a run resumed while another judge model served the same URL added its verdicts to the first one's. It is
@@ -419,6 +426,7 @@ def test_a_judge_serving_another_model_at_the_same_url_is_another_setting(tmp_pa
         evaluation_command.same_settings(out, {**settings, "judge": url + "/x", "judge_served": "judge-b"})
 
 
+@pytest.mark.slow
 def test_samples_scored_by_f1_while_the_judge_was_down_are_judged_when_a_run_resumes(tmp_path, monkeypatch):
     """A sample scored by F1 because the judge could not be reached stayed so when the same command ran again with
     the judge back: its F1 score was mixed into the judged column for good (only `--out` elsewhere judged it)."""

@@ -41,6 +41,7 @@ def test_check_env_passes(env_id):
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.slow
 def test_make_vec(mode):
     envs = gym.make_vec("ARPO-Math-v0", num_envs=2, vectorization_mode=mode)
     obs, info = envs.reset(seed=1)

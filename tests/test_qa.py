@@ -121,6 +121,7 @@ def test_a_judge_asked_its_model_while_down_is_down_for_its_samples_too():
         server.shutdown()
 
 
+@pytest.mark.slow
 def test_judge_asks_the_endpoint_for_its_model_and_retries_passing_errors():
     """A judge served by vLLM answers 404 to the model "default": the judge asks which model is served. An
     overloaded endpoint (503) is asked again; one that stays down is not asked again for a while."""
@@ -298,6 +299,7 @@ def test_a_model_list_of_another_shape_is_a_judge_fallback(listed):
         server.shutdown()
 
 
+@pytest.mark.slow
 def test_eval_counts_judge_fallbacks_per_column():
     from arpo_algo.cli.eval.benchmarks import BENCHMARKS
     from arpo_algo.cli.eval.report import summarise, table

@@ -192,6 +192,7 @@ def assert_a_valid_tree(tree: RolloutTree, cfg: RolloutConfig, algo: str) -> Non
             assert child.mask[: n.start] == parent.mask[: n.start]
 
 
+@pytest.mark.slow
 def test_random_settings_keep_m_per_task_and_valid_trees_and_reproduce(agent, undecided, tokenizer):
     """Twelve settings drawn at random (seeded): M, N (at most M/2, so that branches have room), Z, α, β, k, token
     budgets (turns long enough for a tool call), temperature, top-p, spares and speculative branches, one to three
@@ -276,6 +277,7 @@ def test_what_is_encoded_is_accounted_for(agent, tokenizer):
             assert generator.stats.prefill_tokens < unshared + held["arpo"]
 
 @pytest.mark.parametrize("continuous", [True, False])
+@pytest.mark.slow
 def test_same_seed_same_trees_whatever_the_tools_timing(agent, tokenizer, continuous, monkeypatch):
     """Continuous batching or lock-step rounds: a seed fixes the trees, even when the tool calls take random times
     (the second run's env steps sleep 0-60 ms at random)."""
@@ -609,6 +611,7 @@ def test_capacity_bounds_what_a_path_can_still_become(agent, tokenizer):
     env.close()
 
 
+@pytest.mark.slow
 def test_spares_change_when_top_ups_run_not_the_trees(undecided, tokenizer):
     """Every request samples from its own seeded stream, so a run with spares draws the very trees a run without
     them draws (the same nodes, the same tokens on each): which spares are kept depends on the tree alone. Here
@@ -837,6 +840,7 @@ def test_a_speculative_fork_that_ends_first_waits_for_the_decision(agent, tokeni
         assert list(where) == ["a"] and gen.stats.speculative_tokens == 2
 
 
+@pytest.mark.slow
 def test_speculative_branches_draw_the_same_trees_sooner(agent, tokenizer):
     """Each branch's stream is named by its parent and tool step, so a branch started speculatively draws what it
     draws when started after its decision: the same trees, token for token (the entropies agree up to the last bits

@@ -491,6 +491,7 @@ def _disk_usage(box: LocalSandbox) -> int:
     return total
 
 
+@pytest.mark.slow
 def test_a_disk_bomb_is_held_to_the_quota_and_the_sandbox_goes_on():
     # The working directory (what each fork copies) may take `disk_mb`: a file open for writing counts at the size it
     # may grow to (`file_size_mb`), an entry at a 4 KB block at least, and past the quota opening fails with ENOSPC.
@@ -751,6 +752,7 @@ HOSTILE = {
 }
 
 
+@pytest.mark.slow
 def test_a_cells_own_alarm_works_and_leaves_the_time_limits_to_the_sandbox():
     """Models write timeouts of their own with SIGALRM (``signal.signal(SIGALRM, handler); signal.alarm(n)``). The
     cell's handler replaced the worker's: every later cell's time limit ran the model's handler (its exception
@@ -839,6 +841,7 @@ def listener():
 
 
 @pytest.mark.parametrize("name", list(HOSTILE))
+@pytest.mark.slow
 def test_hostile_cell_is_contained_and_the_env_goes_on(name, box, listener):
     port, accepted = listener
     box.call("x = 41")
@@ -878,6 +881,7 @@ BUSY_THREAD = "import threading\ndef spin():\n    while True:\n        sum(range
 
 @pytest.mark.parametrize("start", ["threading.Thread(target=spin, daemon=True).start()",
                                    "import _thread\n_thread.start_new_thread(spin, ())"])
+@pytest.mark.slow
 def test_a_thread_that_outlives_its_cell_is_held_to_a_cells_cpu_time(box, start):
     """A thread may outlive the cell that started it, but while no cell runs it may use one cell's CPU time (2 s
     here): then it is interrupted, the next cell's output says so, and the interpreter keeps its variables. A raw
@@ -890,6 +894,7 @@ def test_a_thread_that_outlives_its_cell_is_held_to_a_cells_cpu_time(box, start)
     assert "thread(s)" not in box.call("x").text  # said once
 
 
+@pytest.mark.slow
 def test_a_cells_running_threads_end_with_its_time(box):
     """The threads running when a cell's time is up are interrupted with it, and the cell's output shows their short
     tracebacks (the cell's frames, not threading's)."""
@@ -900,6 +905,7 @@ def test_a_cells_running_threads_end_with_its_time(box):
     assert wait_until(lambda: threads_of(box.pid) == 1), "the cell's thread outlived its time limit"
 
 
+@pytest.mark.slow
 def test_a_thread_that_will_not_stop_takes_its_worker_down_and_the_model_is_told_why(box):
     box.call("x = 1\n" + BUSY_THREAD.replace("sum(range(1000))", "try:\n            sum(range(1000))\n"
                                                 "        except BaseException:\n            pass")
@@ -914,6 +920,7 @@ def test_a_thread_that_will_not_stop_takes_its_worker_down_and_the_model_is_told
     assert len(template_pids()) == 1
 
 
+@pytest.mark.slow
 def test_waiting_threads_cost_nothing_and_stay(box):
     """A thread pool the cell did not shut down waits, using no CPU: nothing interrupts it, not even a later cell's
     time-out, and it serves the cells after."""
@@ -926,6 +933,7 @@ def test_waiting_threads_cost_nothing_and_stay(box):
     assert out.text == "[3, 4]" and not out.failed and box.pid == before
 
 
+@pytest.mark.slow
 def test_timeout_interrupts_and_keeps_state(box):
     out = box.call("y = 5\nwhile True: pass")
     assert out.extra["timed_out"] and "interrupted" in out.text
@@ -950,6 +958,7 @@ def test_replay_restores_in_the_same_process(box):
     other.close()
 
 
+@pytest.mark.slow
 def test_two_hundred_envs_forked_and_closed_leave_no_process():
     import gymnasium as gym
 
@@ -1014,6 +1023,7 @@ def run_python(code: str) -> subprocess.CompletedProcess:
                           cwd=os.path.dirname(os.path.dirname(__file__)))
 
 
+@pytest.mark.slow
 def test_an_episode_starts_the_template_before_its_first_call():
     """Starting the template imports numpy and sympy (a third of a second here, two on a machine's first run): begun
     at reset, it overlaps the model's first turn instead of holding up the first call, which uses that template."""

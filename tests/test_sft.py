@@ -236,6 +236,7 @@ def test_rollouts_with_nothing_to_keep_say_so(tmp_path, tokenizer, capsys):
     assert "0 of 1 trajectories kept from" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_sft_steps_on_real_traces_ignore_tool_output(traces, tokenizer, tmp_path):
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
@@ -270,6 +271,7 @@ def test_sft_steps_on_real_traces_ignore_tool_output(traces, tokenizer, tmp_path
     assert not torch.allclose(grads(ids, all_ones), grads(altered, all_ones))  # the control: unmasked, it matters
 
 
+@pytest.mark.slow
 def test_arpo_sft_command_trains_from_rollout_trees_on_stdin(traces, tokenizer, tmp_path):
     """`… | arpo sft --from_rollouts -`: a real run of the command on a tiny model."""
     model_dir = tmp_path / "tiny"
@@ -372,6 +374,7 @@ def test_fields_of_the_wrong_type_are_named_not_trained_on(tokenizer):
         "<python>7</python>")
 
 
+@pytest.mark.slow
 def test_a_file_that_is_not_rollout_trees_is_one_clear_line(tokenizer, tmp_path):
     """Rollout trees, or trajectory records of another shape (a chat with no question, turns that are strings, a
     native record without its messages, token ids without their mask): one line naming the file and line, no
@@ -412,6 +415,7 @@ def test_a_file_that_is_not_rollout_trees_is_one_clear_line(tokenizer, tmp_path)
         assert f"arpo sft: {tmp_path / 'trees.jsonl'}" in result.stderr and message in result.stderr, result.stderr
 
 
+@pytest.mark.slow
 def test_a_trees_or_trajectories_file_that_is_not_there_is_said_before_the_model_loads(tmp_path):
     """`arpo sft --from_rollouts typo.jsonl` (or no source at all) loaded the model (minutes for a 7B one), then said
     "[Errno 2] No such file"; a recipe's ``trajectories: one.jsonl`` was read letter by letter ("No such file: 'o'")."""

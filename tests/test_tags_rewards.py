@@ -99,6 +99,7 @@ def test_one_pass_brace_matching_agrees_with_scanning():
 
 
 @pytest.mark.timeout(60)  # a hang guard, not a speed measurement: one pass takes about a second here
+@pytest.mark.slow
 def test_scoring_is_linear_in_nested_boxes_and_wrappers():
     """A model that writes 100,000 nested boxes (800 KB; beyond an env's transcript budget, not beyond a TRL
     completion scored by `qa_reward`) or wrappers is scored in about a second; matching each box by scanning
@@ -139,6 +140,7 @@ def test_reading_unicode_mathematics_is_linear():
 
 
 @pytest.mark.timeout(60)  # a hang guard, not a speed measurement: it takes about 2 s here
+@pytest.mark.slow
 def test_reading_python_mathematics_is_linear():
     """Powers, roots and names as Python prints them, repeated or nested 200,000 deep, and runs of spaces before the
     ``**`` of a power (each space is passed once): one pass each."""
@@ -156,6 +158,7 @@ def test_reading_python_mathematics_is_linear():
 
 
 @pytest.mark.timeout(60)  # a hang guard, not a speed measurement: it takes a fraction of a second here
+@pytest.mark.slow
 def test_reading_a_vector_or_a_list_is_linear():
     """A tuple of 200,000 values against a vector, nested brackets, a list against listed solutions, and a run of
     spaces where a full stop could end the answer."""
@@ -193,6 +196,7 @@ def test_reading_a_rate_is_linear():
 
 
 @pytest.mark.timeout(60)  # a hang guard, not a speed measurement: it takes about 6 s here
+@pytest.mark.slow
 def test_tag_parsing_is_linear_in_calls_and_nesting():
     """A completion of 100,000 answered tool calls (3.6 MB, a TRL completion scored by `arpo_reward`) is parsed in
     one pass: finding each call's next span by scanning the rest took 3 s for 20,000 and would take minutes here.

@@ -127,6 +127,7 @@ def dataset(n=4):
     return Dataset.from_list([{"prompt": [{"role": "user", "content": TASK["question"]}], **TASK}] * n)
 
 
+@pytest.mark.slow
 def test_two_real_arpo_steps_train_the_model(undecided, tokenizer, tmp_path, monkeypatch):
     from arpo_algo.generation.hf_generator import HFGenerator
     from arpo_algo.training.trainer import ARPOTrainer
@@ -199,6 +200,7 @@ def loss_gradient(trainer, tree, advantages, mask_rows):
 
 
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)
+@pytest.mark.slow
 def test_hard_attribution_gives_each_shared_token_the_weight_of_one_token(loss_type, undecided, tokenizer, tmp_path):
     """Every TRL loss type: under hard attribution a shared token is trained once (one copy carries its mean
     advantage, the others 0), and the weight of that copy is exactly the weight any token of its trajectory has
@@ -358,6 +360,7 @@ def test_trls_gradient_checkpointing_is_taken_without_a_deprecation_warning(tmp_
     assert ARPOConfig(**common, advantage_attribution="hard").beta == 0.0
 
 
+@pytest.mark.slow
 def test_default_config_and_trainer_are_valid(undecided, tokenizer, tmp_path, monkeypatch):
     from arpo_algo.training.trainer import ARPOTrainer
 
@@ -390,6 +393,7 @@ def test_a_dataset_whose_rows_have_no_gold_is_refused_before_the_model_loads(tmp
                     eval_dataset={"hard": Dataset.from_list([{"text": "2+2?", "answer": "4"}])})
 
 
+@pytest.mark.slow
 def test_tool_output_tokens_do_not_change_the_gradient(undecided, tokenizer, tmp_path):
     """The last segment of the completion is a tool result: altering its tokens changes nothing the loss sees.
     With the mask removed (the control) the same alteration does change the gradient."""
@@ -418,6 +422,7 @@ def test_tool_output_tokens_do_not_change_the_gradient(undecided, tokenizer, tmp
 
 
 # The command line, killed and resumed -------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_arpo_train_killed_midway_resumes_from_its_checkpoint(undecided, tokenizer, tmp_path):
     recipe, _ = write_recipe(tmp_path, undecided, tokenizer)
     cmd = [sys.executable, "-m", "arpo_algo.cli", "train", "--config", str(recipe)]
@@ -460,6 +465,7 @@ def test_arpo_train_killed_midway_resumes_from_its_checkpoint(undecided, tokeniz
     assert [m["step"] for m in read_metrics(run / "metrics.jsonl")] == [1, 2, 3]
 
 
+@pytest.mark.slow
 def test_a_run_that_starts_over_moves_the_earlier_runs_logs_aside(undecided, tokenizer, tmp_path):
     """A second run into the same output_dir without resume_from_checkpoint appended to the first's metrics.jsonl and
     rollouts.jsonl: `arpo view` drew its steps over the first run's and mixed their trees. The earlier logs are moved
@@ -485,6 +491,7 @@ def test_a_run_that_starts_over_moves_the_earlier_runs_logs_aside(undecided, tok
     assert find_source(str(earlier)).metrics_file == earlier / "metrics.jsonl"
 
 
+@pytest.mark.slow
 def test_a_resumed_run_sets_aside_the_logs_of_the_steps_it_trains_again(undecided, tokenizer, tmp_path):
     """A run resumed from checkpoint-1 trains step 2 again, which the earlier run had logged: its metrics and trees
     were in metrics.jsonl and rollouts.jsonl twice (`arpo view` showed both copies of the step's trees). The lines of
@@ -564,6 +571,7 @@ def test_resuming_from_last_skips_a_checkpoint_the_kill_cut_short(tmp_path, caps
     assert resolve_resume("last", str(tmp_path / "nowhere")) is None
 
 
+@pytest.mark.slow
 def test_a_cold_start_that_was_stopped_runs_again(undecided, tokenizer, tmp_path):
     """The README's recipe writes its cold-start model to a folder that exists from the SFT's first moment. Stopped
     there (Ctrl-C), the next `arpo train` took the empty folder for the model and died loading it, until the folder was
@@ -597,6 +605,7 @@ def test_a_cold_start_that_was_stopped_runs_again(undecided, tokenizer, tmp_path
         f"arpo train: starting from {tmp_path / 'tiny'}, which exists: the cold start {sft_recipe} is not run")
 
 
+@pytest.mark.slow
 def test_a_second_train_into_the_same_folder_at_once_is_refused_and_one_of_the_same_cold_start_waits(
         undecided, tokenizer, tmp_path):
     """The README's command run twice at once: the second saved its checkpoints over the first's, appended to its
@@ -629,6 +638,7 @@ def test_a_second_train_into_the_same_folder_at_once_is_refused_and_one_of_the_s
     assert (run / "metrics.jsonl").is_file() and not (run / "earlier-runs").exists()
 
 
+@pytest.mark.slow
 def test_a_folder_held_by_the_run_is_not_waited_for_again_by_it(tmp_path, monkeypatch):
     """A cold start into the run's own output_dir (model_name_or_path and output_dir the same folder) waited for the
     lock its own run held: for ever. Held once per process, and for the cold start's child."""
@@ -669,6 +679,7 @@ def test_the_cold_start_is_found_beside_the_recipe_and_skipped_for_the_embedded_
 
 
 @pytest.mark.parametrize("algorithm", ["dapo", "reinforce_pp"])
+@pytest.mark.slow
 def test_baselines_run_through_the_same_trainer(algorithm, undecided, tokenizer, tmp_path):
     from arpo_algo.training.trainer import ARPOTrainer
 
@@ -684,6 +695,7 @@ def test_baselines_run_through_the_same_trainer(algorithm, undecided, tokenizer,
     assert tree.stats["algorithm"] == algorithm and len(tree.trajectories) == 4
 
 
+@pytest.mark.slow
 def test_dapo_redraws_in_the_steps_one_generation(undecided, tokenizer, tmp_path, monkeypatch):
     """DAPO's redraws of uniform groups run in the step's one generation. Each redraw entered a generation of its
     own: under ZeRO-3 and FSDP 2 entering one gathers the parameters from every process, and a process redraws as
@@ -707,6 +719,7 @@ def test_dapo_redraws_in_the_steps_one_generation(undecided, tokenizer, tmp_path
     assert len(entered) == 1
 
 
+@pytest.mark.slow
 def test_an_extra_reward_function_that_gives_infinity_stops_the_step_by_name(undecided, tokenizer, tmp_path):
     """An extra reward of ±inf (a log of 0 in the user's function) is a ValueError naming the function; its group's
     advantages were NaN, and after the optimizer's step every weight of the model was NaN, silently. None (NaN) is
@@ -725,6 +738,7 @@ def test_an_extra_reward_function_that_gives_infinity_stops_the_step_by_name(und
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
+@pytest.mark.slow
 def test_arpo_train_evaluates_held_out_tasks(undecided, tokenizer, tmp_path):
     """--eval_dataset_name: TRL's evaluation rolls out the held-out tasks (before the first step with
     eval_on_start, then every eval_steps); metrics.jsonl records each with its step and time."""
@@ -744,6 +758,7 @@ def test_arpo_train_evaluates_held_out_tasks(undecided, tokenizer, tmp_path):
     assert sorted(h["time"] for h in logs) == [h["time"] for h in logs]
 
 
+@pytest.mark.slow
 def test_held_out_rollouts_sample_at_the_eval_temperature(undecided, tokenizer, tmp_path):
     """eval_temperature=0: TRL's evaluation rolls out greedily (one answer per question) while training still
     samples at the training temperature; unset, evaluation samples like training (42 or 43)."""

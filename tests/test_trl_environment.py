@@ -119,6 +119,7 @@ def test_task_dataset_takes_the_first_tasks_and_refuses_a_limit_of_no_task():
 
 
 @pytest.mark.filterwarnings("ignore:You are using 'environment_factory', which is an experimental feature")
+@pytest.mark.slow
 def test_trl_grpo_trainer_trains_with_the_adapter(tokenizer, undecided, tmp_path):
     import copy
 

@@ -57,6 +57,7 @@ def type_into(browser: Browser, element_id: str, value: str) -> None:
                      " f.dispatchEvent(new Event('input')); }")
 
 
+@pytest.mark.slow
 def test_report_in_headless_chromium(trees_file, browser, tmp_path):
     n_trees, n_nodes = file_counts(trees_file)
     assert n_trees == 3 and n_nodes == 12
@@ -102,6 +103,7 @@ def test_report_in_headless_chromium(trees_file, browser, tmp_path):
     assert all(u.startswith(("file:", "data:")) for u in browser.requests()), "the report must not use the network"
 
 
+@pytest.mark.slow
 def test_thousands_of_trajectories_load_lazily(trees_file, browser, tmp_path):
     """1,500 trees (6,000 trajectories) open with a page of cards; only cards in view are drawn; scrolling adds more."""
     lines = [json.loads(line) for line in trees_file.read_text().splitlines()]
@@ -260,6 +262,7 @@ def test_metric_lines_whose_step_is_no_whole_number_are_passed_over(tmp_path):
     assert viewer.build(run, tmp_path / "run.html")["logged steps"] == 2
 
 
+@pytest.mark.slow
 def test_numbers_no_plot_can_draw_are_passed_over(trees_file, browser, tmp_path):
     """A logged value or an entropy near the float's limit (1e308, in a file edited by hand or damaged) was a
     traceback from `arpo view`: matplotlib's "arange: cannot compute length" on the axis, an OverflowError squaring
@@ -294,6 +297,7 @@ def test_numbers_no_plot_can_draw_are_passed_over(trees_file, browser, tmp_path)
     assert browser.errors() == []
 
 
+@pytest.mark.slow
 def test_the_report_is_never_written_over_what_it_reads(trees_file, tmp_path):
     """``--out trees.jsonl`` (the trees themselves, or a run's metrics.jsonl) wrote the report over the file it read:
     the trees were lost. A negative --limit was deque's "maxlen must be non-negative" traceback."""
@@ -313,6 +317,7 @@ def test_the_report_is_never_written_over_what_it_reads(trees_file, tmp_path):
     assert viewer.build(run, run)["report"] == run / "report.html"  # a folder, even the run's: report.html in it
 
 
+@pytest.mark.slow
 def test_arpo_view_command(trees_file, tmp_path):
     out = tmp_path / "cli" / "report.html"
     cmd = [sys.executable, "-m", "arpo_algo.cli", "view", str(trees_file), "--out", str(out)]
@@ -322,6 +327,7 @@ def test_arpo_view_command(trees_file, tmp_path):
     assert "3 tasks, 12 trajectories" in result.stdout and out.exists()
 
 
+@pytest.mark.slow
 def test_a_run_without_trees_shows_its_curves(browser, tmp_path):
     """A run with rollout_log off (or killed before its first trees) has a training log: the report shows its curves
     (it used to stop at "no rollout trees")."""
