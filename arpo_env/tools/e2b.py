@@ -12,7 +12,7 @@ import os
 import time
 from typing import Any
 
-from arpo_env.tools.protocol import MAX_SECONDS, ToolOutput, elide, limit_problem, type_problem
+from arpo_env.tools.protocol import MAX_SECONDS, ToolOutput, elide, limit_problem, snapshot_cells, type_problem
 
 
 class E2BSandbox:
@@ -83,9 +83,7 @@ class E2BSandbox:
         return {"cells": list(self.history)}
 
     def restore(self, snapshot: dict | None) -> None:
-        cells = (snapshot or {}).get("cells", []) if isinstance(snapshot, (dict, type(None))) else None
-        if not (isinstance(cells, list) and all(isinstance(c, str) for c in cells)):
-            raise ValueError(f"a Python snapshot is {{'cells': [code, …]}}, not {str(snapshot)[:100]}")
+        cells = snapshot_cells(snapshot)
         self.close()
         for cell in cells:
             self._sandbox().run_code(cell, timeout=self.timeout_s)

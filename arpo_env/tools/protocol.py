@@ -118,3 +118,12 @@ def elide(text: str, limit: int) -> tuple[str, int]:
     dropped = len(text) - limit
     return (text[: limit - tail] + f"\n[output truncated: {dropped:,} characters not shown]\n"
             + (text[-tail:] if tail else "")), dropped
+
+
+def snapshot_cells(snapshot: Any) -> list[str]:
+    """The cells an interpreter's snapshot (``{"cells": [code, …]}``, or None: none) replays, checked: a string
+    would run letter by letter, so anything else is a `ValueError`."""
+    cells = (snapshot or {}).get("cells", []) if isinstance(snapshot, (dict, type(None))) else None
+    if not (isinstance(cells, list) and all(isinstance(c, str) for c in cells)):
+        raise ValueError(f"a Python snapshot is {{'cells': [code, …]}}, not {str(snapshot)[:100]}")
+    return list(cells)

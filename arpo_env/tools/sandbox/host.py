@@ -51,7 +51,7 @@ import weakref
 from dataclasses import asdict, dataclass
 from importlib import resources
 
-from arpo_env.tools.protocol import MAX_SECONDS, MAX_WHOLE, ToolOutput, elide, limit_problem
+from arpo_env.tools.protocol import MAX_SECONDS, MAX_WHOLE, ToolOutput, elide, limit_problem, snapshot_cells
 from arpo_env.tools.sandbox.channel import recv_message, send_message
 
 SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "template.py")
@@ -558,12 +558,8 @@ class LocalSandbox:
 
     def restore(self, snapshot: dict | None) -> None:
         """Replace the interpreter with a fresh one that has run the snapshot's cells (output discarded)."""
-        cells = (snapshot or {}).get("cells", []) if isinstance(snapshot, (dict, type(None))) else None
-        # a string would run letter by letter
-        if not (isinstance(cells, list) and all(isinstance(c, str) for c in cells)):
-            raise ValueError(f"a Python snapshot is {{'cells': [code, …]}}, not {str(snapshot)[:100]}")
+        cells = snapshot_cells(snapshot)
         self._slot.kill()
-        cells = list(cells)
         self.history = []
         if not cells:
             return
