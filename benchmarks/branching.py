@@ -23,8 +23,8 @@ import gymnasium as gym
 from _warmup import warmed_model
 
 import arpo_env  # noqa: F401
-from arpo_algo.core.config import add_rollout_flags, from_flags
 from arpo_algo.core.branching import branch_probability
+from arpo_algo.core.config import add_rollout_flags, from_flags
 from arpo_algo.core.tree import write_jsonl
 from arpo_algo.generation.hf_generator import HFGenerator
 from arpo_algo.generation.models import generation_device

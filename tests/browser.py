@@ -7,7 +7,6 @@ through `websocket-client` and records console errors, uncaught exceptions and f
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import tempfile

@@ -215,17 +215,17 @@ def test_a_page_that_extraction_would_take_minutes_over_is_read_as_plain_text_in
 def test_a_plain_text_stand_in_is_not_cached_and_the_overrun_is_not_waited_out_again(server, tmp_path, monkeypatch):
     from collections import OrderedDict
 
-    from arpo_env.scoring import worker_pool as bounded
+    from arpo_env.scoring import worker_pool
     from arpo_env.tools import browse
 
     calls = []
-    real_call = bounded.WorkerPool.call
+    real_call = worker_pool.WorkerPool.call
 
     def counting_call(self, op, *args, **kwargs):
         calls.append(op)
         return real_call(self, op, *args, **kwargs)
 
-    monkeypatch.setattr(bounded.WorkerPool, "call", counting_call)
+    monkeypatch.setattr(worker_pool.WorkerPool, "call", counting_call)
     monkeypatch.setattr(browse, "_OVERRAN", OrderedDict())  # what earlier tests' overruns left is not this test's
     tool = BrowseTool(cache=ToolCache(tmp_path / "c.sqlite"), extract_timeout_s=1.0, private_hosts=True)
     first = tool.call(f"{server}/paragraphs")
@@ -251,12 +251,12 @@ def test_a_page_waits_for_a_busy_page_worker_no_longer_than_its_bound(monkeypatc
 
     from conftest import wait_until
 
-    from arpo_env.scoring import worker_pool as bounded
+    from arpo_env.scoring import worker_pool
     from arpo_env.tools import browse
 
     monkeypatch.setattr(browse, "_OVERRAN", OrderedDict())
     slow = "<html><body>" + "".join(f"<p>PARA-{i} of the results</p>" for i in range(80_000)) + "</body></html>"
-    page_pool = bounded.pool("page")
+    page_pool = worker_pool.pool("page")
     browse.extract_text(ARTICLE, "http://example.org/warm", 30.0)  # the workers have started
     busy = [threading.Thread(target=browse.extract_text, args=(slow, f"http://example.org/slow/{i}", 4.0))
             for i in range(page_pool.size)]

@@ -80,12 +80,12 @@ def test_selection_and_clear_errors():
     for empty in ("", " , "):  # ran nothing and wrote an empty table
         with pytest.raises(SystemExit, match="--benchmarks names no benchmark"):
             select(empty)
-    from arpo_algo.cli.eval import command as evaluation_command
+    from arpo_algo.cli.eval import command as eval_command
 
     for flags, words in [(["--top-p", "0"], "--top-p must be in"), (["--temperature", "-1"], "--temperature must"),
                          (["--max-new-tokens", "-5"], "--max-new-tokens=-5")]:  # before any model or sample
         with pytest.raises(SystemExit, match=words):
-            evaluation_command.main(["--model", "no-model-needed", "--benchmarks", "gsm8k", *flags])
+            eval_command.main(["--model", "no-model-needed", "--benchmarks", "gsm8k", *flags])
 
 
 def test_table_has_the_paper_layout_and_the_paper_numbers():
@@ -209,15 +209,15 @@ def test_each_sample_is_written_as_it_ends_so_an_interrupt_loses_only_those_unde
     the next run does the others, each once."""
     from tiny_agent import TASK
 
-    from arpo_algo.cli.eval import benchmarks as evaluation_benchmarks
-    from arpo_algo.cli.eval import runner as evaluation_runner
+    from arpo_algo.cli.eval import benchmarks as eval_benchmarks
+    from arpo_algo.cli.eval import runner as eval_runner
     from arpo_algo.generation.hf_generator import HFGenerator
 
     (tmp_path / "data" / "gsm8k").mkdir(parents=True)
     (tmp_path / "data" / "gsm8k" / "test.jsonl").write_text(
         "".join(json.dumps({"question": TASK["question"], "answer": "#### 42"}) + "\n" for _ in range(3)))
 
-    class InterruptedAfterOne(evaluation_runner.RolloutRunner):  # Ctrl-C as the first sample is written
+    class InterruptedAfterOne(eval_runner.RolloutRunner):  # Ctrl-C as the first sample is written
         def run(self, bench, make_env, indices, runs, s, record):
             def then_interrupt(rec):
                 record(rec)
@@ -225,13 +225,13 @@ def test_each_sample_is_written_as_it_ends_so_an_interrupt_loses_only_those_unde
 
             super().run(bench, make_env, indices, runs, s, then_interrupt)
 
-    s = evaluation_runner.Settings(max_new_tokens=24, max_completion_tokens=256)
-    args = ([evaluation_benchmarks.BENCHMARKS["gsm8k"]], None, str(tmp_path / "data"), None, 2, s, tmp_path / "eval")
+    s = eval_runner.Settings(max_new_tokens=24, max_completion_tokens=256)
+    args = ([eval_benchmarks.BENCHMARKS["gsm8k"]], None, str(tmp_path / "data"), None, 2, s, tmp_path / "eval")
     with pytest.raises(KeyboardInterrupt):
-        evaluation_runner.evaluate(args[0], InterruptedAfterOne(HFGenerator(agent, tokenizer)), *args[2:])
+        eval_runner.evaluate(args[0], InterruptedAfterOne(HFGenerator(agent, tokenizer)), *args[2:])
     lines = (tmp_path / "eval" / "samples.jsonl").read_text().splitlines()
     assert len(lines) == 1  # the chunk holds all six samples: before, none was written until all were done
-    results = evaluation_runner.evaluate(args[0], evaluation_runner.RolloutRunner(HFGenerator(agent, tokenizer)), *args[2:])
+    results = eval_runner.evaluate(args[0], eval_runner.RolloutRunner(HFGenerator(agent, tokenizer)), *args[2:])
     after = (tmp_path / "eval" / "samples.jsonl").read_text().splitlines()
     assert after[0] == lines[0] and len(after) == 6
     assert sorted((json.loads(x)["index"], json.loads(x)["run"]) for x in after) == [(i, r) for i in range(3)
@@ -246,8 +246,8 @@ def test_samples_made_on_other_data_are_made_again_not_reported_as_these(agent, 
     question is the same are reused, and the others are made again."""
     from tiny_agent import TASK
 
-    from arpo_algo.cli.eval import benchmarks as evaluation_benchmarks
-    from arpo_algo.cli.eval import runner as evaluation_runner
+    from arpo_algo.cli.eval import benchmarks as eval_benchmarks
+    from arpo_algo.cli.eval import runner as eval_runner
     from arpo_algo.generation.hf_generator import HFGenerator
 
     def data(folder, questions):
@@ -258,17 +258,17 @@ def test_samples_made_on_other_data_are_made_again_not_reported_as_these(agent, 
 
     first = data(tmp_path / "a", [TASK["question"], TASK["question"] + " Say it twice."])
     second = data(tmp_path / "b", [TASK["question"] + " Show your work.", TASK["question"] + " Say it twice."])
-    s, out, runner = evaluation_runner.Settings(max_new_tokens=24, max_completion_tokens=256), tmp_path / "eval", \
-        evaluation_runner.RolloutRunner(HFGenerator(agent, tokenizer))
-    evaluation_runner.evaluate([evaluation_benchmarks.BENCHMARKS["gsm8k"]], runner, first, None, 1, s, out)
-    results = evaluation_runner.evaluate([evaluation_benchmarks.BENCHMARKS["gsm8k"]], runner, second, None, 1, s, out)
+    s, out, runner = eval_runner.Settings(max_new_tokens=24, max_completion_tokens=256), tmp_path / "eval", \
+        eval_runner.RolloutRunner(HFGenerator(agent, tokenizer))
+    eval_runner.evaluate([eval_benchmarks.BENCHMARKS["gsm8k"]], runner, first, None, 1, s, out)
+    results = eval_runner.evaluate([eval_benchmarks.BENCHMARKS["gsm8k"]], runner, second, None, 1, s, out)
     lines = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
     assert [(r["index"], r["question"]) for r in lines] == [
         (0, TASK["question"]), (1, TASK["question"] + " Say it twice."), (0, TASK["question"] + " Show your work.")]
     assert [r["question"] for r in results["gsm8k"]] == [TASK["question"] + " Show your work.",
                                                          TASK["question"] + " Say it twice."]
-    assert [r["question"] for r in evaluation_runner.evaluate(  # and a third run reads the new record, not the first one
-        [evaluation_benchmarks.BENCHMARKS["gsm8k"]], runner, second, None, 1, s, out)["gsm8k"]] == [
+    assert [r["question"] for r in eval_runner.evaluate(  # and a third run reads the new record, not the first one
+        [eval_benchmarks.BENCHMARKS["gsm8k"]], runner, second, None, 1, s, out)["gsm8k"]] == [
         r["question"] for r in results["gsm8k"]]
     assert len((out / "samples.jsonl").read_text().splitlines()) == 3
 
@@ -281,9 +281,9 @@ def test_lines_of_samples_jsonl_that_are_no_sample_records_are_passed_over_and_m
     loaded, or on a TypeError at the table, after the whole run."""
     from tiny_agent import TASK
 
-    from arpo_algo.cli.eval import benchmarks as evaluation_benchmarks
-    from arpo_algo.cli.eval import command as evaluation_command
-    from arpo_algo.cli.eval import runner as evaluation_runner
+    from arpo_algo.cli.eval import benchmarks as eval_benchmarks
+    from arpo_algo.cli.eval import command as eval_command
+    from arpo_algo.cli.eval import runner as eval_runner
     from arpo_algo.generation.hf_generator import HFGenerator
 
     (tmp_path / "data" / "gsm8k").mkdir(parents=True)
@@ -295,27 +295,27 @@ def test_lines_of_samples_jsonl_that_are_no_sample_records_are_passed_over_and_m
                                         # the table read its score after the whole run: a TypeError, the table lost
                                         b'{"benchmark": "gsm8k", "index": 0, "run": 0, "score": "high", '
                                         b'"tool_calls": 1, "error": null}\n')
-    s = evaluation_runner.Settings(max_new_tokens=24, max_completion_tokens=256)
-    results = evaluation_runner.evaluate([evaluation_benchmarks.BENCHMARKS["gsm8k"]], evaluation_runner.RolloutRunner(
+    s = eval_runner.Settings(max_new_tokens=24, max_completion_tokens=256)
+    results = eval_runner.evaluate([eval_benchmarks.BENCHMARKS["gsm8k"]], eval_runner.RolloutRunner(
         HFGenerator(agent, tokenizer)), str(tmp_path / "data"), None, 1, s, out)
     assert [(r["index"], r["run"], r["error"]) for r in results["gsm8k"]] == [(0, 0, None)]
     err = capsys.readouterr().err
     assert f"{out / 'samples.jsonl'}:1: passed over a line that is no sample record" in err and ":2: passed" in err
     assert ":4: passed" in err and results["gsm8k"][0]["score"] == 1.0
-    assert evaluation_command._line_count(out / "samples.jsonl") == 5
+    assert eval_command._line_count(out / "samples.jsonl") == 5
 
 
 @pytest.mark.slow
 def test_a_model_server_that_does_not_answer_stops_the_run_with_what_is_done_kept(tmp_path):
     """Nothing listens at the address (a server down, an engine dead): after its retries the first sample stops the
     run, instead of every sample waiting as long and writing an error."""
-    from arpo_algo.cli.eval import command as evaluation_command
+    from arpo_algo.cli.eval import command as eval_command
 
     (tmp_path / "data" / "gsm8k").mkdir(parents=True)
     (tmp_path / "data" / "gsm8k" / "test.jsonl").write_text(
         "".join(json.dumps({"question": f"What is {i} + 1?", "answer": f"#### {i + 1}"}) + "\n" for i in range(40)))
     with pytest.raises(SystemExit, match="no answer in 5 tries"):
-        evaluation_command.main(["--model", "m", "--backend", "openai", "--base-url", "http://127.0.0.1:9/v1", "--benchmarks",
+        eval_command.main(["--model", "m", "--backend", "openai", "--base-url", "http://127.0.0.1:9/v1", "--benchmarks",
                          "gsm8k", "--data-dir", str(tmp_path / "data"), "--out", str(tmp_path / "eval")])
     samples = tmp_path / "eval" / "samples.jsonl"
     assert not samples.exists() or samples.read_text() == ""
@@ -353,7 +353,7 @@ def test_a_base_url_that_is_a_web_site_stops_the_run_with_its_words(web_page_ser
     """A base URL that names a web site (501 or 405 to a POST, or a page with 200) made every sample an error record
     reading "</html>" (the last line of the page) and a table of zeros; an error a server gives one sample is one line
     of its words."""
-    from arpo_algo.cli.eval import command as evaluation_command
+    from arpo_algo.cli.eval import command as eval_command
 
     server, handler = web_page_server
     (tmp_path / "data" / "gsm8k").mkdir(parents=True)
@@ -365,13 +365,13 @@ def test_a_base_url_that_is_a_web_site_stops_the_run_with_its_words(web_page_ser
     for status in (501, 405, 200):
         handler.status = status
         with pytest.raises(SystemExit) as info:
-            evaluation_command.main(argv)
+            eval_command.main(argv)
         message = str(info.value.code)
         assert f"answered {status}" in message and "Site Not here No & API at /v1/chat/completions" in message
         assert "\n" not in message and "<" not in message.split("answered")[1]
         assert not samples.exists() or samples.read_text() == ""
     handler.status = 422  # this request's fault, as far as anyone can tell: an error record each, and the run goes on
-    evaluation_command.main(argv + ["--limit", "1"])
+    eval_command.main(argv + ["--limit", "1"])
     error = json.loads(samples.read_text().splitlines()[0])["error"]
     assert error.startswith("ChatError: ") and error.endswith("answered 422: Site Not here No & API at "
                                                               "/v1/chat/completions")
@@ -384,8 +384,8 @@ def test_a_judge_serving_another_model_at_the_same_url_is_another_setting(tmp_pa
     asked before any sample and kept in settings.json; a judge that is down then is no reason to refuse."""
     from chat_server import serve_replies
 
-    from arpo_algo.cli.eval import command as evaluation_command
-    from arpo_env.scoring import judge as qa_metrics
+    from arpo_algo.cli.eval import command as eval_command
+    from arpo_env.scoring import judge as judge_module
 
     (tmp_path / "data" / "webwalker").mkdir(parents=True)
     (tmp_path / "data" / "webwalker" / "test.jsonl").write_text(
@@ -397,33 +397,33 @@ def test_a_judge_serving_another_model_at_the_same_url_is_another_setting(tmp_pa
             "direct", "--benchmarks", "webwalker", "--data-dir", str(tmp_path / "data"), "--judge", url, "--out",
             str(out)]
     try:
-        monkeypatch.setattr(qa_metrics, "_JUDGES", {})
-        evaluation_command.main(argv + ["--limit", "1"])
+        monkeypatch.setattr(judge_module, "_JUDGES", {})
+        eval_command.main(argv + ["--limit", "1"])
         assert json.loads((out / "settings.json").read_text())["judge_served"] == "judge-a"
         (sample,) = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
         assert sample["judged"] is True and sample["score"] == 1.0
         judge.shutdown()
         judge.server_close()
         judge = serve_replies(["Correct"], model="judge-b", port=judge.server_port)  # another model, the same URL
-        monkeypatch.setattr(qa_metrics, "_JUDGES", {})  # a new process's
+        monkeypatch.setattr(judge_module, "_JUDGES", {})  # a new process's
         with pytest.raises(SystemExit, match=f"other settings \\(the judge at {url} serves 'judge-b', not "
                                              "'judge-a'\\)"):
-            evaluation_command.main(argv)
+            eval_command.main(argv)
         assert len((out / "samples.jsonl").read_text().splitlines()) == 1
     finally:
         for server in (policy, judge):
             server.shutdown()
             server.server_close()
     settings = json.loads((out / "settings.json").read_text())
-    evaluation_command.same_settings(out, {**settings, "judge_served": None})  # the judge down at this run's start
+    eval_command.same_settings(out, {**settings, "judge_served": None})  # the judge down at this run's start
     (out / "settings.json").write_text(json.dumps({**settings, "judge_served": None}))  # or at the first run's
-    evaluation_command.same_settings(out, {**settings, "judge_served": "judge-b"})
+    eval_command.same_settings(out, {**settings, "judge_served": "judge-b"})
     # kept from then on: a judge down at the first run's start left it null for good, so no later change was told
     assert json.loads((out / "settings.json").read_text())["judge_served"] == "judge-b"
     with pytest.raises(SystemExit, match="serves 'judge-c', not 'judge-b'"):
-        evaluation_command.same_settings(out, {**settings, "judge_served": "judge-c"})
+        eval_command.same_settings(out, {**settings, "judge_served": "judge-c"})
     with pytest.raises(SystemExit, match=r"other settings \(judge 'http[^,]*'\)"):  # another URL: said once
-        evaluation_command.same_settings(out, {**settings, "judge": url + "/x", "judge_served": "judge-b"})
+        eval_command.same_settings(out, {**settings, "judge": url + "/x", "judge_served": "judge-b"})
 
 
 @pytest.mark.slow
@@ -432,8 +432,8 @@ def test_samples_scored_by_f1_while_the_judge_was_down_are_judged_when_a_run_res
     the judge back: its F1 score was mixed into the judged column for good (only `--out` elsewhere judged it)."""
     from chat_server import serve_replies
 
-    from arpo_algo.cli.eval import command as evaluation_command
-    from arpo_env.scoring import judge as qa_metrics
+    from arpo_algo.cli.eval import command as eval_command
+    from arpo_env.scoring import judge as judge_module
 
     (tmp_path / "data" / "webwalker").mkdir(parents=True)
     (tmp_path / "data" / "webwalker" / "test.jsonl").write_text(
@@ -449,16 +449,16 @@ def test_samples_scored_by_f1_while_the_judge_was_down_are_judged_when_a_run_res
             str(out), "--limit", "2"]
     samples = out / "samples.jsonl"
     try:
-        monkeypatch.setattr(qa_metrics, "_JUDGES", {})
-        evaluation_command.main(argv)
+        monkeypatch.setattr(judge_module, "_JUDGES", {})
+        eval_command.main(argv)
         assert [(r["judged"], r["score"]) for r in map(json.loads, samples.read_text().splitlines())] == [
             (False, 1.0)] * 2
-        monkeypatch.setattr(qa_metrics, "_JUDGES", {})  # a new process's
-        evaluation_command.main(argv)  # still down: kept as they were
+        monkeypatch.setattr(judge_module, "_JUDGES", {})  # a new process's
+        eval_command.main(argv)  # still down: kept as they were
         assert len(samples.read_text().splitlines()) == 2
         judge = serve_replies(["Incorrect"] * 2, model="judge-a", port=port)
-        monkeypatch.setattr(qa_metrics, "_JUDGES", {})
-        evaluation_command.main(argv)
+        monkeypatch.setattr(judge_module, "_JUDGES", {})
+        eval_command.main(argv)
     finally:
         for server in (policy, judge):
             server.shutdown()
@@ -470,12 +470,12 @@ def test_samples_scored_by_f1_while_the_judge_was_down_are_judged_when_a_run_res
 
 
 def test_closing_an_openai_runner_closes_its_connections_and_a_later_request_opens_new_ones(web_page_server):
-    from arpo_algo.cli.eval import runner as evaluation_runner
+    from arpo_algo.cli.eval import runner as eval_runner
     from arpo_env.scoring.chat_client import ChatError
 
     server, handler = web_page_server
     handler.status = 422  # an answer each time, no retry: the request reaches the server
-    runner = evaluation_runner.OpenAIRunner(f"http://127.0.0.1:{server.server_port}", "m", retries=0)
+    runner = eval_runner.OpenAIRunner(f"http://127.0.0.1:{server.server_port}", "m", retries=0)
     messages = [{"role": "user", "content": "What is 1 + 1?"}]
     for _ in range(2):
         with pytest.raises(ChatError, match="answered 422"):

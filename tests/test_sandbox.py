@@ -407,8 +407,8 @@ def test_a_greeting_that_names_a_process_outside_the_sandbox_is_not_adopted(box,
     """A fork's copy says its pid in its first word on its new channel, and closing the copy kills that pid. A cell
     past the audit hook can take the copy's end of the channel from the fork's message and name any process of the
     user (the trainer): it was adopted, and killed. Only a process in the sandbox's own group is adopted."""
-    from arpo_env.tools.sandbox.host import WorkerLost, _Process
     from arpo_env.tools.sandbox.channel import send_message
+    from arpo_env.tools.sandbox.host import WorkerLost, _Process
 
     box.call("x = 41")
     group = box._slot.process.group

@@ -104,7 +104,7 @@ def test_scoring_is_linear_in_nested_boxes_and_wrappers():
     """A model that writes 100,000 nested boxes (800 KB; beyond an env's transcript budget, not beyond a TRL
     completion scored by `qa_reward`) or wrappers is scored in about a second; matching each box by scanning
     forward from it took 13 s for 4,000 and would take hours here."""
-    from arpo_env.scoring import judge as qa_metrics
+    from arpo_env.scoring import judge
 
     n = 100_000
     nested = "\\boxed{" * n + "Paris" + "}" * n
@@ -113,7 +113,7 @@ def test_scoring_is_linear_in_nested_boxes_and_wrappers():
     assert tags.unwrap_text("\\text{" * n + "Paris" + "}" * n) == "Paris"
     assert tags.unwrap_text("\\text{a} " * n).split() == ["a"] * n
     assert tags.boxed("\\boxed{" * n) is None
-    assert qa_metrics.judge_verdict("<" * (8 * n) + " correct") is True
+    assert judge.judge_verdict("<" * (8 * n) + " correct") is True
 
 
 @pytest.mark.timeout(60)  # a hang guard, not a speed measurement: it takes a fraction of a second here
@@ -323,12 +323,12 @@ def test_reward_works_off_the_main_thread():
 def test_prose_is_compared_as_text_without_a_scoring_worker(monkeypatch):
     """math-verify reads plain prose as a product of letters (any order of the words is equal) and takes a second or
     more on a few hundred characters: a prose answer is compared as text, in the caller's thread."""
-    from arpo_env.scoring import worker_pool as bounded
+    from arpo_env.scoring import worker_pool
 
     def no_worker(*args, **kwargs):
         raise AssertionError("prose went to a scoring worker")
 
-    monkeypatch.setattr(bounded.WorkerPool, "call", no_worker)
+    monkeypatch.setattr(worker_pool.WorkerPool, "call", no_worker)
     long = "the answer is the number of apples that Tom has left after he gives some away " * 40
     assert not math_equivalence.math_equal(long, "42")
     assert math_equivalence.math_equal(long.upper() + "!", f"\\text{{{long}}}")
@@ -341,16 +341,16 @@ def test_answers_beyond_math_verify_are_not_equal_without_a_scoring_worker(monke
     """A power tower, a huge factorial or brackets nested deep take math-verify seconds (9^{9^9}: 5.6 s) or more than
     its bound, and the worker is then replaced: they are seen in a linear pass and are not equal, in the caller's
     thread. Ordinary answers, symbolic towers and a gold that is itself beyond reach still go to the worker."""
-    from arpo_env.scoring import worker_pool as bounded
+    from arpo_env.scoring import worker_pool
 
     calls = []
-    real_call = bounded.WorkerPool.call
+    real_call = worker_pool.WorkerPool.call
 
     def counted(self, *args, **kwargs):
         calls.append(args[1])
         return real_call(self, *args, **kwargs)
 
-    monkeypatch.setattr(bounded.WorkerPool, "call", counted)
+    monkeypatch.setattr(worker_pool.WorkerPool, "call", counted)
     monkeypatch.setattr(math_equivalence, "_verdicts", type(math_equivalence._verdicts)())  # none kept from the tests before
     beyond = ["9^{9^{9^{9}}}", "9^{9^9}", "3^{3^{3^{3}}}", "10^{10^{7}}", "(10^{6})!", "9!!!!", "\\frac{1}{2}^{10^{9}}",
               "10**10**10", "(2x)^{10^{7}}", "1+" + "{" * 11 + "1" + "}" * 11, "\\frac{1}{" * 15 + "2" + "}" * 15,

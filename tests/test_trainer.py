@@ -700,12 +700,12 @@ def test_dapo_redraws_in_the_steps_one_generation(undecided, tokenizer, tmp_path
     """DAPO's redraws of uniform groups run in the step's one generation. Each redraw entered a generation of its
     own: under ZeRO-3 and FSDP 2 entering one gathers the parameters from every process, and a process redraws as
     often as its own groups need, so one that redrew more than another waited in a gather the others never made."""
-    from arpo_algo.training import distributed as arpo_trainer
+    from arpo_algo.training import distributed
     from arpo_algo.training.trainer import ARPOTrainer
 
     entered = []
-    enter = arpo_trainer._HFGeneration.__enter__
-    monkeypatch.setattr(arpo_trainer._HFGeneration, "__enter__", lambda gen: (entered.append(gen), enter(gen))[1])
+    enter = distributed._HFGeneration.__enter__
+    monkeypatch.setattr(distributed._HFGeneration, "__enter__", lambda gen: (entered.append(gen), enter(gen))[1])
     wrong = {**TASK, "answer": "7"}  # the agent answers 42 or 43: every group's rewards are equal, and redrawn
     from datasets import Dataset
 

@@ -3,9 +3,9 @@ checks of each. `ARPOConfig` and ``arpo rollout`` read their fields and defaults
 
 from __future__ import annotations
 
+import argparse
 import math
 import numbers
-import argparse
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping, Sequence
 

@@ -78,9 +78,15 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from arpo_algo.core.branching import (
+    capacity,
+    decide,
+    expected_trajectories,
+    speculation_pays,
+    top_ups_needed,
+    uniform_draw,
+)
 from arpo_algo.core.config import RolloutConfig
-from arpo_algo.core.branching import (capacity, decide, expected_trajectories, speculation_pays, top_ups_needed,
-                                      uniform_draw)
 from arpo_algo.core.entropy import window_entropy
 from arpo_algo.core.tree import RolloutTree, Trajectory
 from arpo_algo.generation.models import prompt_ids, text_ids
