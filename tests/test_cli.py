@@ -451,10 +451,10 @@ def test_the_trees_file_of_a_rollout_is_hidden_from_the_sandbox(tmp_path):
 
     from conftest import assert_hidden_from_the_sandbox
 
-    from arpo_algo.cli.rollout import _rollout_parser, rollout_env_kwargs
+    from arpo_algo.cli.rollout import add_rollout_parser, rollout_env_kwargs
 
     parser = argparse.ArgumentParser()
-    _rollout_parser(parser.add_subparsers(dest="command"))
+    add_rollout_parser(parser.add_subparsers(dest="command"))
     trees = tmp_path / "trees.jsonl"
     trees.write_text('{"task": {"answer": "204"}}\n')
     kwargs = rollout_env_kwargs(parser.parse_args(["rollout", "--env-kwargs", '{"max_tool_calls": 2}', "--out",
@@ -470,12 +470,12 @@ def test_rollout_flags_and_trainer_fields_are_made_from_rollout_config():
     import argparse
     from dataclasses import fields
 
-    from arpo_algo.cli.rollout import _rollout_parser
+    from arpo_algo.cli.rollout import add_rollout_parser
     from arpo_algo.core.config import TRAINER_NAMES, RolloutConfig, from_flags, from_trainer
     from arpo_algo.training.config import ARPOConfig
 
     parser = argparse.ArgumentParser()
-    _rollout_parser(parser.add_subparsers(dest="command"))
+    add_rollout_parser(parser.add_subparsers(dest="command"))
     budget = {"max_new_tokens": 512, "max_completion_tokens": 4096}  # the backend's budget, given by the command
     assert from_flags(parser.parse_args(["rollout"]), **budget) == RolloutConfig()
     changed = from_flags(parser.parse_args(["rollout", "--num_generations", "4", "-Z", "3", "--entropy-k", "5",

@@ -604,7 +604,8 @@ def test_capacity_bounds_what_a_path_can_still_become(agent, tokenizer):
     path = PathState(0, 0, engine.generator.new_path([1]), env, tool_steps_left=engine._tool_steps_left(env))
     assert engine._capacity(path) == 2 ** 4  # four tool steps left, Z = 2: a full binary tree of branches
     engine._on_step(path, env.step("<python>path = 1</python>"), [])
-    assert path.tool_steps_left == 3 and engine._capacity(path) == 2 ** 3  # updated by the rollout, once the step is back
+    # updated by the rollout, once the step is back
+    assert path.tool_steps_left == 3 and engine._capacity(path) == 2 ** 3
     assert GRPORollout(HFGenerator(agent, tokenizer), make_env, RolloutConfig(4, 4))._capacity(path) == 1
     path.topup = 0
     assert engine._capacity(path) == 1  # a top-up is a trajectory-level sample: it never branches

@@ -704,8 +704,8 @@ def test_dapo_redraws_in_the_steps_one_generation(undecided, tokenizer, tmp_path
     from arpo_algo.training.trainer import ARPOTrainer
 
     entered = []
-    enter = distributed._HFGeneration.__enter__
-    monkeypatch.setattr(distributed._HFGeneration, "__enter__", lambda gen: (entered.append(gen), enter(gen))[1])
+    enter = distributed.HFGeneration.__enter__
+    monkeypatch.setattr(distributed.HFGeneration, "__enter__", lambda gen: (entered.append(gen), enter(gen))[1])
     wrong = {**TASK, "answer": "7"}  # the agent answers 42 or 43: every group's rewards are equal, and redrawn
     from datasets import Dataset
 

@@ -9,7 +9,7 @@ import signal
 import sys
 from typing import Sequence
 
-from arpo_algo.cli.rollout import _rollout_parser, rollout_main
+from arpo_algo.cli.rollout import add_rollout_parser, rollout_main
 
 MODULE_COMMANDS = {"train": "arpo_algo.training.train", "sft": "arpo_algo.training.sft",
                    "eval": "arpo_algo.cli.eval.command", "view": "arpo_algo.cli.viewer"}
@@ -100,7 +100,7 @@ def _main(argv: list[str]) -> int:
     sub.add_parser("sft", help="cold-start SFT on tool-use trajectories (arpo sft --config recipe.yaml)")
     sub.add_parser("eval", help="evaluate on the paper's benchmarks (arpo eval --model M --benchmarks … --out DIR)")
     sub.add_parser("view", help="HTML report of rollout trees or a training run (arpo view PATH --out report.html)")
-    _rollout_parser(sub)
+    add_rollout_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "rollout":
         return rollout_main(args)

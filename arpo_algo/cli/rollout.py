@@ -16,7 +16,7 @@ from arpo_algo.core.config import add_rollout_flags, default, from_flags
 from arpo_algo.generation.factory import make_generator
 
 
-def _rollout_parser(sub: Any) -> None:
+def add_rollout_parser(sub: Any) -> None:
     p = sub.add_parser("rollout", help="sample ARPO or GRPO rollout trees and write them as JSONL",
                        description="Sample rollout trees of a model on an arpo_env environment.")
     p.add_argument("--model", default="smollm2-135m", help="hub id, local path, or smollm2-135m (embedded)")

@@ -92,6 +92,7 @@ from arpo_algo.core.tree import RolloutTree, Trajectory
 from arpo_algo.generation.models import prompt_ids, text_ids
 from arpo_algo.generation.protocol import Generator, Path, SamplingParams, Segment
 from arpo_algo.rollout.paths import PathState, Phase, TaskState
+from arpo_env import tags
 
 
 class ARPORollout:
@@ -712,7 +713,7 @@ class _Loop:
         self.tools: dict[Future, PathState] = {}
         self.cohorts: list[list[Future]] = []
         self.trees: list[RolloutTree | None] = [None] * tasks
-        self.params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(_stop_strings()),
+        self.params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(tags.close_tags()),
                                      cfg.entropy_k)
         self.lockstep = getattr(generator, "lockstep", True)
         self.stepped = getattr(generator, "stepped", False)
@@ -726,9 +727,3 @@ def _checked_tasks(tasks: Sequence[Any]) -> list[dict[str, Any] | int]:
             raise ValueError(f"task {t}: a task is an index into the env's dataset or a dict {{'question', "
                              f"'answer'}}, not {type(task).__name__} {str(task)[:100]!r}")
     return tasks
-
-
-def _stop_strings() -> list[str]:
-    from arpo_env import tags
-
-    return tags.close_tags()

@@ -13,7 +13,7 @@ import torch
 from arpo_algo.settings import ConfigError
 
 
-class _HFGeneration:
+class HFGeneration:
     """Generate with the trained model itself: unwrapped for generation (DeepSpeed ZeRO-3 parameters gathered,
     FSDP 1 parameters summoned, FSDP 2 units held unsharded), in eval mode and without gradients, then back to
     training."""

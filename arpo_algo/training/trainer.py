@@ -46,7 +46,7 @@ from arpo_algo.environments import hide_from_sandbox
 from arpo_algo.rollout.scheduler import ARPORollout, GRPORollout
 from arpo_algo.settings import ConfigError
 from arpo_algo.training.config import ARPOConfig
-from arpo_algo.training.distributed import _HFGeneration, check_processes_joined, lockstep_problem
+from arpo_algo.training.distributed import HFGeneration, check_processes_joined, lockstep_problem
 from arpo_env.integrations.trl_dataset import row_task, task_dataset
 
 
@@ -274,7 +274,7 @@ class ARPOTrainer(GRPOTrainer):
 
                 return nullcontext(VLLMGenerator(self.vllm_generation.llm, self._tokenizer))
             return nullcontext(self._server_generator())
-        return _HFGeneration(self)
+        return HFGeneration(self)
 
     def _sync_vllm_weights(self) -> None:
         """Push the trained weights into vLLM: TRL's sync, except where it cannot work

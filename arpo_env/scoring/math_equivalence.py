@@ -11,7 +11,7 @@ from concurrent.futures import Future
 from typing import Any, Mapping
 
 from arpo_env.scoring.failures import record
-from arpo_env.scoring.math_text import _DECIMAL, _KINDS_OF, _OPTION, _as_latex, prose, tidy, unit
+from arpo_env.scoring.math_text import DECIMAL, KINDS_OF, OPTION_LETTER, as_latex, prose, tidy, unit
 from arpo_env.scoring.qa_metrics import aliases, choice_letter
 from arpo_env.scoring.tractable import FAR_LONGER, MIN_FAR_LONGER, intractable
 
@@ -86,7 +86,7 @@ def _as_matrix(text: str, shape: str) -> str | None:
     return "\\begin{pmatrix}" + "\\\\".join("&".join(r or []) for r in rows) + "\\end{pmatrix}"
 
 
-_OPTION_GOLD = re.compile(r"\s*" + _OPTION + r"\s*")
+_OPTION_GOLD = re.compile(r"\s*" + OPTION_LETTER + r"\s*")
 """A gold that is a multiple-choice option's letter, as MATH writes it (``\\text{(C)}``)."""
 
 
@@ -107,7 +107,7 @@ def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None
     so is one word against a gold written as text (``\text{ellipse}``: "an ellipse." is equal, and "ellipses" goes on
     to math-verify).
     An answer in one unit of measure is not equal to a gold alias in another (`unit`: ``5.4 dollars`` and
-    ``5.4\text{ cents}``; math-verify drops units; a degree Celsius or Fahrenheit is a degree, `_KINDS_OF`); a number
+    ``5.4\text{ cents}``; math-verify drops units; a degree Celsius or Fahrenheit is a degree, `KINDS_OF`); a number
     without a unit, or a word that is no unit, is not taken for one.
     One beyond math-verify's reach (`intractable`: a power tower, brackets nested deep) is not equal, at once, unless a
     gold alias is beyond it too; nor is one far longer than every gold (`FAR_LONGER`).
@@ -133,7 +133,7 @@ def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None
         return True
     measured = unit(text)
     if measured is not None:  # math-verify drops units: "18 cents" must not equal 18 dollars
-        golds = [g for g in golds if unit(g) in (None, measured, *_KINDS_OF.get(measured, ()))]
+        golds = [g for g in golds if unit(g) in (None, measured, *KINDS_OF.get(measured, ()))]
         if not golds:
             return False
     words = prose(text)
@@ -158,7 +158,7 @@ def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None
     return bare is not None and _verdict(bare, tuple(golds), timeout_s)
 
 
-_PLAIN_NUMBER = re.compile(r"[+-]?" + _DECIMAL)
+_PLAIN_NUMBER = re.compile(r"[+-]?" + DECIMAL)
 
 
 def _listed(gold: str) -> bool:
@@ -241,9 +241,9 @@ def math_equal_unbounded(prediction: str, golds: list[str]) -> bool:
     timeout = 5 if threading.current_thread() is threading.main_thread() else None
     configs = [LatexExtractionConfig(), ExprExtractionConfig()]
     try:
-        pred = parse(_as_latex(prediction), extraction_config=configs, parsing_timeout=timeout)
+        pred = parse(as_latex(prediction), extraction_config=configs, parsing_timeout=timeout)
         for g in golds:
-            target = parse(_as_latex(g), extraction_config=configs, parsing_timeout=timeout)
+            target = parse(as_latex(g), extraction_config=configs, parsing_timeout=timeout)
             if target and pred and not _numbers_apart(target[0], pred[0]) and verify(
                     target, pred, timeout_seconds=timeout, allow_set_relation_comp=True):
                 return True

@@ -15,7 +15,7 @@ from arpo_env.scoring.qa_metrics import normalize_answer
 # --------------------------------------------------------------------------------------------------------------------
 # Correctness
 # --------------------------------------------------------------------------------------------------------------------
-def _as_latex(text: str) -> str:
+def as_latex(text: str) -> str:
     text = str(text).strip()
     return text if "\\boxed" in text else f"\\boxed{{{text}}}"
 
@@ -52,12 +52,12 @@ _SPACED_DIGITS = re.compile(r"([+-]?\d{1,3}(?:[ \u00a0\u202f]\d{3})+)((?:\.\d+)?
 _TIE = re.compile(r"(?<!\\)~")
 """TeX's tie, a space that does not break (``16~\\text{cm}``, ``x~=~5``: math-verify read neither), once digit groups
 (``10~080``) are taken; not an accent (``\\~{n}``)."""
-_DECIMAL = r"(?:\d+(?:\.\d*)?|\.\d+)"
+DECIMAL = r"(?:\d+(?:\.\d*)?|\.\d+)"
 """A number's digits with perhaps a decimal point (``12``, ``12.5``, ``.5``), no sign."""
-_JUXTAPOSED = re.compile(r"[+-]?" + _DECIMAL + r"(?:\s+" + _DECIMAL + r")+")
+_JUXTAPOSED = re.compile(r"[+-]?" + DECIMAL + r"(?:\s+" + DECIMAL + r")+")
 """Numbers side by side and nothing else (``3 5``, ``5 1 3 6``), once mixed numbers and spaced digit groups are taken:
 math-verify added whole ones (``3 4 5`` was 12) and multiplied decimals (``3.5 2`` was 7); `tidy` lists them."""
-_E_NOTATION = re.compile(r"([+-]?" + _DECIMAL + r")[eE]([+-]?\d{1,7})")  # linear: the answer is hostile
+_E_NOTATION = re.compile(r"([+-]?" + DECIMAL + r")[eE]([+-]?\d{1,7})")  # linear: the answer is hostile
 _FULLWIDTH = {**{cp: cp - 0xFEE0 for cp in range(0xFF01, 0xFF5F)}, 0x3000: 0x20}
 """Full-width forms of ASCII (``１２``, ``＋``, the ideographic space) to ASCII: only these, not all of NFKC, which
 reads ``10²`` as 102."""
@@ -218,7 +218,7 @@ _UNIT_WORDS = re.compile(r"(?:(?:square|sq|cubic|cu)\.?\s+)?(?:(deg(?:ree)?s?)\.
                          r"(\s+per\s+hour)?")
 _TEMPERATURES = {"c": "celsius", "celsius": "celsius", "f": "fahrenheit", "fahrenheit": "fahrenheit"}
 """A temperature's scale by its names after ``degrees`` (``18 degrees C``, ``18 degrees Fahrenheit``)."""
-_KINDS_OF = {"celsius": ("degree",), "fahrenheit": ("degree",), "degree": ("celsius", "fahrenheit")}
+KINDS_OF = {"celsius": ("degree",), "fahrenheit": ("degree",), "degree": ("celsius", "fahrenheit")}
 """Units that agree though they differ: a degree (``18^\\circ``) is one of Celsius or of Fahrenheit, and either
 scale's degree is a degree; Celsius and Fahrenheit disagree."""
 _TEMPERATURE = re.compile(_NUMBER + r"\s*\^\s*(?:\{\s*\\circ\s*\}|\\circ)\s*"  # no two spaces' runs in a row: linear
@@ -259,9 +259,9 @@ _STYLE = re.compile(r"\\(?:display|text|script|scriptscript)style(?![A-Za-z])\s*
 _REPEATING = re.compile(r"([+-]?)(\d{0,50})\.(\d{0,50})\\(?:overline|dot)\s*\{(\d{1,50})\}")
 """A repeating decimal (``0.\\overline{3}``, ``1.2\\overline{45}``): math-verify read the ``\\overline`` as a bar over
 digits, not as 1/3. `tidy` writes the fraction."""
-_OPTION = r"(?:\\(?:textbf|text|mathrm|mathbf)\s*\{\s*\(([A-Z])\)\s*\}|\(([A-Z])\))"
+OPTION_LETTER = r"(?:\\(?:textbf|text|mathrm|mathbf)\s*\{\s*\(([A-Z])\)\s*\}|\(([A-Z])\))"
 """A multiple-choice option's mark (``(C)``, ``\\text{(C)}``, ``\\textbf{(C) }``), its letter in group 1 or 2."""
-_OPTION_MARK = re.compile(_OPTION + r"(?:\s|\\[ ,;:]|\\q?quad(?![A-Za-z])|~)*(?=-?(?:\d|\\[dt]?frac|\\sqrt))")
+_OPTION_MARK = re.compile(OPTION_LETTER + r"(?:\s|\\[ ,;:]|\\q?quad(?![A-Za-z])|~)*(?=-?(?:\d|\\[dt]?frac|\\sqrt))")
 """The mark of an AMC option before its value, as AoPS's solutions box it (``\\textbf{(B) }12``,
 ``\\textbf{(B)}\\ 12``): `tidy` reads the value (math-verify read none)."""
 _EMPTY_SET = re.compile(r"\\varnothing(?![A-Za-z])")
@@ -286,13 +286,13 @@ _PYTHONIC = re.compile(r"\*\*|(?<![A-Za-z_\\])(?:sqrt|exp|log|pi|oo|Fraction|Rat
 """What Python and SymPy print and LaTeX does not write: a power ``**``, ``sqrt(2)``, ``exp``, ``log``, ``pi``,
 ``oo``, a complex number ``7j`` or ``7*I``, a number's repr (``Fraction(1, 3)``, ``np.float64(12.5)``)."""
 _PY_REPR = re.compile(r"(?:Fraction|Rational)\(\s*([+-]?\d+)\s*,\s*([+-]?\d+)\s*\)"
-                      r"|(?:(?:np|numpy)\.)?(?:float|int)(?:16|32|64|128)?\(\s*([+-]?" + _DECIMAL + r")\s*\)"
-                      r"|Decimal\(\s*(['\"])([+-]?" + _DECIMAL + r")\4\s*\)")
+                      r"|(?:(?:np|numpy)\.)?(?:float|int)(?:16|32|64|128)?\(\s*([+-]?" + DECIMAL + r")\s*\)"
+                      r"|Decimal\(\s*(['\"])([+-]?" + DECIMAL + r")\4\s*\)")
 """The repr of a number that the interpreter shows as a cell's value: ``Fraction(1, 3)``, ``np.float64(12.5)``,
 ``Decimal('12.5')``."""
 _PY_NAME = re.compile(r"[^\W\d]\w*")
-_PY_NUMBER = re.compile(_DECIMAL)
-_PY_OPERAND = re.compile(_DECIMAL + r"|[^\W\d]\w*")
+_PY_NUMBER = re.compile(DECIMAL)
+_PY_OPERAND = re.compile(DECIMAL + r"|[^\W\d]\w*")
 _PY_CALLS = {"sqrt": ("\\sqrt{", "}"), "exp": ("e^{", "}"), "log": ("\\ln(", ")")}
 _PY_CONSTANTS = {"pi": "\\pi ", "oo": "\\infty ", "I": "i"}
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from arpo_algo.cli.eval.benchmarks import GROUPS, Benchmark, metric_label
-from arpo_algo.cli.eval.runner import _count
+from arpo_algo.cli.eval.runner import count_of
 
 
 # The table ------------------------------------------------------------------------------------------------------------
@@ -99,7 +99,8 @@ def table(summary: dict[str, dict[str, float]], benchmarks: list[Benchmark], jud
            "the last <answer> (else the last \\boxed{}) whatever the format; format failures are the samples that "
            "broke the training format (scored all the same)." + (" Judge fallbacks: samples scored by F1 because "
                                                                   "the judge was unreachable." if judge else ""), ""]
-    md += [f"- {b.column}: {_count(summary[b.name]['samples'], 'item')}, {_count(summary[b.name]['errors'], 'error')}, "
+    md += [f"- {b.column}: {count_of(summary[b.name]['samples'], 'item')}, "
+           f"{count_of(summary[b.name]['errors'], 'error')}, "
            f"{summary[b.name]['tool_calls']:.2f} tool calls per question, "
            f"{summary[b.name].get('format_failures', 0.0):.1f}% format failures"
            + (f", {int(summary[b.name].get('judge_fallbacks', 0))} judge fallbacks" if judge else "")

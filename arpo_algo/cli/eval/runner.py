@@ -217,8 +217,8 @@ class OpenAIRunner:
     def episode(self, make_env: Callable[[], Any], index: int, s: Settings, seed: int,
                 stop: threading.Event | None = None) -> tuple[dict, Any]:
         """One sample: ``(task, trajectory)``. `stop`, once set, ends it before its next turn (`EpisodeStopped`)."""
-        from arpo_algo.rollout.scheduler import _stop_strings
         from arpo_env.scoring.chat_client import ChatError
+        from arpo_env.tags import close_tags
 
         env = make_env()
         try:
@@ -233,7 +233,7 @@ class OpenAIRunner:
                 if room <= 0:
                     return info["task"], _TextTrajectory(env, {}, truncated=True)
                 try:
-                    action, usage = self.complete(messages, s, _stop_strings(), seed + 104729 * turn, room)
+                    action, usage = self.complete(messages, s, close_tags(), seed + 104729 * turn, room)
                 except ChatError as exc:
                     if exc.context_overflow:  # the conversation has outgrown the model's context
                         return info["task"], _TextTrajectory(env, {}, truncated=True)
@@ -343,7 +343,7 @@ def dataset_questions(bench: Benchmark, kwargs: dict[str, Any]) -> list[str]:
     return questions
 
 
-def _count(n: int, noun: str) -> str:
+def count_of(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
@@ -370,7 +370,7 @@ def evaluate(benchmarks: list[Benchmark], runner: Any, data_dir: str | None, lim
         for key in other:
             del done[key]
         if other:
-            print(f"arpo eval: {bench.name}: {_count(len(other), 'sample')} in {path} answered other questions than "
+            print(f"arpo eval: {bench.name}: {count_of(len(other), 'sample')} in {path} answered other questions than "
                   "the data's items now hold (another --data-dir, or changed data): made again", file=sys.stderr)
         if bench.metric == "judge" and s.judge:
             rejudge(path, bench.name, [rec for key, rec in done.items() if key[0] == bench.name and key[1] < n], s,
@@ -427,7 +427,7 @@ def rejudge(path: Path, name: str, records: list[dict[str, Any]], s: Settings, w
                 sink.write(json.dumps(rec, ensure_ascii=False) + "\n")
                 sink.flush()
                 judged += 1
-    print(f"arpo eval: {name}: {judged} of the {_count(len(stale), 'sample')} scored by F1 when the judge could not "
+    print(f"arpo eval: {name}: {judged} of the {count_of(len(stale), 'sample')} scored by F1 when the judge could not "
           "judge them judged now" + ("" if judged == len(stale) else "; the others keep their F1 score"),
           file=sys.stderr)
 

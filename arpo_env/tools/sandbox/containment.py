@@ -46,7 +46,7 @@ _SET_ASYNC_EXC = None
 """CPython's ``PyThreadState_SetAsyncExc``, taken through ctypes before the guard is armed (`template_main`)."""
 
 
-def _interrupt_threads(guard: "Guard", idents: set[int]) -> None:
+def interrupt_threads(guard: "Guard", idents: set[int]) -> None:
     """Raise `ThreadTimeout` in each of these threads (at their next bytecode: a thread blocked in C gets it when
     the call returns)."""
     if _SET_ASYNC_EXC is None:
@@ -99,7 +99,7 @@ _PATH_EVENTS = {
     "shutil.make_archive": (0,), "os.setxattr": (0,), "os.removexattr": (0,), "os.chflags": (0,),
 }
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
-_O_TMPFILE = getattr(os, "O_TMPFILE", 0)
+O_TMPFILE_FLAG = getattr(os, "O_TMPFILE", 0)
 _WRITABLE_DEVICES = {"/dev/null"}
 
 
@@ -141,10 +141,10 @@ class Guard:
         self.hidden: tuple[str, ...] = ()
         """Real paths no cell may open or list (the tasks' answers, the host's keys)."""
         self.files = ""
-        """The kernel's rules for files this worker runs under (`_landlock`'s words; empty: none, the hook alone)."""
+        """The kernel's rules for files this worker runs under (`landlock`'s words; empty: none, the hook alone)."""
         self.mapped = False
         """A cell has mapped memory (``mmap``, SQLite): a fork then looks for shared maps to make its own
-        (`_remap_shared`, some 0.5 ms, spared the forks of cells that never map)."""
+        (`remap_shared`, some 0.5 ms, spared the forks of cells that never map)."""
         self._local = threading.local()  # trust and re-entry are per thread: a cell's threads never share them
 
     def trusted(self) -> "_Trusted":
@@ -228,7 +228,8 @@ class Guard:
             if writes and self.quota is not None and not isinstance(path, int):
                 if not folder:
                     self.quota.admit(path)
-                elif isinstance(flags, int) and flags & _O_TMPFILE == _O_TMPFILE and _O_TMPFILE:  # an unnamed file
+                elif isinstance(flags, int) and flags & O_TMPFILE_FLAG == O_TMPFILE_FLAG and O_TMPFILE_FLAG:
+                    # an unnamed file in the folder
                     self.quota.admit(os.path.join(os.fsdecode(path), "#unnamed"))  # type: ignore[arg-type]
         elif event in _PATH_EVENTS:
             for i in _PATH_EVENTS[event]:
@@ -407,7 +408,7 @@ class _Trusted:
         self.guard._local.trusted -= 1
 
 
-def _private_network() -> str:
+def private_network() -> str:
     """Move this process into a network namespace with no interfaces up; return what was done."""
     try:
         import ctypes  # loaded before the guard is armed; the guard refuses ctypes calls afterwards
@@ -430,7 +431,7 @@ def _private_network() -> str:
     return ""
 
 
-def _drop_capabilities() -> str:
+def drop_capabilities() -> str:
     """Give up every Linux capability this process holds, for it and all it forks; return what was done.
 
     A worker of a host that runs as root would otherwise keep root's powers that no audit hook sees: ``os.mknod``
@@ -467,7 +468,7 @@ _SECCOMP_ARCHES = {
 aarch64), and the numbers of the calls refused: execve, execveat, memfd_create, setsid, setpgid."""
 
 
-def _seccomp_filter() -> str:
+def seccomp_filter() -> str:
     """Forbid this process and all it forks to run a program or make a memory file, by a seccomp filter; return what
     was done.
 
@@ -568,7 +569,7 @@ def _readable_around(hidden: tuple[str, ...]) -> list[str]:
     return readable
 
 
-def _landlock(root: str, hidden: tuple[str, ...]) -> str:
+def landlock(root: str, hidden: tuple[str, ...]) -> str:
     """Restrict this process and all it forks, by the kernel's Landlock, to writing under `root` (the folder of every
     worker's working directory) and ``/dev/null``, and to reading no file under the `hidden` paths; return what was
     done. Call it before any cell runs: it cannot be undone.
@@ -623,12 +624,12 @@ def _landlock(root: str, hidden: tuple[str, ...]) -> str:
         return ""
 
 
-def _refuse_unaudited() -> None:
+def refuse_unaudited() -> None:
     """Have the loaded C functions that raise no audit event and that the sandbox refuses say so: running a program
     (`_posixsubprocess.fork_exec`), a memory file (``os.memfd_create``), a session or process group of its own
     (``os.setsid``, ``os.setpgid``, ``os.setpgrp``), POSIX shared memory (its files live in /dev/shm, outside
     the working directory, and outlast the worker). A fresh copy of such a module still gets past this, but not
-    past `_seccomp_filter`, except to shared memory."""
+    past `seccomp_filter`, except to shared memory."""
     import posix
 
     def refuse(what: str, name: str):  # noqa: ANN202
@@ -724,7 +725,7 @@ class _ThreadSemLock:
         raise SandboxViolation("sandbox: a lock from another process cannot be used here")
 
 
-def _local_semaphores() -> None:
+def local_semaphores() -> None:
     """Give multiprocessing semaphores of this process (`_ThreadSemLock`) in place of POSIX ones."""
     try:
         import _multiprocessing
@@ -735,7 +736,7 @@ def _local_semaphores() -> None:
         _multiprocessing.SemLock = _ThreadSemLock
 
 
-def _guard_node_makers(guard: Guard) -> None:
+def guard_node_makers(guard: Guard) -> None:
     """Check `os.mknod` and `os.mkfifo`, which raise no audit event, like the calls that do: only inside the working
     directory, and within its quota. (Device nodes the kernel refuses anyway: the workers hold no capabilities.)
     And have `shutil.rmtree` work by path: its descriptor-based way opens directories, which the guard refuses."""
@@ -763,7 +764,7 @@ def _guard_node_makers(guard: Guard) -> None:
             setattr(os, name, getattr(posix, name))
 
 
-def _guard_sqlite(guard: Guard) -> None:
+def guard_sqlite(guard: Guard) -> None:
     """Make `sqlite3.connect` give each connection the guard's authorizer. SQLite writes its files in C: the guard
     checks the database a connection opens (the ``sqlite3.connect`` event), but ``ATTACH`` and ``VACUUM INTO`` make
     files that no event reports. (The event for a new connection comes before it can take an authorizer, so the
@@ -784,7 +785,7 @@ def _guard_sqlite(guard: Guard) -> None:
     sqlite3.connect = sqlite3.dbapi2.connect = connect  # type: ignore[assignment]
 
 
-def _guard_socketpair(guard: Guard) -> None:
+def guard_socketpair(guard: Guard) -> None:
     """Let `socket.socketpair` make its two connected local sockets, which reach nothing but each other: asyncio's
     event loop wakes itself with one, and ``asyncio.run`` failed with "network access is not allowed". Every other
     socket stays refused, local ones too: one made around a descriptor the cell holds (its channel to the host)
@@ -802,7 +803,7 @@ def _guard_socketpair(guard: Guard) -> None:
     socket.socketpair = socketpair  # type: ignore[assignment]
 
 
-def _set_subreaper() -> None:
+def set_subreaper() -> None:
     try:
         import ctypes
 

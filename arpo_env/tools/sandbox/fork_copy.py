@@ -27,7 +27,7 @@ from channel import (
     _S_ISREG,
     _WRITE,
 )
-from containment import _O_TMPFILE
+from containment import O_TMPFILE_FLAG
 
 
 def _in_copy(real: str, old: str, new: str) -> str | None:
@@ -36,13 +36,13 @@ def _in_copy(real: str, old: str, new: str) -> str | None:
     return new + real[len(old):] if real == old or real.startswith(old + os.sep) else None
 
 
-def _moved(path: str, old: str, new: str) -> str:
+def moved_path(path: str, old: str, new: str) -> str:
     """`path` (followed to its real path) in the fork's folder where it is in the parent's; any other path as it is."""
     moved = _in_copy(_REALPATH(path), old, new)
     return path if moved is None else moved
 
 
-def _reopen_files(old: str, new: str) -> None:
+def reopen_files(old: str, new: str) -> None:
     """In a fork: the files the cell holds open in the parent's folder (a log it writes, an SQLite connection) are
     the copy's files from now on, at the same place in each and for the same use. A fork shares its descriptors'
     files with its parent, so the copy's writes went to the parent's files (and past its own disk quota, which counts
@@ -77,9 +77,9 @@ _DELETED = " (deleted)"
 
 def _unnamed_copy(fd: int, folder: str, flags: int) -> int:
     """A new unnamed file in `folder` with the contents of the unnamed file open at `fd`, open with `flags`."""
-    if not _O_TMPFILE:
+    if not O_TMPFILE_FLAG:
         raise OSError(errno.EOPNOTSUPP, "no O_TMPFILE")
-    copy = _OPEN(folder, _O_TMPFILE | os.O_RDWR, 0o600)
+    copy = _OPEN(folder, O_TMPFILE_FLAG | os.O_RDWR, 0o600)
     try:
         source = _OPEN(f"/proc/self/fd/{fd}", os.O_RDONLY)  # the same file, readable whatever `fd` was opened for
         try:
@@ -104,13 +104,13 @@ def _unnamed_copy(fd: int, folder: str, flags: int) -> int:
 
 _MMAP = _MPROTECT = _STRING_AT = _MEMMOVE = None
 """``mmap`` and ``mprotect`` of the C library and ctypes' ``string_at`` and ``memmove``, taken before any cell runs
-(`_take_mapping_calls`), for `_remap_shared`: nothing a cell rebinds runs in a fork's trusted steps."""
+(`take_mapping_calls`), for `remap_shared`: nothing a cell rebinds runs in a fork's trusted steps."""
 _PROT_READ, _PROT_WRITE, _PROT_EXEC = 1, 2, 4
 _MAP_SHARED, _MAP_FIXED, _MAP_ANONYMOUS = 0x01, 0x10, 0x20
 _SHARED_ANONYMOUS = "/dev/zero (deleted)"
 
 
-def _take_mapping_calls() -> None:
+def take_mapping_calls() -> None:
     global _MMAP, _MPROTECT, _STRING_AT, _MEMMOVE
     if containment._LIBC is None:
         return
@@ -126,7 +126,7 @@ def _take_mapping_calls() -> None:
         pass
 
 
-def _remap_shared(old: str, new: str) -> None:
+def remap_shared(old: str, new: str) -> None:
     """In a fork: the memory a cell maps shared is the copy's own. A file of the parent's folder mapped shared
     (``np.memmap``, ``mmap.mmap`` of a file, SQLite's ``-shm``) is mapped again at the same address from the copy's
     file; an anonymous shared map (``mmap.mmap(-1, n)``) becomes a new one with the same contents. A fork keeps shared
@@ -175,7 +175,7 @@ def _remap_shared(old: str, new: str) -> None:
 
 
 
-def _stat_fields(pid: int | str = "self") -> list[str] | None:
+def stat_fields(pid: int | str = "self") -> list[str] | None:
     """The fields of ``/proc/<pid>/stat`` after the process's name (its state first), or None when it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:

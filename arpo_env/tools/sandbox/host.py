@@ -157,7 +157,7 @@ class _Process:
         self.sock, self.workdir = sock, workdir
         self.greeting = greeting
         self.group = group
-        """The template's process group, which every worker is in (the kernel keeps them there: `_seccomp_filter`)."""
+        """The template's process group, which every worker is in (the kernel keeps them there: `seccomp_filter`)."""
         self.unanswered = 0
         self.pid: int | None = None
         self.pidfd: int | None = None

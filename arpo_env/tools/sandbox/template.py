@@ -62,18 +62,18 @@ from channel import recv_message, send_message
 from containment import (
     DiskQuota,
     Guard,
-    _drop_capabilities,
-    _guard_node_makers,
-    _guard_socketpair,
-    _guard_sqlite,
-    _landlock,
-    _local_semaphores,
-    _private_network,
-    _refuse_unaudited,
-    _seccomp_filter,
-    _set_subreaper,
+    drop_capabilities,
+    guard_node_makers,
+    guard_socketpair,
+    guard_sqlite,
+    landlock,
+    local_semaphores,
+    private_network,
+    refuse_unaudited,
+    seccomp_filter,
+    set_subreaper,
 )
-from fork_copy import _stat_fields, _take_mapping_calls
+from fork_copy import stat_fields, take_mapping_calls
 from worker import Worker
 
 
@@ -97,7 +97,7 @@ def _become_worker(sock: socket.socket, workdir: str, limits: dict, guard: Guard
     guard.hidden = tuple(h for h in (os.path.realpath(p) for p in limits.get("hidden_paths", ()))
                          if not any(k == h or k.startswith(h + os.sep) for k in kept))  # what would hide Python itself
     with guard.trusted():  # before any cell runs: the kernel's rules for files, which no cell can undo
-        guard.files = _landlock(os.path.dirname(guard.root), guard.hidden)
+        guard.files = landlock(os.path.dirname(guard.root), guard.hidden)
     if disk > 0 or entries > 0:
         guard.quota = DiskQuota(guard.root, disk if disk > 0 else sys.maxsize, file_cap, entries)
         file_cap = guard.quota.file_cap
@@ -128,10 +128,10 @@ def _virtual_memory_bytes() -> int:
 
 def template_main(fd: int, preload: list[str]) -> None:
     os.setsid()  # one process group for the template and every worker: the host can kill them all at once
-    _set_subreaper()
+    set_subreaper()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # exited workers are reaped by the kernel: no zombies
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in the host's terminal is for the host
-    network = _private_network()
+    network = private_network()
     try:
         import ctypes
 
@@ -140,24 +140,24 @@ def template_main(fd: int, preload: list[str]) -> None:
         containment._LIBC = ctypes.CDLL(None, use_errno=True)
     except Exception:  # noqa: BLE001 - without it, the cells' threads are not interrupted (only timed)
         pass
-    _take_mapping_calls()
+    take_mapping_calls()
     for name in preload:
         try:
             __import__(name)
         except Exception:  # noqa: BLE001 - a missing optional module must not stop the sandbox
             pass
-    capabilities = _drop_capabilities()  # after the namespace, which needs them, and the imports
+    capabilities = drop_capabilities()  # after the namespace, which needs them, and the imports
     import gc
 
     gc.collect()
     gc.freeze()  # keep preloaded objects out of later collections: pages stay shared after fork
-    programs = _seccomp_filter()
+    programs = seccomp_filter()
     guard = Guard()
-    _guard_sqlite(guard)
-    _guard_node_makers(guard)
-    _guard_socketpair(guard)
-    _refuse_unaudited()
-    _local_semaphores()
+    guard_sqlite(guard)
+    guard_node_makers(guard)
+    guard_socketpair(guard)
+    refuse_unaudited()
+    local_semaphores()
     sys.addaudithook(guard)
     with guard.trusted():
         chan = socket.socket(fileno=fd)
@@ -203,7 +203,7 @@ def _end_workers(wait_s: float = 2.0) -> None:
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == me:
             continue
-        fields = _stat_fields(name)
+        fields = stat_fields(name)
         if fields and int(fields[2]) == group:  # state, ppid, pgrp
             others.append(int(name))
             try:
@@ -212,7 +212,7 @@ def _end_workers(wait_s: float = 2.0) -> None:
                 pass
     deadline = time.monotonic() + wait_s
     while others and time.monotonic() < deadline:
-        others = [pid for pid in others if (_stat_fields(pid) or ["X"])[0] not in ("Z", "X")]  # none: gone
+        others = [pid for pid in others if (stat_fields(pid) or ["X"])[0] not in ("Z", "X")]  # none: gone
         time.sleep(0.01)
 
 

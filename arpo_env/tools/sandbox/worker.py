@@ -34,8 +34,8 @@ from channel import (
     recv_message,
     send_message,
 )
-from containment import CellTimeout, Guard, _interrupt_threads
-from fork_copy import _moved, _remap_shared, _reopen_files, _stat_fields
+from containment import CellTimeout, Guard, interrupt_threads
+from fork_copy import moved_path, remap_shared, reopen_files, stat_fields
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 """The sandbox's own folder: a traceback shows a cell's frames, not the worker's."""
@@ -247,7 +247,7 @@ class Worker:
             self.in_cell = False  # one interrupt per cell: the other timer must not fire inside the handler
             kind = "wall-clock" if signum == signal.SIGALRM else "CPU"
             running = self._running(0.02)  # the threads that run end with the cell's time; waiting ones stay
-            _interrupt_threads(self.guard, running)
+            interrupt_threads(self.guard, running)
             deadline = _MONOTONIC() + 0.5
             for thread in threading.enumerate():  # their tracebacks go to the cell's output
                 if thread.ident in running:
@@ -326,7 +326,7 @@ class Worker:
                 finally:
                     os._exit(1)
             if i not in self.interrupted and self.ran[i] > limit:
-                _interrupt_threads(self.guard, {i})
+                interrupt_threads(self.guard, {i})
                 self.interrupted[i] = self.ran[i]
                 self.stopped += 1
 
@@ -346,7 +346,7 @@ class Worker:
         just before it ended may not have a Python frame yet, and `threading` never lists it."""
         try:
             with self.guard.trusted():
-                return int(_stat_fields()[17]) > 1  # num_threads
+                return int(stat_fields()[17]) > 1  # num_threads
         except (TypeError, ValueError, IndexError):
             return threading.active_count() > 1 or len(sys._current_frames()) > 1
 
@@ -397,12 +397,12 @@ class Worker:
                 except OSError:  # the cell removed its current folder
                     cwd = old
                 try:
-                    _CHDIR(_moved(cwd, old, new))
+                    _CHDIR(moved_path(cwd, old, new))
                 except OSError:
                     _CHDIR(new)
-                _reopen_files(old, new)
+                reopen_files(old, new)
                 if self.guard.mapped:
-                    _remap_shared(old, new)
+                    remap_shared(old, new)
             self.guard.root = new
             if self.guard.quota is not None:
                 self.guard.quota = self.guard.quota.moved_to(self.guard.root)
@@ -411,10 +411,10 @@ class Worker:
             try:
                 for name in ("TMPDIR", "MPLCONFIGDIR"):
                     if isinstance(os.environ.get(name), str):
-                        os.environ[name] = _moved(os.environ[name], old, new)
+                        os.environ[name] = moved_path(os.environ[name], old, new)
                 tempfile = sys.modules.get("tempfile")
                 if isinstance(getattr(tempfile, "tempdir", None), str):
-                    tempfile.tempdir = _moved(tempfile.tempdir, old, new)
+                    tempfile.tempdir = moved_path(tempfile.tempdir, old, new)
             except Exception:  # what a cell made of them: the copy starts all the same
                 pass
             self._forget_threads()  # a fork has no thread but this one, and a CPU clock of its own
