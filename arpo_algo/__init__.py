@@ -8,6 +8,10 @@ The package is layered; each layer imports only those above it in this list:
 * `arpo_algo.training`: `ARPOConfig` and `ARPOTrainer` on TRL, ``arpo train`` and ``arpo sft``;
 * `arpo_algo.cli`: the ``arpo`` command, ``arpo eval`` and ``arpo view``.
 
+Beside them, modules any layer may use: `settings` (`ConfigError` and checks), `environments` (making envs from a
+user's arguments), `jsonl` (logs that survive a kill), `flags` (the command line's conventions) and `extras` (which
+extra brings which import).
+
 The public names below are imported on first use, so that ``import arpo_algo`` needs neither torch nor TRL:
 ``ARPOConfig`` and ``ARPOTrainer`` need the training extra (``pip install 'arpo[train]'``).
 """
@@ -35,4 +39,13 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'arpo_algo' has no attribute {name!r}")
     import importlib
 
-    return getattr(importlib.import_module(_PUBLIC[name]), name)
+    try:
+        module = importlib.import_module(_PUBLIC[name])
+    except ModuleNotFoundError as exc:  # an extra not installed: say which (arpo_algo.extras)
+        from arpo_algo.extras import install_hint
+
+        hint = install_hint(exc)
+        if hint is None:
+            raise
+        raise ModuleNotFoundError(f"arpo_algo.{name} {hint}", name=exc.name) from None
+    return getattr(module, name)

@@ -92,3 +92,32 @@ def sole_writer(path: str | os.PathLike, busy: str, folder: bool = False, wait: 
                 os.remove(path)
     finally:
         os.close(fd)  # the lock with it
+
+
+class OutputFolder:
+    """What `removed_if_unused` yields: set `failed` for a command that fails without raising (an exit status)."""
+
+    failed = False
+
+
+@contextmanager
+def removed_if_unused(folder: str | os.PathLike, has_results: Callable[[], bool]) -> Iterator[OutputFolder]:
+    """A command's output `folder`, removed with what is in it when the command fails (an exception, Ctrl-C, or
+    `OutputFolder.failed`) before `has_results()` holds, if the command made it: a run that stopped at a bad model
+    or dataset left an empty or half-made folder behind. A folder that was there before is never removed."""
+    import shutil
+
+    made = not os.path.exists(folder)
+    run = OutputFolder()
+
+    def clean() -> None:
+        if made and os.path.isdir(folder) and not has_results():
+            shutil.rmtree(folder, ignore_errors=True)
+
+    try:
+        yield run
+    except BaseException:
+        clean()
+        raise
+    if run.failed:
+        clean()

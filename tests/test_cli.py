@@ -33,7 +33,7 @@ def test_arpo_rollout_writes_trees(tiny_model_dir, tmp_path):
     out = tmp_path / "trees.jsonl"
     cmd = [sys.executable, "-m", "arpo_algo.cli", "rollout", "--model", str(tiny_model_dir), "--env", "ARPO-Math-v0",
            "--dataset", "arithmetic:10:3", "--tasks", "2", "--algo", "arpo", "-M", "3", "-N", "2",
-           "--max-new-tokens", "8", "--max-completion-tokens", "64", "--out", str(out)]
+           "--max_new_tokens", "8", "--max_completion_tokens", "64", "--out", str(out)]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert result.returncode == 0, result.stderr[-2000:]
@@ -103,19 +103,19 @@ def run_cli(*args, timeout=300):
      "Environment `Nope` doesn't exist. arpo's environments: ARPO-Math-v0, ARPO-QA-v0, ARPO-DeepSearch-v0"),  # was
     # Gymnasium's "Did you mean: `Hopper`?" alone
     (["rollout", "--env", "nomodule:Math-v0"], "arpo rollout: nomodule:Math-v0: No module named 'nomodule'"),  # a trace
-    (["rollout", "--dataset", "gsm8k", "--data-dir", "/nowhere"], "gsm8k"),
+    (["rollout", "--dataset", "gsm8k", "--data_dir", "/nowhere"], "gsm8k"),
     (["rollout", "--dataset", "gsm8k"], "data directory"),
     (["train", "--config", "/nowhere/recipe.yaml"], "No such file"),
     (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--top_k", "5"], "top_k"),
-    (["rollout", "--max-new-tokens", "0"], "at least one token (max_new_tokens=0"),  # was the default, silently
+    (["rollout", "--max_new_tokens", "0"], "at least one token (max_new_tokens=0"),  # was the default, silently
     (["rollout", "--dataset", "arithmetic:abc"], "N must be a whole number"),  # was int()'s ValueError traceback
-    (["rollout", "--batch-tasks", "0"], "--batch-tasks must be at least 1"),  # was range()'s ValueError traceback
+    (["rollout", "--batch_tasks", "0"], "--batch_tasks must be at least 1"),  # was range()'s ValueError traceback
     (["rollout", "-M", "4", "-N", "9"], "need 1 <= N (num_global=9) <= M (num_generations=4)"),  # was N=4, silently
     (["rollout", "--start", "100"], "--start must be a task of the dataset, from 0 to 99, not 100"),  # was nothing
     (["rollout", "--tasks", "0"], "arpo rollout: --tasks must be at least 1, not 0\n"),  # and "--start … (not 0)"
-    (["rollout", "--env-kwargs", "{max: 3}"], "--env-kwargs is not JSON"),
-    (["rollout", "--env-kwargs", '{"max_turns": 0}'], "max_turns must be a whole number of at least 1"),  # a traceback
-    (["rollout", "--env-kwargs", '{"sandbox": "e2b", "sandbox_options": {"api_key": ""}}'], "needs an API key"),
+    (["rollout", "--env_kwargs", "{max: 3}"], "--env_kwargs is not JSON"),
+    (["rollout", "--env_kwargs", '{"max_turns": 0}'], "max_turns must be a whole number of at least 1"),  # a traceback
+    (["rollout", "--env_kwargs", '{"sandbox": "e2b", "sandbox_options": {"api_key": ""}}'], "needs an API key"),
     (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--num_generations", "3"], "divisible by"),  # TRL's
     (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--max_stepz", "3"], "unknown flags: max_stepz"),
     # the paper's and arpo rollout's names: the nearest spellings were lora_alpha and data_seed
@@ -149,13 +149,13 @@ def run_cli(*args, timeout=300):
      "synthetic_family 'chain:0': its steps must be"),
     (["sft", "--config", "examples/recipes/smollm2_sft_cpu.yaml", "--env_id", "Nope-v0"],
      "arpo sft: Environment `Nope` doesn't exist. arpo's environments: ARPO-Math-v0"),  # Gymnasium's `Hopper`, late
-    (["eval", "--model", "x", "--benchmarks", "gsm8k", "--max-completion-tokens", "0"], "--max-completion-tokens=0"),
+    (["eval", "--model", "x", "--benchmarks", "gsm8k", "--max_completion_tokens", "0"], "--max_completion_tokens=0"),
     (["eval", "--model", "x", "--benchmarks", "gsm8k", "--runs", "0"], "--runs must be at least 1"),  # 0 samples
     (["eval", "--model", "x", "--benchmarks", "webwalker", "--judge", "127.0.0.1:8001/v1"],
      "--judge must be the http(s) URL of an OpenAI-compatible endpoint"),  # every sample's judge "unreachable": F1
-    (["eval", "--model", "x", "--benchmarks", "gsm8k", "--backend", "openai", "--base-url", "localhost:8000"],
-     "--base-url must be the http(s)"),
-    (["eval", "--model", "x", "--benchmarks", "gsm8k", "--max-tool-calls", "-1"], "--max-tool-calls must be at "
+    (["eval", "--model", "x", "--benchmarks", "gsm8k", "--backend", "openai", "--base_url", "localhost:8000"],
+     "--base_url must be the http(s)"),
+    (["eval", "--model", "x", "--benchmarks", "gsm8k", "--max_tool_calls", "-1"], "--max_tool_calls must be at "
                                                                                     "least 0"),  # was a traceback
     (["eval", "--model", "x", "--benchmarks", "gsm8k", "--seed", "-1"], "--seed must be at least 0"),
     (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--train_limit", "0"],
@@ -200,7 +200,7 @@ def test_an_env_argument_the_env_refuses_stops_train_before_the_cold_start(tmp_p
 
 
 def test_a_paper_table_eval_cannot_read_is_one_line_before_the_model_loads(tmp_path, arpo):
-    """`arpo eval --compare paper --paper-table T` read T only after the whole evaluation: a missing file, a column
+    """`arpo eval --compare paper --paper_table T` read T only after the whole evaluation: a missing file, a column
     missing or a value that is no number was a traceback then (the samples kept, the table not printed)."""
     missing_column = tmp_path / "no_method.tsv"
     missing_column.write_text("model\tgsm8k\nQwen2.5-7B-Instruct\t92.0\n")
@@ -211,8 +211,8 @@ def test_a_paper_table_eval_cannot_read_is_one_line_before_the_model_loads(tmp_p
     for table, words in [(tmp_path / "nowhere.tsv", "No such file"), (missing_column, "no 'method' column"),
                          (not_a_number, "is not a number"), (header_only, "no 'model' column")]:
         result = arpo("eval", "--model", "/nowhere/Qwen2.5-7B-Instruct", "--benchmarks", "gsm8k", "--compare",
-                         "paper", "--paper-table", str(table), "--out", str(tmp_path / "out"))
-        assert result.returncode == 2 and f"arpo eval: --paper-table {table}: " in result.stderr, result.stderr
+                         "paper", "--paper_table", str(table), "--out", str(tmp_path / "out"))
+        assert result.returncode == 2 and f"arpo eval: --paper_table {table}: " in result.stderr, result.stderr
         assert words in result.stderr and "Traceback" not in result.stderr and "/nowhere/Qwen" not in result.stderr
         assert not (tmp_path / "out").exists()  # nothing started
 
@@ -327,8 +327,8 @@ def test_rollout_writes_each_tree_as_it_finishes(tiny_model_dir, tmp_path):
 
     out = tmp_path / "trees.jsonl"
     cmd = [sys.executable, "-m", "arpo_algo.cli", "rollout", "--model", str(tiny_model_dir), "--dataset",
-           "arithmetic:50:3", "--tasks", "50", "--batch-tasks", "1", "-M", "2", "-N", "1", "--max-new-tokens", "8",
-           "--max-completion-tokens", "32", "--out", str(out)]
+           "arithmetic:50:3", "--tasks", "50", "--batch_tasks", "1", "-M", "2", "-N", "1", "--max_new_tokens", "8",
+           "--max_completion_tokens", "32", "--out", str(out)]
     proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
@@ -350,8 +350,8 @@ def test_rollout_interrupted_keeps_its_trees_and_says_so(tiny_model_dir, tmp_pat
 
     out = tmp_path / "trees.jsonl"
     cmd = [sys.executable, "-m", "arpo_algo.cli", "rollout", "--model", str(tiny_model_dir), "--dataset",
-           "arithmetic:500:3", "--tasks", "500", "--batch-tasks", "1", "-M", "2", "-N", "1", "--max-new-tokens", "8",
-           "--max-completion-tokens", "32", "--out", str(out)]
+           "arithmetic:500:3", "--tasks", "500", "--batch_tasks", "1", "-M", "2", "-N", "1", "--max_new_tokens", "8",
+           "--max_completion_tokens", "32", "--out", str(out)]
     # Ctrl-C as a terminal sends it, whatever this process inherited: a job started in the background (`cmd &`,
     # nohup) ignores SIGINT, its children inherit that, and Python then installs no KeyboardInterrupt handler
     proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
@@ -374,7 +374,7 @@ def test_rollout_to_a_reader_that_stops_ends_quietly(tiny_model_dir):
     """`arpo rollout --out - | head -1`: once the reader is gone the rollout stops with a pipe writer's status (141,
     as a shell reports SIGPIPE), not a BrokenPipeError traceback."""
     cmd = [sys.executable, "-m", "arpo_algo.cli", "rollout", "--model", str(tiny_model_dir), "--dataset",
-           "arithmetic:4:3", "--tasks", "2", "-M", "2", "-N", "1", "--max-new-tokens", "8", "--max-completion-tokens",
+           "arithmetic:4:3", "--tasks", "2", "-M", "2", "-N", "1", "--max_new_tokens", "8", "--max_completion_tokens",
            "32", "--out", "-"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -422,7 +422,7 @@ def test_an_eval_output_that_is_a_file_is_one_clear_line_before_any_work(tiny_mo
     """`arpo eval --out FILE` was a FileExistsError traceback."""
     taken = tmp_path / "taken"
     taken.write_text("not a folder")
-    result = arpo("eval", "--model", str(tiny_model_dir), "--benchmarks", "gsm8k", "--data-dir",
+    result = arpo("eval", "--model", str(tiny_model_dir), "--benchmarks", "gsm8k", "--data_dir",
                      str(data_dir / "eval"), "--limit", "1", "--out", str(taken))
     assert result.returncode == 2, result.stderr[-2000:]
     assert f"arpo eval: --out {taken} is a file, not a folder: give a folder for the results" in result.stderr
@@ -447,39 +447,33 @@ def test_the_trees_file_of_a_rollout_is_hidden_from_the_sandbox(tmp_path):
     """`arpo rollout`'s trees hold every task's answer, and a run appending to the file may roll the same tasks out
     again: its cells could read them (the trainer and `arpo eval` hid their outputs, `tests/test_trainer.py` and
     `tests/test_eval.py`; the rollout did not)."""
-    import argparse
-
     from conftest import assert_hidden_from_the_sandbox
 
-    from arpo_algo.cli.rollout import add_rollout_parser, rollout_env_kwargs
+    from arpo_algo.cli.rollout import make_parser, rollout_env_kwargs
 
-    parser = argparse.ArgumentParser()
-    add_rollout_parser(parser.add_subparsers(dest="command"))
+    parser = make_parser()
     trees = tmp_path / "trees.jsonl"
     trees.write_text('{"task": {"answer": "204"}}\n')
-    kwargs = rollout_env_kwargs(parser.parse_args(["rollout", "--env-kwargs", '{"max_tool_calls": 2}', "--out",
-                                                   str(trees)]))
+    kwargs = rollout_env_kwargs(parser.parse_args(["--env_kwargs", '{"max_tool_calls": 2}', "--out", str(trees)]))
     assert kwargs == {"max_tool_calls": 2, "sandbox_options": {"hidden_paths": (str(trees),)}}
-    assert "sandbox_options" not in rollout_env_kwargs(parser.parse_args(["rollout", "--out", "-"]))
+    assert "sandbox_options" not in rollout_env_kwargs(parser.parse_args(["--out", "-"]))
     assert_hidden_from_the_sandbox(kwargs, trees)
 
 
 def test_rollout_flags_and_trainer_fields_are_made_from_rollout_config():
     """`RolloutConfig` is the one place rollout settings are written: ``arpo rollout``'s flags (both spellings) and
     `ARPOConfig`'s fields (under TRL's names) are made from it, and both give back the config they stand for."""
-    import argparse
     from dataclasses import fields
 
-    from arpo_algo.cli.rollout import add_rollout_parser
+    from arpo_algo.cli.rollout import make_parser
     from arpo_algo.core.config import TRAINER_NAMES, RolloutConfig, from_flags, from_trainer
     from arpo_algo.training.config import ARPOConfig
 
-    parser = argparse.ArgumentParser()
-    add_rollout_parser(parser.add_subparsers(dest="command"))
+    parser = make_parser()
     budget = {"max_new_tokens": 512, "max_completion_tokens": 4096}  # the backend's budget, given by the command
-    assert from_flags(parser.parse_args(["rollout"]), **budget) == RolloutConfig()
-    changed = from_flags(parser.parse_args(["rollout", "--num_generations", "4", "-Z", "3", "--entropy-k", "5",
-                                            "--speculative-branches", "--min_spare_samples", "0"]), **budget)
+    assert from_flags(parser.parse_args([]), **budget) == RolloutConfig()
+    changed = from_flags(parser.parse_args(["--num_generations", "4", "-Z", "3", "--entropy_k", "5",
+                                            "--speculative_branches", "--min_spare_samples", "0"]), **budget)
     assert changed == RolloutConfig(num_generations=4, branch_factor=3, entropy_k=5, speculative_branches=True,
                                     min_spare_samples=0)
     trainer = ARPOConfig("unused", report_to="none")
@@ -521,7 +515,7 @@ def test_a_second_rollout_into_the_same_file_at_once_is_refused(tiny_model_dir, 
     had under way and appended them: every tree twice."""
     out = tmp_path / "trees.jsonl"
     args = ["rollout", "--model", str(tiny_model_dir), "--dataset", "arithmetic:4:3", "--tasks", "2", "-M", "2", "-N",
-            "1", "--max-new-tokens", "8", "--max-completion-tokens", "32", "--out", str(out)]
+            "1", "--max_new_tokens", "8", "--max_completion_tokens", "32", "--out", str(out)]
     first = stopped_run.stopped([sys.executable, "-m", "arpo_algo.cli", *args], "loading")
     try:
         second = run_cli(*args)
@@ -539,8 +533,8 @@ def test_a_second_eval_into_the_same_folder_at_once_is_refused(tiny_model_dir, t
     """Two `arpo eval` into one --out at once (the same model's default folder, one with --mode direct) each read the
     settings and samples at start: the second wrote its settings over the first's, and both appended samples."""
     out = tmp_path / "eval"
-    args = ["eval", "--model", str(tiny_model_dir), "--benchmarks", "gsm8k", "--data-dir", str(data_dir / "eval"),
-            "--limit", "1", "--max-new-tokens", "8", "--max-completion-tokens", "32", "--out", str(out)]
+    args = ["eval", "--model", str(tiny_model_dir), "--benchmarks", "gsm8k", "--data_dir", str(data_dir / "eval"),
+            "--limit", "1", "--max_new_tokens", "8", "--max_completion_tokens", "32", "--out", str(out)]
     first = stopped_run.stopped([sys.executable, "-m", "arpo_algo.cli", *args], "arpo eval →")
     try:
         second = run_cli(*args, "--mode", "direct")

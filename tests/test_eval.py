@@ -82,8 +82,8 @@ def test_selection_and_clear_errors():
             select(empty)
     from arpo_algo.cli.eval import command as eval_command
 
-    for flags, words in [(["--top-p", "0"], "--top-p must be in"), (["--temperature", "-1"], "--temperature must"),
-                         (["--max-new-tokens", "-5"], "--max-new-tokens=-5")]:  # before any model or sample
+    for flags, words in [(["--top_p", "0"], "--top_p must be in"), (["--temperature", "-1"], "--temperature must"),
+                         (["--max_new_tokens", "-5"], "--max_new_tokens=-5")]:  # before any model or sample
         with pytest.raises(SystemExit, match=words):
             eval_command.main(["--model", "no-model-needed", "--benchmarks", "gsm8k", *flags])
 
@@ -106,9 +106,9 @@ def test_table_has_the_paper_layout_and_the_paper_numbers():
 def test_gaia_without_a_data_dir_says_where_to_get_it(tmp_path):
     result = subprocess.run([sys.executable, "-m", "arpo_algo.cli", "eval", "--model", "x", "--benchmarks", "gaia",
                              "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert result.returncode != 0 and "needs --data-dir" in result.stderr and "huggingface.co" in result.stderr
+    assert result.returncode != 0 and "needs --data_dir" in result.stderr and "huggingface.co" in result.stderr
     result = subprocess.run([sys.executable, "-m", "arpo_algo.cli", "eval", "--model", "x", "--benchmarks", "gsm8k",
-                             "--data-dir", str(tmp_path), "--out", str(tmp_path / "o")], capture_output=True,
+                             "--data_dir", str(tmp_path), "--out", str(tmp_path / "o")], capture_output=True,
                             text=True, cwd=ROOT, timeout=120)
     assert result.returncode != 0 and "gsm8k" in result.stderr and str(tmp_path) in result.stderr
 
@@ -137,7 +137,7 @@ def test_search_backends_of_eval_including_a_recording(data_dir, tmp_path):
                       "arpo eval: bamboogle: search='ddgs' needs the live extra: pip install 'arpo[live]'"))
     for bench, search, words in cases:
         result = subprocess.run([sys.executable, "-m", "arpo_algo.cli", "eval", "--model", "x", "--benchmarks",
-                                 bench, "--data-dir", str(data_dir / "eval"), "--search", search, "--out",
+                                 bench, "--data_dir", str(data_dir / "eval"), "--search", search, "--out",
                                  str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=300)
         assert result.returncode == 2 and "Traceback" not in result.stderr and words in result.stderr, result.stderr
 
@@ -169,7 +169,7 @@ def test_an_interrupted_eval_finishes_only_the_missing_samples(agent, tokenizer,
     tokenizer.save_pretrained(model_dir)
     out = tmp_path / "eval"
     cmd = [sys.executable, "-m", "arpo_algo.cli", "eval", "--model", str(model_dir), "--benchmarks", "gsm8k,bamboogle",
-           "--data-dir", str(data_dir / "eval"), "--limit", "3", "--max-new-tokens", "32", "--out", str(out)]
+           "--data_dir", str(data_dir / "eval"), "--limit", "3", "--max_new_tokens", "32", "--out", str(out)]
     first = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert first.returncode == 0, first.stderr[-3000:]
     samples = (out / "samples.jsonl").read_text().splitlines()
@@ -241,7 +241,7 @@ def test_each_sample_is_written_as_it_ends_so_an_interrupt_loses_only_those_unde
 
 @pytest.mark.slow
 def test_samples_made_on_other_data_are_made_again_not_reported_as_these(agent, tokenizer, tmp_path):
-    """A sample is reused by benchmark, item and run: a second run with another --data-dir (or after the data file
+    """A sample is reused by benchmark, item and run: a second run with another --data_dir (or after the data file
     changed) into the same folder reported the first data's answers as its own items'. Now only the items whose
     question is the same are reused, and the others are made again."""
     from tiny_agent import TASK
@@ -315,8 +315,8 @@ def test_a_model_server_that_does_not_answer_stops_the_run_with_what_is_done_kep
     (tmp_path / "data" / "gsm8k" / "test.jsonl").write_text(
         "".join(json.dumps({"question": f"What is {i} + 1?", "answer": f"#### {i + 1}"}) + "\n" for i in range(40)))
     with pytest.raises(SystemExit, match="no answer in 5 tries"):
-        eval_command.main(["--model", "m", "--backend", "openai", "--base-url", "http://127.0.0.1:9/v1", "--benchmarks",
-                         "gsm8k", "--data-dir", str(tmp_path / "data"), "--out", str(tmp_path / "eval")])
+        eval_command.main(["--model", "m", "--backend", "openai", "--base_url", "http://127.0.0.1:9/v1", "--benchmarks",
+                         "gsm8k", "--data_dir", str(tmp_path / "data"), "--out", str(tmp_path / "eval")])
     samples = tmp_path / "eval" / "samples.jsonl"
     assert not samples.exists() or samples.read_text() == ""
 
@@ -359,8 +359,8 @@ def test_a_base_url_that_is_a_web_site_stops_the_run_with_its_words(web_page_ser
     (tmp_path / "data" / "gsm8k").mkdir(parents=True)
     (tmp_path / "data" / "gsm8k" / "test.jsonl").write_text(
         "".join(json.dumps({"question": f"What is {i} + 1?", "answer": f"#### {i + 1}"}) + "\n" for i in range(3)))
-    argv = ["--model", "m", "--backend", "openai", "--base-url", f"http://127.0.0.1:{server.server_port}",
-            "--benchmarks", "gsm8k", "--data-dir", str(tmp_path / "data"), "--out", str(tmp_path / "eval")]
+    argv = ["--model", "m", "--backend", "openai", "--base_url", f"http://127.0.0.1:{server.server_port}",
+            "--benchmarks", "gsm8k", "--data_dir", str(tmp_path / "data"), "--out", str(tmp_path / "eval")]
     samples = tmp_path / "eval" / "samples.jsonl"
     for status in (501, 405, 200):
         handler.status = status
@@ -379,7 +379,7 @@ def test_a_base_url_that_is_a_web_site_stops_the_run_with_its_words(web_page_ser
 
 @pytest.mark.slow
 def test_a_judge_serving_another_model_at_the_same_url_is_another_setting(tmp_path, monkeypatch):
-    """With --judge and no --judge-model, the model the endpoint serves was asked at the first judged sample and kept
+    """With --judge and no --judge_model, the model the endpoint serves was asked at the first judged sample and kept
     nowhere: a run resumed while another judge model served the same URL added its verdicts to the first one's. It is
     asked before any sample and kept in settings.json; a judge that is down then is no reason to refuse."""
     from chat_server import serve_replies
@@ -393,8 +393,8 @@ def test_a_judge_serving_another_model_at_the_same_url_is_another_setting(tmp_pa
     policy = serve_replies(["<answer>\\boxed{Paris}</answer>"] * 2, model="m")
     judge = serve_replies(["Correct"], model="judge-a")
     url, out = f"http://127.0.0.1:{judge.server_port}/v1", tmp_path / "eval"
-    argv = ["--model", "m", "--backend", "openai", "--base-url", f"http://127.0.0.1:{policy.server_port}", "--mode",
-            "direct", "--benchmarks", "webwalker", "--data-dir", str(tmp_path / "data"), "--judge", url, "--out",
+    argv = ["--model", "m", "--backend", "openai", "--base_url", f"http://127.0.0.1:{policy.server_port}", "--mode",
+            "direct", "--benchmarks", "webwalker", "--data_dir", str(tmp_path / "data"), "--judge", url, "--out",
             str(out)]
     try:
         monkeypatch.setattr(judge_module, "_JUDGES", {})
@@ -444,8 +444,8 @@ def test_samples_scored_by_f1_while_the_judge_was_down_are_judged_when_a_run_res
     judge.shutdown()
     judge.server_close()  # down for the first run
     url, out = f"http://127.0.0.1:{port}/v1", tmp_path / "eval"
-    argv = ["--model", "m", "--backend", "openai", "--base-url", f"http://127.0.0.1:{policy.server_port}", "--mode",
-            "direct", "--benchmarks", "webwalker", "--data-dir", str(tmp_path / "data"), "--judge", url, "--out",
+    argv = ["--model", "m", "--backend", "openai", "--base_url", f"http://127.0.0.1:{policy.server_port}", "--mode",
+            "direct", "--benchmarks", "webwalker", "--data_dir", str(tmp_path / "data"), "--judge", url, "--out",
             str(out), "--limit", "2"]
     samples = out / "samples.jsonl"
     try:
@@ -592,6 +592,6 @@ def test_token_budget_and_default_output_folder():
     hf = parse(["--model", "smollm2-135m"])  # transformers on a CPU gets the smaller budget
     assert token_budget(hf) == (PAPER_BUDGET if torch.cuda.is_available() else CPU_BUDGET)
     assert token_budget(parse(["--model", "m", "--backend", "vllm"])) == PAPER_BUDGET
-    assert token_budget(parse(["--model", "m", "--max-new-tokens", "64", "--max-completion-tokens", "99"])) == (64, 99)
+    assert token_budget(parse(["--model", "m", "--max_new_tokens", "64", "--max_completion_tokens", "99"])) == (64, 99)
     assert default_out("smollm2-135m") == Path("runs/eval/smollm2-135m")
     assert default_out("Qwen/Qwen2.5-7B-Instruct/") == Path("runs/eval/Qwen2.5-7B-Instruct")

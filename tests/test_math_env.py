@@ -527,7 +527,7 @@ def test_an_unreadable_data_file_is_a_clear_error_naming_the_file_and_line(tmp_p
     (tmp_path / "aime24").mkdir()
     (tmp_path / "aime24" / "test.jsonl").write_text(good[:20])
     result = subprocess.run([sys.executable, "-m", "arpo_algo.cli", "eval", "--model", "smollm2-135m", "--benchmarks",
-                             "aime24", "--data-dir", str(tmp_path), "--out", str(tmp_path / "out")],
+                             "aime24", "--data_dir", str(tmp_path), "--out", str(tmp_path / "out")],
                             capture_output=True, text=True, timeout=300, cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
@@ -621,7 +621,12 @@ def test_math_and_conversational_layouts_load(tmp_path):
     env.reset(options=env.unwrapped.tasks[0].as_dict())
     assert env.step("<answer>\\boxed{4}</answer>")[1] == 1.0  # the boxed answer of the solution is the gold
     env.close()
-    (tmp_path / "nobox.jsonl").write_text(json.dumps({"question": "q", "solution": "four"}) + "\n")
+    # a one-line solution without \boxed{} is the answer itself, as TRL's accuracy_reward reads it; a worked one is
+    # no answer
+    (tmp_path / "plain.jsonl").write_text(json.dumps({"question": "q", "solution": "four"}) + "\n")
+    assert load_tasks(str(tmp_path / "plain.jsonl"))[0].answer == "four"
+    worked = "Two and two make four.\nSo that is the number of legs."
+    (tmp_path / "nobox.jsonl").write_text(json.dumps({"question": "q", "solution": worked}) + "\n")
     with pytest.raises(DataUnreadable, match=r"record 1 has no gold answer .*; its fields: question, solution$"):
         load_tasks(str(tmp_path / "nobox.jsonl"))
 

@@ -191,7 +191,7 @@ def test_an_unclosed_tag_is_answered_with_the_envs_own_tools(env_id, named):
 
 @pytest.mark.timeout(60)  # a hang guard: a retry here would wait 100 s
 def test_a_base_url_that_is_not_one_is_refused_at_once():
-    """``--base-url 127.0.0.1:8000`` (no http://) was tried five times, with backoff, then reported as a server that
+    """``--base_url 127.0.0.1:8000`` (no http://) was tried five times, with backoff, then reported as a server that
     does not answer ("is it up?"). It is refused at once, as a wrong address is."""
     from arpo_env.scoring.chat_client import ChatClient, ChatError
 

@@ -304,7 +304,7 @@ def test_the_hosts_keys_are_not_in_the_sandboxs_environment(monkeypatch):
 
 
 def test_other_processes_are_not_readable(box):
-    # /proc/<pid>/cmdline is readable by anyone: the host's holds its arguments (arpo eval --api-key …); another
+    # /proc/<pid>/cmdline is readable by anyone: the host's holds its arguments (arpo eval --api_key …); another
     # worker's files (another episode's) are under /proc/<pid>/cwd. The worker's own entries stay readable.
     other = LocalSandbox()
     try:

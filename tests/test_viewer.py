@@ -174,7 +174,7 @@ def test_cut_lines_and_bad_paths(trees_file, tmp_path):
     assert viewer.build(cut, f"{tmp_path / 'new'}/")["report"] == tmp_path / "new" / "report.html"
     assert (tmp_path / "new" / "report.html").is_file() and (tmp_path / "there" / "report.entropy.png").is_file()
     (tmp_path / "empty").mkdir()
-    with pytest.raises(SystemExit, match="no rollout trees"):
+    with pytest.raises(SystemExit, match="nothing to show"):
         viewer.build(tmp_path / "empty", tmp_path / "x.html")
 
 
@@ -349,3 +349,34 @@ def test_a_run_without_trees_shows_its_curves(browser, tmp_path):
     (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "train_runtime": 2.0}) + "\n")  # nothing to draw
     with pytest.raises(SystemExit, match="no readable rollout trees and its metrics.jsonl no logged step"):
         viewer.build(run, tmp_path / "again.html")
+
+
+@pytest.mark.slow
+def test_eval_samples_in_headless_chromium(agent, tokenizer, data_dir, browser, tmp_path):
+    """`arpo view` reads `arpo eval`'s output (it refused it: "not a rollout tree"): a card per question, a row per
+    run, and each transcript with its tool calls, its score and why."""
+    model_dir = tmp_path / "tiny"
+    agent.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    out = tmp_path / "eval"
+    result = subprocess.run([sys.executable, "-m", "arpo_algo.cli", "eval", "--model", str(model_dir), "--benchmarks",
+                             "gsm8k", "--data_dir", str(data_dir / "eval"), "--limit", "2", "--runs", "2",
+                             "--max_new_tokens", "32", "--out", str(out)], capture_output=True, text=True,
+                            cwd=ROOT, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 4 and any(s["tool_calls"] for s in samples)
+    report = tmp_path / "report.html"
+    shown = subprocess.run([sys.executable, "-m", "arpo_algo.cli", "view", str(out), "--out", str(report)],
+                           capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert shown.returncode == 0 and "2 tasks, 4 trajectories" in shown.stdout, shown.stdout + shown.stderr
+
+    browser.open(report.as_uri())
+    assert browser.wait_for("document.querySelectorAll('svg.tree').length === 2")
+    assert browser.evaluate("document.querySelectorAll('svg.tree g.node').length") == 4
+    browser.click("svg.tree g.node .hit")
+    assert browser.wait_for("document.querySelectorAll('.traj').length === 1")
+    text = browser.evaluate("document.querySelector('.traj').innerText")
+    assert "<python>" in text and "why" in text and ("the gold" in text or "no answer read" in text), text
+    assert browser.evaluate("document.querySelectorAll('.traj .seg.tool').length") >= 2  # the task and a result
+    assert browser.errors() == []

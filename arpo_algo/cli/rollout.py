@@ -10,35 +10,41 @@ import json
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, Sequence
 
 from arpo_algo.core.config import add_rollout_flags, default, from_flags
+from arpo_algo.flags import Parser
 from arpo_algo.generation.factory import make_generator
+from arpo_algo.generation.throughput import TokenMeter
 
 
-def add_rollout_parser(sub: Any) -> None:
-    p = sub.add_parser("rollout", help="sample ARPO or GRPO rollout trees and write them as JSONL",
-                       description="Sample rollout trees of a model on an arpo_env environment.")
+def make_parser() -> Parser:
+    p = Parser(prog="arpo rollout", description="Sample ARPO or GRPO rollout trees of a model on an arpo environment "
+               "and append them to a JSONL file.")
     p.add_argument("--model", default="smollm2-135m", help="hub id, local path, or smollm2-135m (embedded)")
     p.add_argument("--backend", choices=["hf", "vllm"], default="hf")
     p.add_argument("--env", default="ARPO-Math-v0", help="environment id")
-    p.add_argument("--env-kwargs", default="{}",
+    p.add_argument("--env_kwargs", default="{}",
                    help='JSON keyword arguments for the env, e.g. \'{"dataset": "gsm8k"}\'')
     p.add_argument("--dataset", default=None, help="shortcut for env kwarg dataset")
-    p.add_argument("--data-dir", default=None, help="shortcut for env kwarg data_dir")
+    p.add_argument("--data_dir", default=None, help="shortcut for env kwarg data_dir")
     p.add_argument("--tasks", type=int, default=8, help="number of tasks (the first ones of the dataset)")
     p.add_argument("--start", type=int, default=0, help="index of the first task")
     p.add_argument("--algo", choices=["arpo", "grpo"], default="arpo")
     # max_new_tokens and max_completion_tokens: their default depends on the backend and device (`rollout_budget`)
     add_rollout_flags(p, skip=("branching", "max_tool_workers", "max_new_tokens", "max_completion_tokens"))
-    p.add_argument("--max-new-tokens", "--max_new_tokens", dest="max_new_tokens", type=int, default=None,
+    p.add_argument("--max_new_tokens", type=int, default=None,
                    help=f"tokens per turn (default {GPU_BUDGET[0]}; {CPU_BUDGET[0]} with the hf backend on a CPU)")
-    p.add_argument("--max-completion-tokens", "--max_completion_tokens", dest="max_completion_tokens", type=int,
-                   default=None, help=f"tokens per trajectory (default {GPU_BUDGET[1]}; {CPU_BUDGET[1]} with the hf "
-                                      "backend on a CPU)")
-    p.add_argument("--batch-tasks", type=int, default=4, help="tasks rolled out together (one generation batch)")
+    p.add_argument("--max_completion_tokens", type=int, default=None,
+                   help=f"tokens per trajectory (default {GPU_BUDGET[1]}; {CPU_BUDGET[1]} with the hf backend on a CPU)")
+    p.add_argument("--batch_tasks", type=int, default=4, help="tasks rolled out together (one generation batch)")
     p.add_argument("--out", default="trees.jsonl", help="JSONL file the trees are appended to; the same command "
                    "again (after a kill) rolls out only the tasks whose trees it lacks ('-': standard output)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return rollout_main(make_parser().parse_args(argv))
 
 
 GPU_BUDGET = (default("max_new_tokens"), default("max_completion_tokens"))
@@ -89,14 +95,14 @@ def writable(path: str) -> None:
 def rollout_run_id(args: argparse.Namespace, config: Any) -> str:
     """What tells one `arpo rollout`'s trees from another's in a trees file: a digest of the env, its arguments and
     data, the model (and, for a folder, its weight files' sizes and times), the backend and every rollout setting
-    (not which tasks, the batch or ``--out``). A digest, since ``--env-kwargs`` may hold a key."""
+    (not which tasks, the batch or ``--out``). A digest, since ``--env_kwargs`` may hold a key."""
     import hashlib
     from dataclasses import asdict
 
     from arpo_algo.generation.factory import model_files
     from arpo_algo.settings import json_object
 
-    run = {"env": args.env, "env_kwargs": json_object("--env-kwargs", args.env_kwargs, "{}"), "dataset": args.dataset,
+    run = {"env": args.env, "env_kwargs": json_object("--env_kwargs", args.env_kwargs, "{}"), "dataset": args.dataset,
            "data_dir": args.data_dir, "algo": args.algo, "model": args.model, "backend": args.backend,
            "model_files": model_files(args.model, args.backend), **asdict(config)}
     return hashlib.sha256(json.dumps(run, sort_keys=True, default=repr).encode()).hexdigest()[:16]
@@ -122,13 +128,13 @@ def rolled_out(path: str, run: str) -> tuple[set[int], int]:
 
 
 def rollout_env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """gym.make's keyword arguments for `arpo rollout`: ``--env-kwargs`` with ``--dataset`` and ``--data-dir``, and the
+    """gym.make's keyword arguments for `arpo rollout`: ``--env_kwargs`` with ``--dataset`` and ``--data_dir``, and the
     trees file (``--out``) hidden from the local sandbox: it holds the tasks' answers, and a run appending to it may
     roll the same tasks out again."""
     from arpo_algo.environments import hide_from_sandbox
     from arpo_algo.settings import json_object
 
-    env_kwargs = json_object("--env-kwargs", args.env_kwargs, '{"max_tool_calls": 3}')
+    env_kwargs = json_object("--env_kwargs", args.env_kwargs, '{"max_tool_calls": 3}')
     if args.dataset:
         env_kwargs["dataset"] = args.dataset
     if args.data_dir:
@@ -150,7 +156,7 @@ def rollout_main(args: argparse.Namespace) -> int:
     n_tasks = min(args.tasks, len(probe.tasks) - args.start)
     probe.close()
     wrong = [f"{flag} must be at least 1, not {value}" for flag, value in (("--tasks", args.tasks),
-                                                                          ("--batch-tasks", args.batch_tasks))
+                                                                          ("--batch_tasks", args.batch_tasks))
              if value < 1]
     if not 0 <= args.start < len(probe.tasks):
         wrong.append(f"--start must be a task of the dataset, from 0 to {len(probe.tasks) - 1}, not {args.start}")
@@ -195,7 +201,7 @@ def roll_out(args: argparse.Namespace, env_kwargs: dict[str, Any], config: Any, 
                   "rolls out more)", file=sys.stderr)
             return 0
     print(f"loading {args.model} ({args.backend}) …; {max_new} tokens per turn, {max_completion} per trajectory "
-          f"({why}; --max-new-tokens / --max-completion-tokens change it)", file=sys.stderr)
+          f"({why}; --max_new_tokens / --max_completion_tokens change it)", file=sys.stderr)
     generator = make_generator(args.model, args.backend)
     cls = ARPORollout if args.algo == "arpo" else GRPORollout
     start = time.perf_counter()
@@ -214,12 +220,18 @@ def roll_out(args: argparse.Namespace, env_kwargs: dict[str, Any], config: Any, 
             correct += sum(bool(t.reward_parts.get("correct")) for t in tree.trajectories)
             tools += sum(t.tool_calls for t in tree.trajectories)
             branches += tree.branches
-            bar.set_postfix(reward=f"{sum(rewards) / len(rewards):+.2f}")
+            bar.set_postfix_str(status())
 
+        def status(tokens: str = "") -> str:
+            reward = f"reward {sum(rewards) / len(rewards):+.2f}" if rewards else ""
+            return ", ".join(s for s in (reward, tokens or meter.line()) if s)
+
+        meter = TokenMeter(generator.stats, lambda line: bar.set_postfix_str(status(line)))
         try:
-            for first in range(0, n_tasks, args.batch_tasks):
-                batch = todo[first:first + args.batch_tasks]
-                engine.run(batch, on_tree=finished)
+            with meter:
+                for first in range(0, n_tasks, args.batch_tasks):
+                    batch = todo[first:first + args.batch_tasks]
+                    engine.run(batch, on_tree=finished)
         finally:
             generator.close()  # a vLLM engine of its own ends now, not at the interpreter's exit
     n = max(1, len(rewards))

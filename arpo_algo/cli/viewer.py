@@ -1,6 +1,7 @@
 """`arpo view`: one self-contained HTML report of rollout trees, their token entropy, and a run's training curves.
 
     arpo view trees.jsonl --out report.html          # the output of `arpo rollout`
+    arpo view runs/eval/smollm2-135m                 # the output of `arpo eval`: a tree per question, a row per run
     arpo view runs/smollm2-arpo --out report.html    # a training run: rollouts*.jsonl and metrics.jsonl
 
 The page needs no network: styles, script, data and plots (PNG, base64) are inside the file. Each tree is stored as
@@ -33,7 +34,10 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
 from arpo_algo import jsonl
+from arpo_algo.cli.eval_samples import is_sample
+from arpo_algo.cli.eval_samples import trees as eval_trees
 from arpo_algo.core.tree import entropy_windows
+from arpo_algo.flags import Parser
 from arpo_env.env import whole_number
 from arpo_env.tags import unicode_text
 
@@ -62,14 +66,15 @@ def find_source(path: str | Path) -> Source:
     ``metrics.jsonl``) or any folder of tree files."""
     p = Path(path)
     if not p.exists():
-        raise SystemExit(f"arpo view: {p} does not exist (give a rollout JSONL file or a training run directory)")
+        raise SystemExit(f"arpo view: {p} does not exist (give a trees file, an eval folder or samples.jsonl, or a "
+                         "training run directory)")
     if p.is_file():
         return Source(p, [p])
     files = sorted(p.glob("rollouts*.jsonl")) or sorted(f for f in p.glob("*.jsonl") if f.name != "metrics.jsonl")
     metrics = p / "metrics.jsonl"
     if not files and not metrics.exists():
-        raise SystemExit(f"arpo view: no rollout trees in {p}: expected rollouts.jsonl (written by arpo train) or "
-                         "a trees file from arpo rollout")
+        raise SystemExit(f"arpo view: nothing to show in {p}: expected rollouts.jsonl (arpo train), samples.jsonl "
+                         "(arpo eval) or a trees file (arpo rollout)")
     return Source(p, files, metrics if metrics.exists() else None)  # a run without trees (rollout_log off): curves
 
 
@@ -78,7 +83,7 @@ def read_trees(source: Source, limit: int | None = None) -> list[dict[str, Any]]
     line) is skipped and reported, never fatal. With `limit`, the last `limit` trees (the newest of a run)."""
     trees = [tree for _, tree in collections.deque(_each_tree(source), maxlen=limit or None)]  # the last kept alone
     if not trees:
-        raise SystemExit(f"arpo view: {source.path} holds no readable rollout trees"
+        raise SystemExit(f"arpo view: {source.path} holds no readable rollout trees or eval samples"
                          + (f" ({source.bad_lines[0]})" if source.bad_lines else ""))
     return trees
 
@@ -101,14 +106,20 @@ def _each_tree(source: Source) -> Iterator[tuple[str, dict[str, Any]]]:
                         bar.update(len(line))
                         yield line
 
+                samples = []
                 for n, tree in jsonl.records(lines(), bad):
+                    if is_sample(tree):  # arpo eval's: drawn once the file is read, a tree per question
+                        samples.append(tree)
+                        continue
                     if not isinstance(tree, dict) or "trajectories" not in tree or "nodes" not in tree or \
                             not isinstance(tree.get("stats", {}), dict):
-                        source.bad_lines.append(f"{f.name}:{n}: not a rollout tree (it needs nodes, trajectories "
-                                                "and an object of stats)")
+                        source.bad_lines.append(f"{f.name}:{n}: neither a rollout tree (nodes, trajectories and an "
+                                                "object of stats) nor an eval sample (benchmark, index)")
                         continue
                     tree.setdefault("stats", {})["file"] = f.name
                     yield f"{f.name}:{n}", tree
+                for tree in eval_trees(samples, f.name):
+                    yield f"{f.name}:{tree['task']['id']}", tree
 
 
 def read_metrics(path: Path | None) -> list[dict[str, Any]]:
@@ -427,7 +438,7 @@ def build(path: str | Path, out: str | Path, limit: int | None = DEFAULT_LIMIT) 
     trees = [dict(c, i=i) for i, (c, _) in enumerate(shown)]
     metrics = read_metrics(source.metrics_file)
     if not trees and not metrics:  # a run that wrote no trees (rollout_log off) still has its training curves
-        raise SystemExit(f"arpo view: {source.path} holds no readable rollout trees"
+        raise SystemExit(f"arpo view: {source.path} holds no readable rollout trees or eval samples"
                          + (f" ({source.bad_lines[0]})" if source.bad_lines else "")
                          + (" and its metrics.jsonl no logged step" if source.is_run else ""))
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -462,9 +473,9 @@ def _same_file(a: Path, b: Path) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="arpo view", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("path", help="rollout trees (JSONL, from arpo rollout) or a training run directory")
+    parser = Parser(prog="arpo view", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("path", help="rollout trees (arpo rollout), an eval folder or its samples.jsonl (arpo eval), "
+                                     "or a training run directory (arpo train)")
     parser.add_argument("--out", default="report.html", help="the HTML file to write (default: report.html; a folder: "
                                                             "report.html in it)")
     parser.add_argument("--limit", type=int, default=DEFAULT_LIMIT,

@@ -167,27 +167,28 @@ def from_trainer(args: Any, **overrides: Any) -> RolloutConfig:
 def add_rollout_flags(parser: argparse.ArgumentParser, skip: Sequence[str] = (),
                       defaults: Mapping[str, Any] | None = None) -> None:
     """Add a flag for every `RolloutConfig` field but `skip`, with its default (or `defaults`' for a benchmark that
-    samples less) and its help. Each takes both spellings (``--num-generations`` and ``--num_generations``; help shows
+    samples less) and its help. Each takes both spellings (``--num_generations`` and ``--num-generations``; help shows
     the first) and its short form where it has one (``-M``). A switch is ``--name`` / ``--no-name``."""
     defaults = dict(defaults or {})
+    respells = getattr(parser, "respells", False)  # arpo_algo.flags.Parser takes both spellings itself
     for spec in fields(RolloutConfig):
         if spec.name in skip:
             continue
         value = defaults.get(spec.name, spec.default)
-        dashed = f"--{spec.name.replace('_', '-')}"
-        names = [spec.metadata["short"], dashed] if spec.metadata.get("short") else [dashed]
+        flag = f"--{spec.name}"
+        names = [spec.metadata["short"], flag] if spec.metadata.get("short") else [flag]
         help_text = spec.metadata["help"].replace("%", "%%")
         if isinstance(spec.default, bool):
-            parser.add_argument(dashed, dest=spec.name, action=argparse.BooleanOptionalAction, default=value,
+            parser.add_argument(flag, dest=spec.name, action=argparse.BooleanOptionalAction, default=value,
                                 help=help_text)
             kind: dict[str, Any] = {"action": "store_true"}
         else:
             kind = {"type": type(spec.default) if spec.default is not None else int}
             parser.add_argument(*names, dest=spec.name, default=value, **kind,
                                 help=help_text + ("" if value is None else f" Default: {value}."))
-        if "_" in spec.name:  # the other spelling, as TRL's parser takes it; help shows one
-            parser.add_argument(f"--{spec.name}", dest=spec.name, default=argparse.SUPPRESS, help=argparse.SUPPRESS,
-                                **kind)
+        if "_" in spec.name and not respells:  # the dashed spelling, hidden from help
+            parser.add_argument(f"--{spec.name.replace('_', '-')}", dest=spec.name, default=argparse.SUPPRESS,
+                                help=argparse.SUPPRESS, **kind)
 
 
 def from_flags(args: argparse.Namespace, **overrides: Any) -> RolloutConfig:

@@ -415,6 +415,7 @@ class _Batch:
         params = next(r for r in self.rows if r is not None).params
         assert self.logits is not None
         gen.stats.decode_steps += 1
+        gen.stats.sampled_tokens += sum(r is not None for r in self.rows)
         draws = [seq.rng.random() if seq is not None and seq.rng is not None else 0.5 for seq in self.rows]
         tokens, token_logprobs, token_entropy = gen._sample(self.logits, params, draws)
         sampled, token_logprobs, token_entropy = tokens.tolist(), token_logprobs.tolist(), token_entropy.tolist()

@@ -290,6 +290,7 @@ class VLLMGenerator(_CacheServedPaths):
     def _take(self, stream: _Stream, out: Any) -> None:
         """Add a streamed output's new tokens (their log-probs, and the entropies of the first ``entropy_k``)."""
         completion = out.outputs[0]
+        self.stats.sampled_tokens += len(completion.token_ids)
         if stream.cached is None and getattr(out, "num_cached_tokens", None) is not None:
             stream.cached = int(out.num_cached_tokens or 0)
         for token, top in zip(completion.token_ids, completion.logprobs or []):
@@ -388,6 +389,7 @@ class VLLMServerGenerator(_CacheServedPaths):
             if future.exception() is None:
                 self.stats.prefill_tokens += len(path.tokens)
                 self.stats.generated_tokens += len(future.result()[0])
+                self.stats.sampled_tokens += len(future.result()[0])
 
     def _segment(self, path: Path, out: tuple[list[int], list, list], params: SamplingParams) -> Segment:
         ids, top, top_ids = out
@@ -400,6 +402,7 @@ class VLLMServerGenerator(_CacheServedPaths):
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         self.stats.prefill_tokens += len(path.tokens)
         self.stats.generated_tokens += len(ids)
+        self.stats.sampled_tokens += len(ids)
         path.tokens.extend(ids)
         finish = ("eos" if ids and ids[-1] in self.eos_ids else
                   "stop" if any(text.endswith(s) for s in params.stop) else "length")

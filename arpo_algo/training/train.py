@@ -17,7 +17,6 @@ import json
 import os
 import re
 import sys
-import textwrap
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +24,9 @@ from typing import Any, Iterator, Sequence
 
 from trl import ModelConfig, ScriptArguments, TrlParser
 
+from arpo_algo.flags import packaged_help, wants_help
 from arpo_algo.training.config import ARPOConfig
+from arpo_algo.training.parser import RecipeParser
 
 
 @dataclass
@@ -58,7 +59,7 @@ class ARPOScriptArguments(ScriptArguments):
 
 
 def make_parser() -> TrlParser:
-    return TrlParser((ARPOScriptArguments, ARPOConfig, ModelConfig), prog="arpo train")
+    return RecipeParser((ARPOScriptArguments, ARPOConfig, ModelConfig), prog="arpo train")
 
 
 def parse_recipe(parser: TrlParser, argv: Sequence[str] | None) -> tuple[Any, ...]:
@@ -173,6 +174,24 @@ def _unknown_names(parser: TrlParser, names: Sequence[str], recipe: bool = False
 
 def _all_flags(parser: TrlParser) -> str:
     return f"(the flags: {parser.prog} {'--help-all' if parser.prog == 'arpo train' else '--help'})"
+
+
+RESULTS = ("checkpoint-*", "metrics.jsonl", "rollouts*.jsonl", "*.safetensors", "adapter_config.json")
+"""What a run leaves once it has done any work: a folder with none of these is removed when the run fails."""
+
+
+def has_results(output_dir: str) -> bool:
+    folder = Path(output_dir)
+    return any(next(folder.glob(pattern), None) is not None for pattern in RESULTS)
+
+
+def removed_if_unused(folder: str, has: Any) -> Any:
+    """`jsonl.removed_if_unused`, from the launch's first process only (the others share its folder)."""
+    from contextlib import nullcontext
+
+    from arpo_algo import jsonl
+
+    return jsonl.removed_if_unused(folder, has) if os.environ.get("RANK", "0") == "0" else nullcontext()
 
 
 def check_output_dir(output_dir: str) -> None:
@@ -308,6 +327,9 @@ def build_trainer(script_args: ARPOScriptArguments, args: ARPOConfig, model_args
             eval_dataset = task_dataset(args.env_id, limit=script_args.eval_limit, **eval_kwargs)
     model_name = model_args.model_name_or_path or "smollm2-135m"
     cold_start_s = None
+    said = bool(script_args.cold_start) and not holds_model(model_name)
+    if said:  # the cold start is long work: say what is about to run first
+        say_plan(script_args, args, model_args)
     if script_args.cold_start:
         from accelerate import PartialState
 
@@ -320,6 +342,8 @@ def build_trainer(script_args: ARPOScriptArguments, args: ARPOConfig, model_args
             elif state.is_main_process and model_name.lower() not in EMBEDDED:
                 print(reused_cold_start(model_name, script_args.cold_start), file=sys.stderr)
     path = resolve(model_name)
+    if not said:
+        say_plan(script_args, args, model_args)  # the inputs are checked; the model loads next
     model_init_kwargs = dict(args.model_init_kwargs or {})
     if model_args.dtype and model_args.dtype != "auto":
         model_init_kwargs.setdefault("dtype", model_args.dtype)
@@ -443,56 +467,13 @@ def summary(trainer: Any, seconds: float) -> str:
     return "\n".join(lines)
 
 
-TRL_ESSENTIALS = ("model_name_or_path", "output_dir", "dataset_name", "learning_rate", "max_steps",
-                  "per_device_train_batch_size", "gradient_accumulation_steps", "num_generations",
-                  "max_completion_length", "temperature", "top_p", "loss_type", "beta", "scale_rewards", "use_vllm",
-                  "vllm_mode", "save_steps", "save_total_limit", "logging_steps", "report_to", "seed",
-                  "resume_from_checkpoint")
-"""The TRL / transformers flags a first `arpo train --help` shows, after --config and ARPO's own."""
-
-
-def short_help() -> str:
-    """`arpo train --help`: --config, ARPO's options, the TRL flags most runs set; --help-all for all ~300."""
-    from dataclasses import fields
-
-    from trl import GRPOConfig
-
-    own = {f.name for f in fields(ARPOConfig)} - {f.name for f in fields(GRPOConfig)}
-    everything = {f.name: f for cls in (ARPOScriptArguments, ARPOConfig, ModelConfig) for f in fields(cls)}
-
-    def line(name: str, brief: bool = False) -> str:
-        meta = everything[name].metadata
-        text = " ".join(str(meta.get("help", "")).split())
-        if brief:  # TRL's help texts run to paragraphs: their first two sentences, the rest is in --help-all
-            text = " ".join(re.split(r"(?<=[a-z0-9`)']\.) ", text, maxsplit=2)[:2])
-        choices = f" {{{','.join(map(str, meta['choices']))}}}" if meta.get("choices") else ""
-        return f"  --{name}{choices}\n" + textwrap.fill(text, 116, initial_indent=" " * 6, subsequent_indent=" " * 6)
-
-    script_own = [f.name for f in fields(ARPOScriptArguments) if f.name in ("data_dir", "train_limit", "cold_start")]
-    arpo = [f.name for f in fields(ARPOConfig) if f.name in own]
-    return "\n".join([
-        "usage: arpo train --config RECIPE.yaml [--FLAG VALUE ...]",
-        "",
-        "Train a model with ARPO (or the GRPO, DAPO, REINFORCE++ baselines) on an arpo_env environment. Flags",
-        "override the recipe; every field of TRL's GRPOConfig and ModelConfig is a flag too (arpo train --help-all).",
-        "",
-        "  --config RECIPE.yaml\n      A YAML mapping of any of the flags below (examples/recipes/).",
-        "",
-        "ARPO:", *[line(n) for n in arpo + script_own],
-        "",
-        "Most used TRL / transformers flags:", *[line(n, brief=True) for n in TRL_ESSENTIALS if n in everything],
-        "",
-        "arpo train --help-all lists every flag (TRL's and transformers' ~300).",
-    ])
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "--help-all" in argv:
-        argv = [a for a in argv if a != "--help-all"] + ["--help"]
-    elif "-h" in argv or "--help" in argv:
-        print(short_help())
+    if wants_help(argv):
+        print(packaged_help("train"), end="")
         return 0
+    argv = [a for a in argv if a != "--help-all"] + ["--help"] * ("--help-all" in argv)
+    refuse_gpu_defaults_on_cpu(argv)
     parser = make_parser()
     script_args, args, model_args = parse_recipe(parser, argv)
     script_args.cold_start = beside_recipe(script_args.cold_start, recipe_path(argv))
@@ -502,8 +483,50 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
     check_output_dir(args.output_dir)
     check_launch(args)
-    with held_output_dir(args.output_dir):
+    with removed_if_unused(args.output_dir, lambda: has_results(args.output_dir)), held_output_dir(args.output_dir):
         return run_training(script_args, args, model_args)
+
+
+CPU_RECIPE = "examples/recipes/smollm2_cpu.yaml"
+"""The recipe a machine without a GPU is pointed to."""
+
+
+def refuse_gpu_defaults_on_cpu(argv: Sequence[str]) -> None:
+    """``arpo train`` with neither ``--config`` nor ``--max_steps`` on a machine without a GPU is refused: the
+    defaults are the paper's GPU run (M = 16, 4,096 tokens, 300 steps), which would run for days on a CPU."""
+    import torch
+
+    from arpo_algo.settings import ConfigError
+
+    chosen = any(a.split("=")[0] in ("--config", "--max_steps", "--max-steps", "--help") for a in argv)
+    if not chosen and not torch.cuda.is_available():
+        raise ConfigError(f"no --config and no GPU: the defaults are sized for a GPU (M = 16, 4,096 tokens, 300 "
+                          f"steps). On a CPU: arpo train --config {CPU_RECIPE} (give --max_steps to run the "
+                          "defaults anyway)")
+
+
+def say_plan(script_args: Any, args: Any, model_args: Any) -> None:
+    """`plan` on stderr, from the launch's first process."""
+    if os.environ.get("RANK", "0") == "0":
+        print(plan(script_args, args, model_args), file=sys.stderr)
+
+
+def plan(script_args: Any, args: Any, model_args: Any) -> str:
+    """What `arpo train` is about to run, in a few lines, printed once its inputs are checked and before the long
+    work (the cold start, or the model's loading)."""
+    env_kwargs = dict(args.env_kwargs or {})
+    dataset = script_args.dataset_name or env_kwargs.get("dataset") or "the env's default"
+    rollout = (f"M = {args.num_generations}, N = {args.num_global}, Z = {args.branch_factor}, "
+               f"P = clip({args.branch_alpha} + {args.branch_beta}·ΔH)" if args.algorithm == "arpo"
+               else f"M = {args.num_generations}")
+    model = model_args.model_name_or_path or "smollm2-135m"
+    cold = f" (made first by the cold start {script_args.cold_start})" if script_args.cold_start else ""
+    return (f"arpo train: {args.algorithm.upper()} on {args.env_id} ({dataset}), model {model}{cold}\n"
+            f"  rollouts    {rollout}; {args.max_new_tokens_per_turn} tokens per turn, {args.max_completion_length} "
+            "per trajectory\n"
+            f"  steps       {args.max_steps if args.max_steps > 0 else 'by epochs'}, {args.per_device_train_batch_size} "
+            f"trajectories per device per micro-batch, device {args.device}\n"
+            f"  output      {args.output_dir}")
 
 
 def check_launch(args: Any) -> None:

@@ -254,13 +254,27 @@ class ARPOTrainer(GRPOTrainer):
                               seed=_seed(args.seed, self.state.global_step, self.accelerator.process_index, call))
         engine = (ARPORollout if branching else GRPORollout)(generator, self.make_env, config)
         before = generator.stats.generated_tokens, generator.stats.prefill_tokens
-        trees = engine.run(tasks)
+        with self._token_meter(generator, mode):
+            trees = engine.run(tasks)
         self._log_metric("arpo/tokens_generated", float(generator.stats.generated_tokens - before[0]))
         self._log_metric("arpo/tokens_encoded", float(generator.stats.prefill_tokens - before[1]))
         for tree in trees:
             if len(tree.trajectories) != m:
                 raise RuntimeError(f"the rollout produced {len(tree.trajectories)} trajectories, not M={m}")
         return trees
+
+    def _token_meter(self, generator: Any, mode: str) -> Any:
+        """The rollout's tokens so far and their rate on TRL's progress bar (the main process's), so that a step of
+        minutes shows work under way."""
+        from transformers.trainer_callback import ProgressCallback
+
+        from arpo_algo.generation.throughput import TokenMeter
+
+        bar = next((getattr(c, "training_bar", None) for c in self.callback_handler.callbacks
+                    if isinstance(c, ProgressCallback)), None)
+        if bar is None or mode != "train" or not self.accelerator.is_main_process:
+            return nullcontext()
+        return TokenMeter(generator.stats, lambda line: bar.set_postfix_str(f"rollout: {line}"))
 
     def _generator(self) -> Any:
         """A context yielding a `Generator` over the current weights."""

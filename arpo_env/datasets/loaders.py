@@ -165,7 +165,8 @@ def record_question(record: dict[str, Any]) -> str | None:
 
 def record_gold(record: dict[str, Any]) -> Any:
     """A record's gold answer as given: its first field of `GOLD_FIELDS` that is not blank, then
-    ``reward_model.ground_truth``, then a worked ``solution``'s last ``\\boxed{}``; a blank one (``""`` for a null)
+    ``reward_model.ground_truth``, then a worked ``solution``'s last ``\\boxed{}`` (a one-line ``solution`` without
+    one is the answer itself, as TRL's ``accuracy_reward`` reads it); a blank one (``""`` for a null)
     when those fields are all blank; None when it has none of them."""
     rm = record.get("reward_model") if isinstance(record.get("reward_model"), dict) else {}
     given = [g for g in [*(record.get(k) for k in GOLD_FIELDS), rm.get("ground_truth")] if g is not None]
@@ -176,9 +177,21 @@ def record_gold(record: dict[str, Any]) -> Any:
         from arpo_env.tags import boxed
 
         answer = boxed(record["solution"])
+        if answer is None and plain_answer(record["solution"]):  # TRL's layout: the solution is the answer ("18")
+            answer = record["solution"].strip()
     if answer is None and given:  # only blank ones: a task `load_tasks` leaves out, saying so
         answer = given[0]
     return answer
+
+
+PLAIN_ANSWER_CHARS = 100
+"""The longest ``solution`` read as an answer in itself when it has no ``\\boxed{}``: a worked solution is longer."""
+
+
+def plain_answer(text: str) -> bool:
+    """Whether a ``solution`` without ``\\boxed{}`` is an answer in itself (``18``, ``\\frac{1}{2}``): one line, short."""
+    text = text.strip()
+    return bool(text) and "\n" not in text and len(text) <= PLAIN_ANSWER_CHARS
 
 
 def named_fields(record: dict[str, Any]) -> str:

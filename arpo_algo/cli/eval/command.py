@@ -24,21 +24,22 @@ from arpo_algo.cli.eval.runner import (
     env_kwargs,
     evaluate,
 )
+from arpo_algo.flags import Parser
 from arpo_algo.generation.factory import model_files
 
 
 # Command line ---------------------------------------------------------------------------------------------------------
 def make_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="arpo eval", description="Evaluate a model on the ARPO paper's benchmarks.")
+    p = Parser(prog="arpo eval", description="Evaluate a model on the ARPO paper's benchmarks.")
     p.add_argument("--model", required=True, help="hub id, local path, smollm2-135m, or the served model's name")
     p.add_argument("--backend", choices=["hf", "vllm", "openai"], default="hf")
-    p.add_argument("--base-url", default="http://127.0.0.1:8000/v1", help="openai backend: the endpoint")
-    p.add_argument("--api-key", default=None, help="openai backend: the key (or $OPENAI_API_KEY)")
+    p.add_argument("--base_url", default="http://127.0.0.1:8000/v1", help="openai backend: the endpoint")
+    p.add_argument("--api_key", default=None, help="openai backend: the key (or $OPENAI_API_KEY)")
     p.add_argument("--benchmarks", default="all",
                    help="comma-separated benchmark names (" + ", ".join(BENCHMARKS) + "), groups (mathematical = "
                         "aime24..math, knowledge = webwalker..bamboogle, deepsearch = gaia, hle, xbench) or all; "
                         "'math' is the MATH benchmark alone")
-    p.add_argument("--data-dir", default=None, help="folder with one sub-folder per benchmark")
+    p.add_argument("--data_dir", default=None, help="folder with one sub-folder per benchmark")
     p.add_argument("--limit", type=int, default=None, help="items per benchmark (default: 500 for gsm8k and math, "
                                                           "all elsewhere; 0: all)")
     p.add_argument("--runs", type=int, default=1, help="K: pass@1 is the mean over K runs")
@@ -48,22 +49,22 @@ def make_parser() -> argparse.ArgumentParser:
                         "SGLang: the tokens the model trained on), or each tool result a user message (chat APIs "
                         "that cannot continue a message)")
     p.add_argument("--judge", default=None, help="OpenAI-compatible URL of an LLM judge (WebWalker, deep search)")
-    p.add_argument("--judge-model", default=None, help="the judge's model name (default: the one its endpoint "
+    p.add_argument("--judge_model", default=None, help="the judge's model name (default: the one its endpoint "
                                                        "serves)")
     p.add_argument("--search", default="local", help="search backend for QA: local (offline BM25), ddgs (live), or "
                    "recorded:PATH[:local|ddgs] (replay of a recording such as the release's search_cache.json, "
                    "unrecorded queries to the backend after it)")
     p.add_argument("--temperature", type=float, default=0.6)
-    p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--max-tool-calls", type=int, default=None, help="default: 5 for math, 10 for search tasks")
-    p.add_argument("--max-new-tokens", type=int, default=None,
+    p.add_argument("--top_p", type=float, default=0.95)
+    p.add_argument("--max_tool_calls", type=int, default=None, help="default: 5 for math, 10 for search tasks")
+    p.add_argument("--max_new_tokens", type=int, default=None,
                    help=f"tokens per turn (default {PAPER_BUDGET[0]}; {CPU_BUDGET[0]} with the hf backend on a CPU)")
-    p.add_argument("--max-completion-tokens", type=int, default=None,
+    p.add_argument("--max_completion_tokens", type=int, default=None,
                    help=f"tokens per episode (default {PAPER_BUDGET[1]}; {CPU_BUDGET[1]} with the hf backend on a CPU)")
     p.add_argument("--concurrency", type=int, default=16, help="samples generated together")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--compare", choices=["paper"], default=None, help="print the paper's numbers beside ours")
-    p.add_argument("--paper-table", default=None, help="the paper's Table 1 as TSV (default: the packaged copy)")
+    p.add_argument("--paper_table", default=None, help="the paper's Table 1 as TSV (default: the packaged copy)")
     p.add_argument("--out", default=None, help="output folder for samples.jsonl, results.md, results.csv and "
                    "summary.json (default: runs/eval/MODEL); running again with the same folder resumes")
     return p
@@ -76,13 +77,14 @@ CPU_BUDGET = (512, 2048)
 writes until it is cut off) take tens of minutes per handful of questions. Both flags override it."""
 
 
-def token_budget(args: argparse.Namespace) -> tuple[int, int]:
-    on_cpu = False
-    if args.backend == "hf":
-        import torch
+def on_cpu() -> bool:
+    import torch
 
-        on_cpu = not torch.cuda.is_available()
-    default = CPU_BUDGET if on_cpu else PAPER_BUDGET
+    return not torch.cuda.is_available()
+
+
+def token_budget(args: argparse.Namespace) -> tuple[int, int]:
+    default = CPU_BUDGET if args.backend == "hf" and on_cpu() else PAPER_BUDGET
     return (default[0] if args.max_new_tokens is None else args.max_new_tokens,  # 0 is refused, not the default
             default[1] if args.max_completion_tokens is None else args.max_completion_tokens)
 
@@ -104,7 +106,7 @@ def make_runner(args: argparse.Namespace) -> Any:
 
 
 def judge_served(s: Settings, benchmarks: list[Benchmark]) -> str | None:
-    """The model the judge's endpoint serves when ``--judge-model`` names none and a selected benchmark is judged:
+    """The model the judge's endpoint serves when ``--judge_model`` names none and a selected benchmark is judged:
     asked before any sample, so that `same_settings` tells a run judged by another model at the same URL from this
     one (it was asked at the first judged sample and kept nowhere). None when it cannot be asked now (the judge is
     down: its samples are scored by F1 until it is up)."""
@@ -181,20 +183,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     benchmarks = select(args.benchmarks)
     for b in benchmarks:
         if b.name in NEEDS_DATA_DIR and not args.data_dir:
-            raise SystemExit(f"arpo eval: {b.name} needs --data-dir: {NEEDS_DATA_DIR[b.name]} is not shipped with "
+            raise SystemExit(f"arpo eval: {b.name} needs --data_dir: {NEEDS_DATA_DIR[b.name]} is not shipped with "
                              f"arpo. Download it and put its test set at DATA_DIR/{b.name}/test.jsonl.")
     max_new, max_completion = token_budget(args)
     from arpo_algo.core.config import sampling_problems
 
-    flags = ("--max-new-tokens", "--max-completion-tokens", "--temperature", "--top-p", "", "", "")
+    flags = ("--max_new_tokens", "--max_completion_tokens", "--temperature", "--top_p", "", "", "")
     problems = sampling_problems(max_new, max_completion, args.temperature, args.top_p, 1, 0.0, 0.0, flags)
     problems += [f"{flag} must be at least {low}, not {value}" for flag, value, low in (
         ("--runs", args.runs, 1), ("--limit", args.limit, 0), ("--concurrency", args.concurrency, 1),
-        ("--max-tool-calls", args.max_tool_calls, 0), ("--seed", args.seed, 0)) if value is not None and value < low]
+        ("--max_tool_calls", args.max_tool_calls, 0), ("--seed", args.seed, 0)) if value is not None and value < low]
     from urllib.parse import urlsplit
 
     # A --judge that is no URL is refused now: it would be "unreachable" at every sample, each scored by F1
-    urls = [("--judge", args.judge)] + [("--base-url", args.base_url)] * (args.backend == "openai")
+    urls = [("--judge", args.judge)] + [("--base_url", args.base_url)] * (args.backend == "openai")
     problems += [f"{flag} must be the http(s) URL of an OpenAI-compatible endpoint (http://127.0.0.1:8000/v1), not "
                  f"{url!r}" for flag, url in urls if url is not None and (
                      urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).netloc)]
@@ -213,25 +215,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             compare = paper_rows(table_path, args.model)
         except (OSError, UnicodeError, csv.Error, KeyError, TypeError, ValueError) as exc:
-            raise SystemExit(f"arpo eval: --paper-table {table_path}: {paper_table_problem(exc)}") from None
+            raise SystemExit(f"arpo eval: --paper_table {table_path}: {paper_table_problem(exc)}") from None
     settings = Settings(args.mode, args.temperature, args.top_p, args.max_tool_calls, max_new, max_completion,
                         args.judge, args.search, args.seed, args.judge_model)
     out = Path(args.out) if args.out else default_out(args.model)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:  # a file where the folder should be, no permission: one line, before any sample is made
-        raise unwritable(out, exc) from None
-    with jsonl.sole_writer(out, f"another arpo eval is writing to {out} now: wait for it to end (then this command "
-                           "makes only the samples it lacks), or give another --out", folder=True):
-        return run_evaluation(args, benchmarks, settings, out, compare, (max_new, max_completion))
+    with jsonl.removed_if_unused(out, lambda: _line_count(out / "samples.jsonl") > 0) as folder:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file where the folder should be, no permission: one line, before any sample
+            raise unwritable(out, exc) from None
+        with jsonl.sole_writer(out, f"another arpo eval is writing to {out} now: wait for it to end (then this "
+                               "command makes only the samples it lacks), or give another --out", folder=True):
+            code = run_evaluation(args, benchmarks, settings, out, compare, (max_new, max_completion))
+        folder.failed = code != 0  # interrupted (130) before its first sample: the folder goes
+    return code
 
 
 def run_evaluation(args: argparse.Namespace, benchmarks: list[Benchmark], settings: Settings, out: Path,
                    compare: list[tuple[str, dict[str, float]]], budget: tuple[int, int]) -> int:
     """`main` past its checks, with ``out`` held by this process alone (`jsonl.sole_writer`)."""
     max_new, max_completion = budget
-    print(f"arpo eval → {out} | {args.backend} | temperature {settings.temperature}, top-p {settings.top_p}, "
-          f"{max_new} tokens per turn, {max_completion} per episode", file=sys.stderr)
+    print(f"arpo eval: {args.model} ({args.backend}) on {', '.join(b.name for b in benchmarks)} → {out}\n"
+          f"  sampling    temperature {settings.temperature}, top-p {settings.top_p}, {max_new} tokens per turn, "
+          f"{max_completion} per episode, {args.runs} run{'s' * (args.runs != 1)}", file=sys.stderr)
+    if args.backend == "hf" and on_cpu():
+        print(f"  on a CPU    a sample can take up to {max_completion:,} tokens: minutes for a model that writes until "
+              "it is cut off. --limit N, --max_completion_tokens and --max_new_tokens bound it; the bar shows the "
+              "tokens per second", file=sys.stderr)
     start = time.perf_counter()
     # read before the model loads: data that is missing or unreadable is a line, not a wait for one
     questions = {b.name: dataset_questions(b, env_kwargs(b, args.data_dir, settings)) for b in benchmarks}

@@ -391,10 +391,11 @@ def evaluate(benchmarks: list[Benchmark], runner: Any, data_dir: str | None, lim
                     bar.write(f"{bench.name} #{rec['index']} run {rec['run']}: error: {rec['error']}")
 
             pending = sorted({i for i, _ in todo})
-            for start in range(0, len(pending), chunk):
-                indices = pending[start:start + chunk]
-                run_ids = sorted({r for i, r in todo if i in indices})
-                _run_chunk(runner, bench, make_env, indices, run_ids, s, record)
+            with _meter(runner, bar):
+                for start in range(0, len(pending), chunk):
+                    indices = pending[start:start + chunk]
+                    run_ids = sorted({r for i, r in todo if i in indices})
+                    _run_chunk(runner, bench, make_env, indices, run_ids, s, record)
         results[bench.name] = [done.get((bench.name, i, r)) or {"benchmark": bench.name, "index": i, "run": r,
                                                                   "score": 0.0, "tool_calls": 0, "error": "failed"}
                                for i in range(n) for r in range(runs)]
@@ -455,6 +456,16 @@ def _run_chunk(runner: Any, bench: Benchmark, make_env: Callable[[], Any], indic
             for r in runs:
                 if (i, r) not in recorded:
                     _run_chunk(runner, bench, make_env, [i], [r], s, record)
+
+
+def _meter(runner: Any, bar: Any) -> Any:
+    """Tokens so far and their rate on `bar` while samples are generated (a runner with a generator: hf, vllm)."""
+    from contextlib import nullcontext
+
+    from arpo_algo.generation.throughput import TokenMeter
+
+    generator = getattr(runner, "generator", None)
+    return TokenMeter(generator.stats, bar.set_postfix_str) if generator is not None else nullcontext()
 
 
 def _maker(env_id: str, kwargs: dict[str, Any]) -> Callable[[], Any]:
