@@ -535,7 +535,7 @@ def test_a_second_eval_into_the_same_folder_at_once_is_refused(tiny_model_dir, t
     out = tmp_path / "eval"
     args = ["eval", "--model", str(tiny_model_dir), "--benchmarks", "gsm8k", "--data_dir", str(data_dir / "eval"),
             "--limit", "1", "--max_new_tokens", "8", "--max_completion_tokens", "32", "--out", str(out)]
-    first = stopped_run.stopped([sys.executable, "-m", "arpo_algo.cli", *args], "arpo eval →")
+    first = stopped_run.stopped([sys.executable, "-m", "arpo_algo.cli", *args], "  sampling    ")
     try:
         second = run_cli(*args, "--mode", "direct")
     finally:
