@@ -15,7 +15,8 @@ sdist=$(ls "$work"/dist/arpo-*.tar.gz)
 unzip -l "$wheel" > "$work/wheel.txt"
 tar tzf "$sdist" > "$work/sdist.txt"
 for f in arpo_env/data/search_corpus.jsonl.gz arpo_env/data/math_default.jsonl arpo_env/data/qa_default.jsonl \
-         arpo_env/data/deepsearch_default.jsonl arpo_algo/cli/viewer_assets/report.js arpo_algo/cli/eval/paper_table1.tsv; do
+         arpo_env/data/deepsearch_default.jsonl arpo_algo/cli/viewer_assets/report.js arpo_algo/cli/eval/paper_table1.tsv \
+         arpo_algo/cli/help/train.txt arpo_algo/cli/help/sft.txt; do
   grep -q "$f" "$work/wheel.txt" || { echo "wheel lacks $f"; exit 1; }
   grep -q "$f" "$work/sdist.txt" || { echo "sdist lacks $f"; exit 1; }
 done
@@ -63,4 +64,12 @@ for command in "train --config recipe.yaml" "rollout --tasks 1" "view trees.json
     || { echo "arpo $command without the train extra: exit $status, said: $message"; exit 1; }
   echo "wheel check: arpo $command says: $message"
 done
+for command in train sft rollout eval view; do  # help needs no extra: it imports neither torch nor TRL
+  help=$("$work/user/bin/arpo" $command --help) || { echo "arpo $command --help fails without the train extra"; exit 1; }
+  grep -q "usage: arpo $command" <<<"$help" || { echo "arpo $command --help printed: $help"; exit 1; }
+done
+said=$("$work/user/bin/python" -c "from arpo_algo import ARPOTrainer" 2>&1 || true)
+grep -q "needs the 'train' extra" <<<"$said" \
+  || { echo "from arpo_algo import ARPOTrainer without the train extra said: $said"; exit 1; }
+echo "wheel check: every command's --help works without the train extra"
 echo "wheel check passed: $(basename "$wheel") and $(basename "$sdist") are complete"

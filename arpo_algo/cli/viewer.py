@@ -472,7 +472,7 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def make_parser() -> Parser:
     parser = Parser(prog="arpo view", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("path", help="rollout trees (arpo rollout), an eval folder or its samples.jsonl (arpo eval), "
                                      "or a training run directory (arpo train)")
@@ -480,7 +480,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                             "report.html in it)")
     parser.add_argument("--limit", type=int, default=DEFAULT_LIMIT,
                         help=f"show the newest N trees (default {DEFAULT_LIMIT}; 0: all of them)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
     result = build(args.path, args.out, args.limit)
     t = result["totals"]
     if t["tasks"] < result["trees read"]:

@@ -524,8 +524,9 @@ def plan(script_args: Any, args: Any, model_args: Any) -> str:
     return (f"arpo train: {args.algorithm.upper()} on {args.env_id} ({dataset}), model {model}{cold}\n"
             f"  rollouts    {rollout}; {args.max_new_tokens_per_turn} tokens per turn, {args.max_completion_length} "
             "per trajectory\n"
-            f"  steps       {args.max_steps if args.max_steps > 0 else 'by epochs'}, {args.per_device_train_batch_size} "
-            f"trajectories per device per micro-batch, device {args.device}\n"
+            f"  steps       {args.max_steps if args.max_steps > 0 else 'by epochs'}, micro-batches of "
+            f"{args.per_device_train_batch_size} trajector{'y' if args.per_device_train_batch_size == 1 else 'ies'} "
+            f"× {args.gradient_accumulation_steps} accumulated, device {args.device}\n"
             f"  output      {args.output_dir}")
 
 
