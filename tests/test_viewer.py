@@ -347,7 +347,7 @@ def test_a_run_without_trees_shows_its_curves(browser, tmp_path):
     assert "3logged steps" in browser.evaluate("document.querySelector('.stats').innerText").replace("\n", "")
     assert browser.errors() == []
     (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "train_runtime": 2.0}) + "\n")  # nothing to draw
-    with pytest.raises(SystemExit, match="no readable rollout trees and its metrics.jsonl no logged step"):
+    with pytest.raises(SystemExit, match="no readable rollout trees or eval samples and its metrics.jsonl no logged step"):
         viewer.build(run, tmp_path / "again.html")
 
 

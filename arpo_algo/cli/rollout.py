@@ -36,7 +36,8 @@ def make_parser() -> Parser:
     p.add_argument("--max_new_tokens", type=int, default=None,
                    help=f"tokens per turn (default {GPU_BUDGET[0]}; {CPU_BUDGET[0]} with the hf backend on a CPU)")
     p.add_argument("--max_completion_tokens", type=int, default=None,
-                   help=f"tokens per trajectory (default {GPU_BUDGET[1]}; {CPU_BUDGET[1]} with the hf backend on a CPU)")
+                   help=f"tokens per trajectory (default {GPU_BUDGET[1]}; {CPU_BUDGET[1]} with the hf backend on a "
+                        "CPU)")
     p.add_argument("--batch_tasks", type=int, default=4, help="tasks rolled out together (one generation batch)")
     p.add_argument("--out", default="trees.jsonl", help="JSONL file the trees are appended to; the same command "
                    "again (after a kill) rolls out only the tasks whose trees it lacks ('-': standard output)")

@@ -189,7 +189,8 @@ PLAIN_ANSWER_CHARS = 100
 
 
 def plain_answer(text: str) -> bool:
-    """Whether a ``solution`` without ``\\boxed{}`` is an answer in itself (``18``, ``\\frac{1}{2}``): one line, short."""
+    """Whether a ``solution`` without ``\\boxed{}`` is an answer in itself (``18``, ``\\frac{1}{2}``): one short
+    line."""
     text = text.strip()
     return bool(text) and "\n" not in text and len(text) <= PLAIN_ANSWER_CHARS
 
