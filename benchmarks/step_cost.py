@@ -17,7 +17,7 @@ is the second's time over the first's. The last line reads ``step ms <t> at 1 ro
 generator's figure for each width asked for.
 
 With ``--backend vllm`` it times vLLM's engine steps instead, the way `arpo_algo.generation.vllm_generator.VLLMGenerator`
-drives the engine (float32, prefix caching, processed log-probs, the top-20 log-probabilities of every token, 32-token
+drives the engine (float32, prefix caching, processed log-probs, the top-10 log-probabilities of every token, 32-token
 KV blocks on the CPU): `rows` requests of the same prompt, each its own, end of sequence ignored; the steps that encode
 the prompts are not timed. There is one generator, so the default-kernel columns are left out.
 """
@@ -78,7 +78,8 @@ def vllm_step_times(gen, prompt: list[int], rows: int, steps: int, warm: int = 3
     from vllm.sampling_params import RequestOutputKind
 
     engine = gen.llm.llm_engine
-    sampling = VLLMParams(max_tokens=steps + warm + 1, temperature=1.0, top_p=1.0, logprobs=gen.top_logprobs,
+    top = SamplingParams().entropy_top_logprobs
+    sampling = VLLMParams(max_tokens=steps + warm + 1, temperature=1.0, top_p=1.0, logprobs=top,
                           ignore_eos=True, output_kind=RequestOutputKind.DELTA)
     for _ in range(rows):
         engine.add_request(f"step-cost-{next(_request_ids)}", TokensPrompt(prompt_token_ids=list(prompt)), sampling)
@@ -115,7 +116,8 @@ def vllm_main(args: argparse.Namespace, widths: list[int]) -> None:
         medians[rows] = statistics.median(times)
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU, {os.cpu_count()} cores"
     print(f"\n{args.model}, float32, vLLM {vllm.__version__} ({device}), prompt of {len(prompt)} tokens, "
-          f"{per_round * args.rounds} timed engine steps per width, top-{gen.top_logprobs} log-probs\n")
+          f"{per_round * args.rounds} timed engine steps per width, top-{SamplingParams().entropy_top_logprobs} "
+          "log-probs\n")
     print(f"| rows | ms a step | ms a row | vs {widths[0]} row{'s' if widths[0] > 1 else ''} |")
     print("|---:|---:|---:|---:|")
     for rows in widths:

@@ -17,7 +17,8 @@ from typing import Any
 
 
 def pick(path: Path) -> dict[str, Any]:
-    best: dict[str, Any] | None = None
+    """The tree with the most branches, and among those the one whose rewards differ most (the first of them)."""
+    best, best_key = None, None
     with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
             try:
@@ -26,9 +27,10 @@ def pick(path: Path) -> dict[str, Any]:
                 continue
             if not isinstance(tree, dict) or "nodes" not in tree:
                 continue
-            branches = sum(n.get("kind") == "branch" for n in tree["nodes"])
-            if best is None or branches > sum(n.get("kind") == "branch" for n in best["nodes"]):
-                best = tree
+            rewards = [t.get("reward", 0) for t in tree.get("trajectories", [])] or [0]
+            key = (sum(n.get("kind") == "branch" for n in tree["nodes"]), max(rewards) - min(rewards))
+            if best_key is None or key > best_key:
+                best, best_key = tree, key
     if best is None:
         raise SystemExit(f"draw_tree: no rollout tree in {path}")
     return best
@@ -42,7 +44,7 @@ def draw(tree: dict[str, Any], out: Path) -> None:
 
     nodes = {n["id"]: n for n in tree["nodes"]}
     trajs = sorted(tree["trajectories"], key=lambda t: _order(nodes, t["node"]))
-    fig, ax = plt.subplots(figsize=(11, 0.45 * len(trajs) + 1.4))
+    fig, ax = plt.subplots(figsize=(12, 0.55 * len(trajs) + 1.6))
     row_of = {t["node"]: i for i, t in enumerate(trajs)}
     colours = {"global": "#4c72b0", "branch": "#55a868", "topup": "#8172b2"}
     for i, t in enumerate(trajs):
@@ -68,16 +70,16 @@ def draw(tree: dict[str, Any], out: Path) -> None:
     ax.set_yticks([])
     ax.set_xlabel("completion tokens")
     question = str((tree.get("task") or {}).get("question", ""))[:110]
-    ax.set_title(f"ARPO rollout tree: M = {len(trajs)} trajectories\n{question}", fontsize=10)
+    ax.set_title(f"ARPO rollout tree: M = {len(trajs)} trajectories\n{question}", fontsize=10, pad=14)
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
     ax.plot([], [], color="#bbbbbb", lw=6, label="model tokens")
     ax.plot([], [], color="#dd8452", lw=6, label="tool result (masked from the loss)")
     ax.plot([], [], color=colours["branch"], lw=1.5, marker="o", label="branch point")
-    ax.legend(loc="lower center", bbox_to_anchor=(0.5, -0.45 if len(trajs) < 6 else -0.25), ncol=3, fontsize=8,
-              frameon=False)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     xmax = max(len(t.get("completion_ids") or []) for t in trajs)
     ax.set_xlim(-60, xmax + 90)
+    ax.set_ylim(-0.6, len(trajs) - 0.2)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)

@@ -50,19 +50,41 @@ def test_entropies_are_finite_for_any_log_probs():
 
 
 def test_hf_generator_measures_the_sampling_distribution(agent, tokenizer):
-    """Entropy and the sampled token's log-prob are those of the distribution after temperature and top-p."""
+    """Entropy and the sampled token's log-prob are those of the distribution after temperature and top-p; the
+    entropy is the reference's estimator by default (the top-10 log-probs) and exact with entropy_top_logprobs=0."""
     gen = HFGenerator(agent, tokenizer)
     prompt = tokenizer.encode("hello there", add_special_tokens=False)
-    params = SamplingParams(max_new_tokens=1, temperature=0.7, top_p=0.8, entropy_k=1)
-    seg = gen.generate([gen.new_path(prompt)], params)[0]
     with torch.no_grad():
         logits = agent(torch.tensor([prompt])).logits[0, -1].float()
     logp = nucleus_log_probs(torch.log_softmax(logits / 0.7, -1)[None], 0.8)[0]
-    assert seg.logprobs[0] == pytest.approx(float(logp[seg.token_ids[0]]), abs=1e-4)
     probs = logp.exp()
     exact = float(torch.where(probs > 0, -probs * logp, torch.zeros_like(probs)).sum() / math.log(logits.numel()))
-    assert seg.entropies[0] == pytest.approx(exact, rel=1e-4)
-    assert exact < float(token_entropy(logits[None])[0])  # the nucleus is narrower than the model's distribution
+    top10 = logp.topk(10).values
+    reference = float(torch.where(top10.exp() > 0, -top10.exp() * top10, torch.zeros(10)).sum()
+                      / math.log(logits.numel()))
+    for top_logprobs, expected in ((10, reference), (0, exact)):
+        params = SamplingParams(max_new_tokens=1, temperature=0.7, top_p=0.8, entropy_k=1,
+                                entropy_top_logprobs=top_logprobs)
+        seg = gen.generate([gen.new_path(prompt)], params)[0]
+        assert seg.logprobs[0] == pytest.approx(float(logp[seg.token_ids[0]]), abs=1e-4)
+        assert seg.entropies[0] == pytest.approx(expected, rel=1e-4)
+    assert SamplingParams().entropy_top_logprobs == 10
+    assert reference <= exact < float(token_entropy(logits[None])[0])  # the nucleus is narrower than the model's
+
+
+def test_the_top_n_estimator_agrees_with_what_vllm_returns():
+    """`sampling_entropy` (the transformers backend) and `top_logprob_entropy` (vLLM's top log-probs, with the
+    sampled token among them when it is not in the top N) give one number for one distribution."""
+    from arpo_algo.core.entropy import sampling_entropy, top_logprob_entropy
+
+    torch.manual_seed(0)
+    logp = torch.log_softmax(torch.randn(5, 300) * 3, -1)
+    for n in (1, 10, 20):
+        mine = sampling_entropy(logp, math.log(300), n).tolist()
+        for row, value in zip(logp, mine):
+            returned = row.topk(n).values.tolist() + [float(row.min())]  # vLLM adds the sampled token
+            assert top_logprob_entropy(returned, math.log(300), n) == pytest.approx(value, rel=1e-5)
+    assert sampling_entropy(logp, math.log(300), 0).tolist() == pytest.approx(token_entropy(logp).tolist(), rel=1e-5)
 
 
 # Branching follows entropy -------------------------------------------------------------------------------------------

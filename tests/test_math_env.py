@@ -886,17 +886,20 @@ def test_a_sandbox_path_or_module_given_as_one_string_is_one(tmp_path):
     number there, or for preload, was a TypeError that gym wrapped with every keyword argument of the env."""
     secret = tmp_path / "answers"
     secret.mkdir()
-    (secret / "gold.txt").write_text("42")
+    (secret / "gold.txt").write_text("the gold answer")  # words no temporary folder's name holds (pytest-42 did)
     env = gym.make("ARPO-Math-v0", dataset="arithmetic", sandbox_options={"hidden_paths": str(secret),
                                                                           "preload": "colorsys"})
-    env.reset(seed=0)
-    observation = env.step(f"<python>print(open({str(secret / 'gold.txt')!r}).read())</python>")[0]
-    assert "is hidden from the sandbox" in observation and "42" not in observation
-    assert env.step("<python>import sys\nprint('colorsys' in sys.modules)</python>")[0].endswith("True\n</result>\n")
-    env.close()
     import arpo_env.tools.sandbox.host as sandbox
 
-    sandbox._templates.pop(("colorsys",)).shutdown()  # the sandbox's tests count one template
+    try:
+        env.reset(seed=0)
+        observation = env.step(f"<python>print(open({str(secret / 'gold.txt')!r}).read())</python>")[0]
+        assert "is hidden from the sandbox" in observation and "the gold answer" not in observation
+        imported = env.step("<python>import sys\nprint('colorsys' in sys.modules)</python>")[0]
+        assert imported.endswith("True\n</result>\n")
+    finally:
+        env.close()
+        sandbox._templates.pop(("colorsys",)).shutdown()  # the sandbox's tests count one template, pass or fail
     for options, words in [({"hidden_paths": 5}, "hidden_paths must be a path or a list of paths, not int '5'"),
                            ({"preload": [1]}, "preload must be a module's name or a list of them, not list '[1]'")]:
         with pytest.raises(ValueError, match=re.escape(f"sandbox_options: {words}")):

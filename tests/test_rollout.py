@@ -555,17 +555,22 @@ def test_continuous_batching_equals_reencoding(agent, tokenizer):
     assert forks == 4 and checked == 4 * 3 + forks
 
 
-def test_entropy_is_exact_and_normalised(agent, tokenizer):
+def test_greedy_entropy_is_the_temperature_one_distributions_and_normalised(agent, tokenizer):
+    """Greedy decoding measures the temperature-1 distribution: exact with entropy_top_logprobs=0, its top-10 sum
+    by default."""
     gen = HFGenerator(agent, tokenizer)
-    path = gen.new_path(tokenizer.encode("hello there", add_special_tokens=False))
-    seg = gen.generate([path], SamplingParams(max_new_tokens=3, temperature=0.0, entropy_k=2))[0]
-    ids = torch.tensor([path.tokens[:-3]])
-    with torch.no_grad():
-        logits = agent(ids).logits[0, -1].float()
-    logp = torch.log_softmax(logits, -1)
-    expected = float(-(logp.exp() * logp).sum() / torch.log(torch.tensor(float(logits.numel()))))
-    assert len(seg.entropies) == 2 and seg.entropies[0] == pytest.approx(expected, rel=1e-4)
-    assert 0.0 <= seg.entropies[0] <= 1.0
+    for top_logprobs in (0, 10):
+        path = gen.new_path(tokenizer.encode("hello there", add_special_tokens=False))
+        params = SamplingParams(max_new_tokens=3, temperature=0.0, entropy_k=2, entropy_top_logprobs=top_logprobs)
+        seg = gen.generate([path], params)[0]
+        ids = torch.tensor([path.tokens[:-3]])
+        with torch.no_grad():
+            logits = agent(ids).logits[0, -1].float()
+        logp = torch.log_softmax(logits, -1)
+        values = logp if top_logprobs == 0 else logp.topk(top_logprobs).values
+        expected = float(-(values.exp() * values).sum() / torch.log(torch.tensor(float(logits.numel()))))
+        assert len(seg.entropies) == 2 and seg.entropies[0] == pytest.approx(expected, rel=1e-4)
+        assert 0.0 <= seg.entropies[0] <= 1.0
 
 
 def test_entropy_windows_name_the_start_and_after_tool_segments():
@@ -922,3 +927,30 @@ def test_an_engine_schedules_each_batch_from_what_that_batch_sees(agent, tokeniz
     assert fresh.started and reused.started == fresh.started
     for a, b in zip(again, alone):
         assert {t.node: t.completion_ids for t in a.trajectories} == {t.node: t.completion_ids for t in b.trajectories}
+
+
+def test_the_reference_timing_decides_on_the_window_before_the_tool_call(agent, tokenizer):
+    """``entropy_timing="lagged"``: the decision after tool result t uses the window after result t−1 (the one that
+    wrote call t), so the first decision is a coin flip at P = α; the trees and the decisions say so."""
+    from arpo_algo.core.entropy import window_entropy
+    from arpo_algo.settings import ConfigError
+
+    (tree,) = rollout(agent, tokenizer, alpha=0.5, beta=0.2, num_generations=8, num_global=2,
+                      entropy_timing="lagged")
+    assert tree.stats["entropy"] == "top-10 log-probs, lagged (the reference code)"
+    checked = 0
+    for t in tree.trajectories:
+        windows = [window_entropy(t.entropies[s["start"]:s["end"]], 20) for s in t.segments if s["kind"] == "model"]
+        for d in t.decisions:
+            expected = windows[d["step"] - 1] - windows[0]
+            assert d["delta_h"] == pytest.approx(expected, abs=1e-9)
+            if d["step"] == 1:
+                assert d["delta_h"] == 0 and d["p"] == pytest.approx(0.5)
+            checked += 1
+    assert checked >= 2
+    (default,) = rollout(agent, tokenizer, alpha=0.5, beta=0.2, num_generations=8, num_global=2)
+    assert default.stats["entropy"] == "top-10 log-probs, after the result"
+    with pytest.raises(ConfigError, match="entropy_timing must be after_result or lagged"):
+        RolloutConfig(entropy_timing="late")
+    with pytest.raises(ConfigError, match="entropy_top_logprobs must be a whole number of at least 0"):
+        RolloutConfig(entropy_top_logprobs=-1)

@@ -57,7 +57,8 @@ def test_soft_attribution_is_grpo_over_the_m_sequences():
 def test_hard_attribution_gives_shared_tokens_the_mean_of_their_descendants_once():
     tree = hand_tree()
     adv = [0.5, -0.5, -0.5, 0.5]  # rewards (1, 0, 0, 1), centred
-    token_adv, keep = hard_attribution(tree, adv)
+    token_adv, keep, scale = hard_attribution(tree, adv)
+    assert all((c == 1).all() for c in scale)  # no row weights: every row's tokens weigh alike
     third = (0.5 - 0.5 + 0.5) / 3  # tokens 0-2 of node 0 are shared by trajectories 0, 2 and 3
     assert token_adv[0].tolist() == pytest.approx([third] * 3 + [0.5] * 5)
     assert token_adv[1].tolist() == pytest.approx([-0.5] * 6)
@@ -199,51 +200,80 @@ def loss_gradient(trainer, tree, advantages, mask_rows):
     return advantages.grad
 
 
+def reordered(tree: RolloutTree, order: list[int]) -> RolloutTree:
+    """The same tree with its trajectories in another order: as if its descendants had finished in that order."""
+    return RolloutTree(tree.task, tree.algo, tree.nodes, [tree.trajectories[i] for i in order], tree.stats)
+
+
+def distinct_token_weights(tree: RolloutTree, gradient: torch.Tensor, values: list[np.ndarray]) -> dict:
+    """What each distinct token (its node and position) contributes to the loss's gradient, over all its copies:
+    the sum of (the copy's advantage × the loss's weight for it)."""
+    from arpo_algo.core.advantages import token_owners
+
+    found: dict = {}
+    for i, t in enumerate(tree.trajectories):
+        for pos, node in enumerate(token_owners(tree, i).tolist()):
+            found[(node, pos)] = found.get((node, pos), 0.0) + float(values[i][pos]) * float(gradient[i, pos])
+    return found
+
+
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)
 @pytest.mark.slow
-def test_hard_attribution_gives_each_shared_token_the_weight_of_one_token(loss_type, undecided, tokenizer, tmp_path):
+def test_hard_attribution_gives_each_shared_token_its_descendants_weight_whatever_their_order(
+        loss_type, undecided, tokenizer, tmp_path):
     """Every TRL loss type: under hard attribution a shared token is trained once (one copy carries its mean
-    advantage, the others 0), and the weight of that copy is exactly the weight any token of its trajectory has
-    under soft attribution. The control: de-duplicating through the mask, as before, inflates the weight of a
-    branch's own tokens for the per-sequence losses (grpo, sapo)."""
-    from arpo_algo.core.advantages import hard_attribution
+    advantage, the others 0), and it weighs the mean of the weights its descendants' tokens have under the loss
+    type, whichever descendant keeps it. Under grpo and sapo (a row's tokens weigh 1/its length) the keeper's own
+    weight made a shared token weigh 1/8 or 1/9 of its row for the same tree, by which descendant came first. The
+    control: de-duplicating through the mask inflates a branch's own tokens for those two."""
+    from arpo_algo.core.advantages import hard_attribution, hard_token_advantages
     from arpo_algo.training.trainer import ARPOTrainer
 
     level = "sequence" if loss_type == "luspo" else "token"
     trainer = ARPOTrainer(undecided, args=config(tmp_path, loss_type=loss_type, advantage_attribution="hard",
                                                  importance_sampling_level=level),
                           train_dataset=dataset(), processing_class=tokenizer)
-    tree = hand_tree()
-    full_masks = [t.mask for t in tree.trajectories]
-    width = max(len(t.completion_ids) for t in tree.trajectories)
-    # the trainer's own path from per-token values to TRL's (B, T) advantages; positive, so that sign-dependent
-    # coefficients (sapo's temperatures, vespo's k and λ) are the same as under soft
-    from arpo_algo.core.advantages import hard_token_advantages
-
-    trainer._pending_trees, trainer._trained = [tree], hard_token_advantages(tree, [1.0, 2.0, 3.0, 4.0])
-    hard = trainer._advantage_tensor(width)
-    _, keep = hard_attribution(tree, [0.0] * 4)
-    soft_weight = loss_gradient(trainer, tree, torch.ones(4, width), full_masks)
-    hard_weight = loss_gradient(trainer, tree, hard, full_masks)
-    for i, t in enumerate(tree.trajectories):
-        n = len(t.completion_ids)
-        kept = torch.tensor(keep[i], dtype=torch.bool)
-        assert torch.all(hard[i, :n][~kept] == 0)  # a copy carries nothing
-        assert torch.all(hard[i, :n][kept] > 0)
-        assert torch.allclose(hard_weight[i, :n][kept], soft_weight[i, :n][kept])  # one token's weight
-    assert sum(int(k.sum()) for k in keep) == 22  # each distinct token once (8 + 6 + 4 + 4)
-    if loss_type in ("grpo", "sapo"):
-        dedup = [[a * int(b) for a, b in zip(t.mask, k)] for t, k in zip(tree.trajectories, keep)]
-        inflated = loss_gradient(trainer, tree, hard, dedup)
-        own = torch.tensor(keep[3], dtype=torch.bool)  # trajectory 3 owns 4 of its 9 tokens
-        assert torch.allclose(inflated[3, :9][own], soft_weight[3, :9][own] * 9 / 4)
+    contributions = []
+    for order in ([0, 1, 2, 3], [3, 2, 1, 0]):  # trajectory 0 keeps the root's first tokens, then trajectory 3 does
+        tree = reordered(hand_tree(), order)
+        advantages = [[1.0, 2.0, 3.0, 4.0][i] for i in order]  # positive: sapo's and vespo's coefficients as soft's
+        full_masks = [t.mask for t in tree.trajectories]
+        width = max(len(t.completion_ids) for t in tree.trajectories)
+        values = hard_token_advantages(tree, advantages, loss_type=loss_type)
+        trainer._pending_trees, trainer._trained = [tree], values  # the trainer's own path to TRL's (B, T) tensor
+        hard = trainer._advantage_tensor(width)
+        _, keep, _ = hard_attribution(tree, advantages)
+        soft_weight = loss_gradient(trainer, tree, torch.ones(4, width), full_masks)
+        hard_weight = loss_gradient(trainer, tree, hard, full_masks)
+        for i, t in enumerate(tree.trajectories):
+            n = len(t.completion_ids)
+            kept = torch.tensor(keep[i], dtype=torch.bool)
+            assert torch.all(hard[i, :n][~kept] == 0)  # a copy carries nothing
+            assert torch.all(hard[i, :n][kept] > 0)
+        assert sum(int(k.sum()) for k in keep) == 22  # each distinct token once (8 + 6 + 4 + 4)
+        contributions.append(distinct_token_weights(tree, hard_weight, values))
+        # a shared token weighs the mean of its descendants' token weights: the root's first 3 tokens are shared by
+        # the trajectories of nodes 0, 2 and 3
+        rows = {t.node: i for i, t in enumerate(tree.trajectories)}
+        mean_weight = float(np.mean([soft_weight[rows[n], 0] for n in (0, 2, 3)]))
+        mean_advantage = (1.0 + 3.0 + 4.0) / 3
+        assert contributions[-1][(0, 0)] == pytest.approx(mean_advantage * mean_weight, rel=1e-5)
+        if loss_type in ("grpo", "sapo") and order[0] == 0:  # where node 3's trajectory keeps only its own tokens
+            dedup = [[a * int(b) for a, b in zip(t.mask, k)] for t, k in zip(tree.trajectories, keep)]
+            inflated = loss_gradient(trainer, tree, hard, dedup)
+            own = torch.tensor(keep[rows[3]], dtype=torch.bool)  # node 3's trajectory owns 4 of its 9 tokens
+            assert torch.allclose(inflated[rows[3], :9][own], soft_weight[rows[3], :9][own] * 9 / 4)
+    first, second = contributions
+    assert first.keys() == second.keys()
+    for token in first:
+        assert first[token] == pytest.approx(second[token], rel=1e-5), token  # the finishing order does not matter
 
 
 def test_hard_attribution_keeps_a_shared_prefix_when_its_first_trajectory_is_truncated():
     from arpo_algo.core.advantages import hard_attribution
 
     tree = hand_tree()
-    _, keep = hard_attribution(tree, [0.0] * 4, eligible=[False, True, True, True])  # trajectory 0 truncated
+    _, keep, _ = hard_attribution(tree, [0.0] * 4, eligible=[False, True, True, True])  # trajectory 0 truncated
     assert keep[0].tolist() == [0, 0, 0, 1, 1, 1, 1, 1]  # its own tokens stay with it (masked by TRL anyway)
     assert keep[2].tolist() == [1, 1, 1, 1, 1, 1, 1]  # the prefix it shared goes to a descendant that trains
     assert sum(int(k.sum()) for k in keep) == 22

@@ -64,6 +64,7 @@ def test_report_in_headless_chromium(trees_file, browser, tmp_path):
     out = tmp_path / "report.html"
     result = viewer.build(trees_file, out)
     assert result["plots"] == [tmp_path / "report.entropy.png"]  # no run directory: no training curves
+    assert result["totals"]["entropy"] == "top-10 log-probs, after the result"  # how ΔH was measured
 
     browser.open(out.as_uri())
     drawn = browser.wait_for(f"document.querySelectorAll('svg.tree').length === {n_trees}")
@@ -75,6 +76,7 @@ def test_report_in_headless_chromium(trees_file, browser, tmp_path):
     assert branches > 0
     assert browser.evaluate("document.querySelectorAll('circle.bp').length") == branches
     assert "ΔH" in browser.evaluate("document.querySelector('text.bpl').textContent")
+    assert "top-10 log-probs, after the result" in browser.evaluate("document.querySelector('.stats').innerText")
 
     # A click on a trajectory's row opens it: segments, tool output set apart, tokens coloured by entropy.
     assert browser.evaluate("document.querySelectorAll('.traj').length") == 0

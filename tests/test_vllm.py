@@ -77,13 +77,20 @@ def prompt(tokenizer):
 
 
 def test_logprobs_and_entropies_match_the_transformers_backend(generator, hf_model, tokenizer):
-    from arpo_algo.core.entropy import nucleus_log_probs, token_entropy, top_logprob_entropy
+    """On the very tokens vLLM sampled: its log-probs are the transformers model's, and under the same estimator
+    (the reference's top-10 log-probs, the default) the two backends give the same per-token entropies and the same
+    window entropy H, each computing it its own way (vLLM from its returned log-probs, the transformers backend with
+    its own sampling code on the logits)."""
+    from arpo_algo.core.entropy import nucleus_log_probs, token_entropy, window_entropy
+    from arpo_algo.generation.hf_generator import HFGenerator
     from arpo_algo.generation.protocol import SamplingParams
 
     ids = prompt(tokenizer)
+    hf = HFGenerator(hf_model, tokenizer)
     for top_p in (1.0, 0.9):
         paths = [generator.new_path(ids) for _ in range(3)]
         params = SamplingParams(max_new_tokens=24, temperature=1.0, top_p=top_p, entropy_k=24)
+        assert params.entropy_top_logprobs == 10  # the reference's estimator is the default
         segments = generator.generate(paths, params)
         for path, seg in zip(paths, segments):
             assert seg.token_ids and len(seg.logprobs) == len(seg.token_ids) == len(seg.entropies)
@@ -96,14 +103,22 @@ def test_logprobs_and_entropies_match_the_transformers_backend(generator, hf_mod
             sampled = logp[torch.arange(len(seg.token_ids)), torch.tensor(seg.token_ids)]
             assert torch.isfinite(sampled).all()  # vLLM sampled inside the nucleus the transformers model sees
             assert max(abs(a - b) for a, b in zip(seg.logprobs, sampled.tolist())) < LOGPROB_TOLERANCE
+            _, _, theirs = hf._sample(logits, params, [0.5] * len(logits))  # the transformers backend's own code
             exact = token_entropy(logits, 1.0, top_p).tolist()
-            top20 = [top_logprob_entropy(row.topk(generator.top_logprobs).values.tolist(), generator.log_vocab)
-                     for row in logp]
-            for got, approx, true in zip(seg.entropies, top20, exact):
+            for got, same, true in zip(seg.entropies, theirs.tolist(), exact):
                 assert math.isfinite(got)
-                assert abs(got - approx) < 1e-3  # the same top-k formula on the same distribution
-                assert got <= true + 1e-3  # the top-k sum never exceeds the exact entropy
-                assert true - got < 0.05  # and this model's mass is in its top 20
+                assert abs(got - same) < 1e-3  # the same estimator on the same distribution
+                assert got <= true + 1e-3  # a top-10 sum never exceeds the exact entropy
+            h_vllm, h_hf = window_entropy(seg.entropies, 24), window_entropy(theirs.tolist(), 24)
+            assert abs(h_vllm - h_hf) < 24e-3, (h_vllm, h_hf)
+
+
+def test_exact_entropy_is_refused_on_vllm_with_a_clear_error(generator, tokenizer):
+    from arpo_algo.generation.protocol import SamplingParams
+    from arpo_algo.settings import ConfigError
+
+    with pytest.raises(ConfigError, match="exact entropy.*transformers backend"):
+        generator.submit(generator.new_path(prompt(tokenizer)), SamplingParams(entropy_top_logprobs=0), "k")
 
 
 def seeded_draws(gen, ids, params, n: int, seed: int):

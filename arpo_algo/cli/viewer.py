@@ -211,7 +211,9 @@ def totals(trees: list[dict[str, Any]]) -> dict[str, Any]:
             "mean ΔH at tool steps": (sum(d["delta_h"] for d in decisions) / len(decisions)) if decisions else None,
             "algorithms": ", ".join(sorted({str(c["algo"]) for c in trees})),
             "steps": f"{steps[0]}–{steps[-1]}" if len(steps) > 1 else (str(steps[0]) if steps else None),
-            "rollouts in the file": len(runs) if len(runs) > 1 else None}  # several `arpo rollout`s into one --out
+            "rollouts in the file": len(runs) if len(runs) > 1 else None,  # several `arpo rollout`s into one --out
+            "entropy": "; ".join(sorted({str(c["stats"]["entropy"]) for c in trees if c["stats"].get("entropy")}))
+            or None}  # the estimator and timing ΔH was measured with
 
 
 # Plots --------------------------------------------------------------------------------------------------------------

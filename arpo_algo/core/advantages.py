@@ -20,10 +20,16 @@ Attribution decides what the tokens that several trajectories share (the prefix 
   of each token (``grpo``, ``bnpo``, ``dr_grpo``, ``dapo``, ``luspo``, ``cispo``, ``sapo``, ``vespo``), so a copy
   with advantage 0 adds nothing, while the mask, and with it each loss type's normaliser (a row's length for
   ``grpo``/``sapo``, the batch's token count for ``dapo``, …) stays what it is under soft attribution. A kept token
-  therefore weighs exactly what any token of its row weighs under that loss type. (Masking the copies instead would
-  shrink a branch row's length to its own few tokens, and ``grpo``/``sapo``, which divide each row by its length,
-  would give those tokens a whole sequence's weight.) The keeper is a trajectory whose tokens reach the loss: with
+  would weigh what any token of its row weighs under that loss type. (Masking the copies instead would shrink a
+  branch row's length to its own few tokens, and ``grpo``/``sapo``, which divide each row by its length, would give
+  those tokens a whole sequence's weight.) The keeper is a trajectory whose tokens reach the loss: with
   ``mask_truncated_completions`` a truncated descendant is never chosen while another descendant is not truncated.
+
+  Which descendant keeps a token must not matter. Under a loss that weighs every token alike (``bnpo``,
+  ``dr_grpo``, ``dapo``, ``cispo``, ``vespo``, ``luspo``) it does not. Under ``grpo`` and ``sapo`` a token weighs
+  1/length of its row, so the keeper's length would decide the shared token's weight (1/80 or 1/40 for the same
+  tree, by which descendant came first). There the keeper's value is scaled so that the token weighs the *mean* of
+  its descendants' token weights (`row_weights`: 1/length of each row's loss tokens), whichever keeps it.
 
 Tokens are identified through the tree: in a trajectory whose chain of nodes is leaf → … → root, token ``t``
 belongs to the deepest node whose ``start`` is ≤ ``t``; two trajectories share token ``t`` exactly when it belongs
@@ -77,14 +83,30 @@ def token_owners(tree: RolloutTree, trajectory: int) -> np.ndarray:
     return owners
 
 
-def hard_attribution(tree: RolloutTree, advantages: Sequence[float], eligible: Sequence[bool] | None = None
-                     ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Per-token advantages and the keeper of each shared token, for the trajectories of one tree.
+PER_SEQUENCE_LOSSES = ("grpo", "sapo")
+"""TRL's loss types that divide each row by its own number of loss tokens."""
 
-    Returns ``(token_advantages, keep)``: for trajectory ``i``, ``token_advantages[i][t]`` is the mean of
+
+def row_weights(tree: RolloutTree, loss_type: str) -> list[float] | None:
+    """The weight one loss token of each trajectory has under `loss_type`, up to a constant: 1/length of its loss
+    tokens (``mask``) for the per-sequence losses; None (all alike) for the others."""
+    if loss_type not in PER_SEQUENCE_LOSSES:
+        return None
+    return [1.0 / max(1, int(np.sum(t.mask))) for t in tree.trajectories]
+
+
+def hard_attribution(tree: RolloutTree, advantages: Sequence[float], eligible: Sequence[bool] | None = None,
+                     weights: Sequence[float] | None = None
+                     ) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+    """Per-token advantages, the keeper of each shared token, and the keeper's scale, for the trajectories of one
+    tree.
+
+    Returns ``(token_advantages, keep, scale)``: for trajectory ``i``, ``token_advantages[i][t]`` is the mean of
     ``advantages[j]`` over every trajectory ``j`` that shares token ``t``, and ``keep[i][t]`` is 1 in exactly one
     of those trajectories and 0 in the others. The keeper is the first sharing trajectory that is `eligible` (whose
-    tokens reach the loss; all are by default), or the first one when none is.
+    tokens reach the loss; all are by default), or the first one when none is. With `weights` (`row_weights`),
+    ``scale[i][t]`` is the mean weight of the eligible sharers over row ``i``'s own: what the keeper's value is
+    multiplied by so that the token weighs the same whichever sharer keeps it (1 everywhere without `weights`).
     """
     eligible = [True] * len(tree.trajectories) if eligible is None else [bool(e) for e in eligible]
     owners = [token_owners(tree, i) for i in range(len(tree.trajectories))]
@@ -92,6 +114,8 @@ def hard_attribution(tree: RolloutTree, advantages: Sequence[float], eligible: S
     nodes = max((n.id for n in tree.nodes), default=-1) + 1
     total = np.zeros((nodes, length))
     count = np.zeros((nodes, length))
+    weight_sum = np.zeros((nodes, length))
+    weight_count = np.zeros((nodes, length))
     first = np.full((nodes, length), -1, dtype=np.int64)
     positions = np.arange(length)
     # eligible trajectories claim first, so a token goes to an ineligible keeper only when all its sharers are
@@ -100,19 +124,27 @@ def hard_attribution(tree: RolloutTree, advantages: Sequence[float], eligible: S
         pos = positions[: len(own)]
         total[own, pos] += advantages[i]
         count[own, pos] += 1
+        if weights is not None and eligible[i]:
+            weight_sum[own, pos] += weights[i]
+            weight_count[own, pos] += 1
         unclaimed = first[own, pos] < 0
         first[own[unclaimed], pos[unclaimed]] = i
-    token_adv, keep = [], []
+    token_adv, keep, scale = [], [], []
     for i, own in enumerate(owners):
         pos = positions[: len(own)]
         token_adv.append(total[own, pos] / count[own, pos])
         keep.append((first[own, pos] == i).astype(np.int64))
-    return token_adv, keep
+        if weights is None or not eligible[i]:
+            scale.append(np.ones(len(own)))
+        else:
+            scale.append(weight_sum[own, pos] / np.maximum(weight_count[own, pos], 1) / weights[i])
+    return token_adv, keep, scale
 
 
-def hard_token_advantages(tree: RolloutTree, advantages: Sequence[float], eligible: Sequence[bool] | None = None
-                          ) -> list[np.ndarray]:
+def hard_token_advantages(tree: RolloutTree, advantages: Sequence[float], eligible: Sequence[bool] | None = None,
+                          loss_type: str = "dapo") -> list[np.ndarray]:
     """What each token of each trajectory trains on under hard attribution: the mean advantage of the trajectories
-    sharing it on its keeper copy, 0 on the other copies (see the module's docstring for why not the mask)."""
-    token_adv, keep = hard_attribution(tree, advantages, eligible)
-    return [a * k for a, k in zip(token_adv, keep)]
+    sharing it on its keeper copy, 0 on the other copies (see the module's docstring for why not the mask); under a
+    per-sequence `loss_type` the keeper's value is scaled so that the token weighs its descendants' mean weight."""
+    token_adv, keep, scale = hard_attribution(tree, advantages, eligible, row_weights(tree, loss_type))
+    return [a * k * c for a, k, c in zip(token_adv, keep, scale)]

@@ -20,10 +20,17 @@ def default_num_global(num_global: int | None, num_generations: int) -> int:
     return min(DEFAULT_NUM_GLOBAL, num_generations) if num_global is None else num_global
 
 
-def setting(default: Any, help: str, short: str | None = None) -> Any:
-    """A field of `RolloutConfig`: its default and its help, which ``arpo rollout``'s flags (`add_rollout_flags`) and
-    `ARPOConfig`'s fields (`trainer_field`) show as they are."""
-    return field(default=default, metadata={"help": help, "short": short})
+def setting(default: Any, help: str, short: str | None = None, choices: Sequence[str] | None = None) -> Any:
+    """A field of `RolloutConfig`: its default and its help (and its choices), which ``arpo rollout``'s flags
+    (`add_rollout_flags`) and `ARPOConfig`'s fields (`trainer_field`) show as they are."""
+    metadata: dict[str, Any] = {"help": help, "short": short}
+    if choices:
+        metadata["choices"] = list(choices)
+    return field(default=default, metadata=metadata)
+
+
+ENTROPY_TIMINGS = ("after_result", "lagged")
+"""When ΔH is measured (`RolloutConfig.entropy_timing`)."""
 
 
 @dataclass
@@ -43,6 +50,16 @@ class RolloutConfig:
     beta: float = setting(0.2, "β: weight of the entropy change ΔH in P = α + β·ΔH.")
     entropy_k: int = setting(20, "k: tokens whose normalised entropies are summed into H at the start of the "
                                  "response (H₀) and after every tool result; ΔH = H − H₀ (arpo_algo.core.entropy).")
+    entropy_top_logprobs: int = setting(10, "Each token's entropy is summed over the top-N log-probs of the sampling "
+                                            "distribution, normalised by ln|V|: the reference code's estimator "
+                                            "(N = 10), the scale α and β are chosen on. 0: exact, over the whole "
+                                            "vocabulary (the transformers backend only). Every backend computes it "
+                                            "the same way.")
+    entropy_timing: str = setting("after_result", "When ΔH is measured. after_result: on the k tokens right after "
+                                                  "each tool result (the paper). lagged: the reference code's timing, "
+                                                  "for comparison: the decision at tool call t uses the window after "
+                                                  "result t−1, so the first decision is a coin flip at P = α.",
+                                  choices=ENTROPY_TIMINGS)
     max_new_tokens: int = setting(512, "Tokens generated per turn (between two tool results).")
     max_completion_tokens: int = setting(4096, "Tokens per trajectory, tool outputs included: a trajectory is "
                                                "truncated where its next segment or tool output would pass this.")
@@ -90,6 +107,7 @@ class RolloutConfig:
             raise ConfigError(f"speculative_min_keep must be in [0, 1], not {self.speculative_min_keep}")
         problems = sampling_problems(self.max_new_tokens, self.max_completion_tokens, self.temperature, self.top_p,
                                      self.entropy_k, self.alpha, self.beta)
+        problems += entropy_problems(self.entropy_top_logprobs, self.entropy_timing)
         if self.max_tool_workers < 1:
             problems.append(f"max_tool_workers must be at least 1, not {self.max_tool_workers}")
         if self.seed < 0:  # numpy's generators and Gymnasium's reset take none below 0: it failed at the first task
@@ -98,7 +116,7 @@ class RolloutConfig:
             raise ConfigError("; ".join(problems))
         from arpo_env.env import whole_number
 
-        for name in (*counts, "max_new_tokens", "max_completion_tokens", "entropy_k"):  # 4.0, numpy's: plain ints
+        for name in (*counts, "max_new_tokens", "max_completion_tokens", "entropy_k", "entropy_top_logprobs"):  # 4.0
             setattr(self, name, whole_number(getattr(self, name)))
         self.branching, self.speculative_branches = bool(self.branching), bool(self.speculative_branches)
 
@@ -136,6 +154,24 @@ def sampling_problems(max_new_tokens: int, max_completion_tokens: int, temperatu
     return problems
 
 
+def entropy_problems(top_logprobs: Any, timing: Any) -> list[str]:
+    """What is wrong with the entropy estimator's settings (`RolloutConfig.entropy_top_logprobs`, `entropy_timing`)."""
+    from arpo_env.env import whole_number
+
+    problems = []
+    if whole_number(top_logprobs) is None or whole_number(top_logprobs) < 0:
+        problems.append(f"entropy_top_logprobs must be a whole number of at least 0 (0: exact), not {top_logprobs!r}")
+    if timing not in ENTROPY_TIMINGS:
+        problems.append(f"entropy_timing must be {' or '.join(ENTROPY_TIMINGS)}, not {timing!r}")
+    return problems
+
+
+def entropy_estimator(top_logprobs: int, timing: str) -> str:
+    """How a run measured ΔH, in words: ``top-10 log-probs, after the result``."""
+    what = "exact" if top_logprobs == 0 else f"top-{top_logprobs} log-probs"
+    return f"{what}, {'lagged (the reference code)' if timing == 'lagged' else 'after the result'}"
+
+
 TRAINER_NAMES = {"alpha": "branch_alpha", "beta": "branch_beta", "max_new_tokens": "max_new_tokens_per_turn",
                  "max_completion_tokens": "max_completion_length", "max_tool_workers": "tool_workers"}
 """`RolloutConfig` fields that `ARPOConfig` names otherwise: TRL's own (``beta`` is its KL weight,
@@ -153,7 +189,10 @@ def trainer_field(name: str, help: str | None = None) -> Any:
     """`ARPOConfig`'s field for `RolloutConfig`'s `name`: the same default and, unless `help` is given, the same
     help."""
     spec = RolloutConfig.__dataclass_fields__[name]
-    return field(default=spec.default, metadata={"help": help or spec.metadata["help"]})
+    metadata = {"help": help or spec.metadata["help"]}
+    if spec.metadata.get("choices"):
+        metadata["choices"] = spec.metadata["choices"]
+    return field(default=spec.default, metadata=metadata)
 
 
 def from_trainer(args: Any, **overrides: Any) -> RolloutConfig:
@@ -184,6 +223,8 @@ def add_rollout_flags(parser: argparse.ArgumentParser, skip: Sequence[str] = (),
             kind: dict[str, Any] = {"action": "store_true"}
         else:
             kind = {"type": type(spec.default) if spec.default is not None else int}
+            if spec.metadata.get("choices"):
+                kind["choices"] = spec.metadata["choices"]
             parser.add_argument(*names, dest=spec.name, default=value, **kind,
                                 help=help_text + ("" if value is None else f" Default: {value}."))
         if "_" in spec.name and not respells:  # the dashed spelling, hidden from help

@@ -10,7 +10,8 @@ made during generation (ARPO's decision after the first k tokens, `decide`) copi
 running batch; a speculative fork (`PathGenerator`) copies its parent's row as the parent joins (the same prefix, so
 the same cache and first distribution), and its parent's decision keeps it or drops its row. `submit`/`poll` batch
 continuously (`continuous=True`: paths join and leave the running batch between polls) or in lock-step rounds. Entropy
-is exact: computed from the full sampling distribution (`arpo_algo.core.entropy`). Every request samples from a stream
+is computed from the sampling distribution as every backend computes it: over its top-N log-probs (the reference's
+estimator), or exact (`SamplingParams.entropy_top_logprobs`, `arpo_algo.core.entropy`). Every request samples from a stream
 of its own, seeded by its `SamplingParams.seed` (or, for a request without one, drawn from the generator's seeded
 stream): what a path generates does not depend on what else is in the batch, as on vLLM.
 """
@@ -28,7 +29,7 @@ import numpy as np
 import torch
 from transformers.cache_utils import DynamicLayer
 
-from arpo_algo.core.entropy import nucleus_log_probs, token_entropy
+from arpo_algo.core.entropy import nucleus_log_probs, sampling_entropy
 from arpo_algo.generation.packed_linear import PackedLinears
 from arpo_algo.generation.protocol import Decide, GeneratorStats, Path, PathGenerator, SamplingParams, Segment
 
@@ -226,11 +227,12 @@ class HFGenerator(PathGenerator):
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample one token per row, row i by inverse CDF at the uniform ``draws[i]``; return it, its log-prob under
         the sampling distribution (temperature and top-p applied, renormalised over the nucleus) and that
-        distribution's normalised entropy (`arpo_algo.core.entropy`)."""
+        distribution's normalised entropy (`arpo_algo.core.entropy.sampling_entropy`, top-N or exact)."""
         if params.temperature <= 0:
             raw = torch.log_softmax(logits.float(), dim=-1)
             tokens = logits.argmax(-1)
-            return tokens, raw.gather(1, tokens[:, None])[:, 0], token_entropy(logits)
+            return tokens, raw.gather(1, tokens[:, None])[:, 0], sampling_entropy(raw, self.log_vocab,
+                                                                                  params.entropy_top_logprobs)
         logp = torch.log_softmax(logits.float() / params.temperature, dim=-1)
         if params.top_p < 1.0:
             logp = nucleus_log_probs(logp, params.top_p)
@@ -240,7 +242,7 @@ class HFGenerator(PathGenerator):
         cdf = probs.cumsum(-1)
         u = torch.tensor(draws, dtype=cdf.dtype, device=cdf.device)[:, None]
         tokens = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)[:, 0].clamp_(max=logits.shape[-1] - 1)
-        entropy = torch.where(probs > 0, -probs * logp, torch.zeros_like(probs)).sum(-1) / self.log_vocab
+        entropy = sampling_entropy(logp, self.log_vocab, params.entropy_top_logprobs)
         return tokens, logp.gather(1, tokens[:, None])[:, 0], entropy
 
     def _hit_stop(self, generated: list[int], stops: tuple[str, ...]) -> bool:
@@ -563,7 +565,7 @@ class _Batch:
 
 def _sampling(params: SamplingParams) -> tuple:
     """What the rows of one batch must share: how they sample and stop (each has its own seed and token budget)."""
-    return params.temperature, params.top_p, params.stop, params.entropy_k
+    return params.temperature, params.top_p, params.stop, params.entropy_k, params.entropy_top_logprobs
 
 
 def _assign(layer: Any, keys: torch.Tensor, values: torch.Tensor, length: int) -> None:

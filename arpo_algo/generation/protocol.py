@@ -42,6 +42,9 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     entropy_k: int = 20
     """Measure the entropy of this many first tokens of every segment."""
+    entropy_top_logprobs: int = 10
+    """Each token's entropy over the top-N log-probs of the sampling distribution (the reference's 10); 0: exact
+    (`arpo_algo.core.entropy.sampling_entropy`)."""
     seed: int | None = None
     """A per-request sampling seed: the same continuation whatever else is in the batch (on every backend, up to the
     last bits of batched arithmetic); None: drawn from the generator's own seeded sequence."""

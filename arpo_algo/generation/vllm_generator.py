@@ -9,9 +9,10 @@ the branches join the running batch then, k tokens behind their parent rather th
 a request. vLLM's automatic prefix caching recognises the shared prefixes (the prompt, everything before a branch
 point, everything before an observation), so only new tokens are computed: whole KV blocks are shared, so each
 request re-encodes the partial block at its end (`from_pretrained` uses 32-token blocks on the CPU, whose default
-is 128). Entropy comes from the top-k log-probabilities vLLM returns (k = `top_logprobs`,
-20 by default; the reference used 10), normalised by ln|V| as in the reference implementation: an approximation of
-the exact entropy the transformers backend computes. The engine must return *processed* log-probs (after temperature
+is 128). Entropy comes from the top-N log-probabilities vLLM returns (N = `SamplingParams.entropy_top_logprobs`, 10 by
+default, as in the reference implementation), normalised by ln|V|: the same estimator the transformers backend
+computes on the same N. Exact entropy (N = 0) needs the whole distribution, which vLLM does not return: it is refused
+here. The engine must return *processed* log-probs (after temperature
 and top-p: ``logprobs_mode="processed_logprobs"``, as TRL's colocated engine and ``trl vllm-serve`` do, and as
 `VLLMGenerator.from_pretrained` sets), so that entropies and sampled log-probs are those of the sampling
 distribution on every backend (`arpo_algo.core.entropy`). An engine with raw log-probs is accepted only where the two
@@ -149,14 +150,12 @@ class VLLMGenerator(_CacheServedPaths):
     decides_mid_segment = True
     speculates = True
 
-    def __init__(self, llm: Any, tokenizer: Any | None = None, top_logprobs: int = 20, owns_engine: bool = False
-                 ) -> None:
+    def __init__(self, llm: Any, tokenizer: Any | None = None, owns_engine: bool = False) -> None:
         self.llm = llm
         self.owns_engine = owns_engine
         """Whether `close` shuts the engine down (one `from_pretrained` started), or only aborts this generator's
         requests (an engine that is another's, such as TRL's colocated ``trainer.llm``)."""
         self.tokenizer = tokenizer if tokenizer is not None else llm.get_tokenizer()
-        self.top_logprobs = top_logprobs
         self.stats = GeneratorStats()
         model_config = llm.llm_engine.model_config
         self.max_length = int(model_config.max_model_len)
@@ -207,6 +206,7 @@ class VLLMGenerator(_CacheServedPaths):
         request) and aborts the others, whose tokens count in ``stats.speculative_tokens``; one that finishes
         before the decision comes back with it, if kept."""
         _check_logprobs_mode(self.logprobs_mode, params)
+        _check_top_logprobs(params)
         self._check_decide(decide, speculative)
         parent = self._add(path, params, key, decide)
         for fork_key, fork_path, fork_params in speculative:
@@ -223,7 +223,8 @@ class VLLMGenerator(_CacheServedPaths):
         self._counter += 1
         request_id = f"arpo-{self._counter}"
         sampling = VLLMParams(max_tokens=params.max_new_tokens, temperature=params.temperature, top_p=params.top_p,
-                              stop=list(params.stop), include_stop_str_in_output=True, logprobs=self.top_logprobs,
+                              stop=list(params.stop), include_stop_str_in_output=True,
+                              logprobs=params.entropy_top_logprobs,
                               seed=params.seed if params.seed is not None else self._next_seed(),
                               output_kind=RequestOutputKind.DELTA)
         self.llm.llm_engine.add_request(request_id, TokensPrompt(prompt_token_ids=list(path.tokens)), sampling)
@@ -297,7 +298,7 @@ class VLLMGenerator(_CacheServedPaths):
             stream.logprobs.append(float(top[token].logprob))
             if len(stream.ids) < stream.params.entropy_k:
                 stream.entropies.append(top_logprob_entropy([lp.logprob for lp in top.values()], self.log_vocab,
-                                                            self.top_logprobs))
+                                                            stream.params.entropy_top_logprobs))
             stream.ids.append(token)
         stream.text.append(completion.text)
 
@@ -332,10 +333,9 @@ class VLLMServerGenerator(_CacheServedPaths):
     continuations. Stop strings are passed as generation kwargs and kept in the output.
     """
 
-    def __init__(self, client: Any, tokenizer: Any, top_logprobs: int = 20) -> None:
+    def __init__(self, client: Any, tokenizer: Any) -> None:
         self.client = client
         self.tokenizer = tokenizer
-        self.top_logprobs = top_logprobs
         self.stats = GeneratorStats()
         self.log_vocab = math.log(len(tokenizer))
         self.eos_ids = {tokenizer.eos_token_id}
@@ -355,6 +355,7 @@ class VLLMServerGenerator(_CacheServedPaths):
     def submit(self, path: Path, params: SamplingParams, key: Any, decide: Decide | None = None) -> None:
         """Send the path's continuation as its own HTTP request (the server batches concurrent requests). Each has
         its own seed, so paths with the same tokens (a group's first turn, a fresh branch) draw different samples."""
+        _check_top_logprobs(params)
         self._check_decide(decide)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self.max_concurrent_requests)
@@ -398,7 +399,7 @@ class VLLMServerGenerator(_CacheServedPaths):
         for j, (token, values, tokens) in enumerate(zip(ids, top, top_ids)):
             logprobs.append(float(values[tokens.index(token)]) if token in tokens else float(values[0]))
             if j < params.entropy_k:
-                entropies.append(top_logprob_entropy(values, self.log_vocab, self.top_logprobs))
+                entropies.append(top_logprob_entropy(values, self.log_vocab, params.entropy_top_logprobs))
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         self.stats.prefill_tokens += len(path.tokens)
         self.stats.generated_tokens += len(ids)
@@ -411,7 +412,7 @@ class VLLMServerGenerator(_CacheServedPaths):
     def _request(self, path: Path, seed: int, params: SamplingParams) -> tuple[list[int], list, list]:
         out = self.client.generate(
             prompts=[path.tokens], n=1, temperature=params.temperature, top_p=params.top_p,
-            max_tokens=params.max_new_tokens, logprobs=self.top_logprobs,
+            max_tokens=params.max_new_tokens, logprobs=params.entropy_top_logprobs,
             generation_kwargs={"stop": list(params.stop), "include_stop_str_in_output": True, "seed": seed})
         return out["completion_ids"][0], out["logprobs"][0], out["logprob_token_ids"][0]
 
@@ -431,6 +432,15 @@ def cpu_engine_defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
     kwargs.setdefault("enable_chunked_prefill", False)
     kwargs.setdefault("enforce_eager", True)
     return kwargs
+
+
+def _check_top_logprobs(params: SamplingParams) -> None:
+    """Exact entropy needs the whole distribution; vLLM returns its top log-probs only."""
+    if params.entropy_top_logprobs < 1:
+        from arpo_algo.settings import ConfigError
+
+        raise ConfigError("entropy_top_logprobs 0 (exact entropy) needs the whole distribution, which vLLM does not "
+                          "return: use the transformers backend for it, or a count (10: the reference's estimator)")
 
 
 def _check_logprobs_mode(mode: str, params: SamplingParams) -> None:

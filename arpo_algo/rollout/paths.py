@@ -63,6 +63,8 @@ class PathState:
     decisions: list[dict[str, Any]] = field(default_factory=list)
     h0: float | None = None
     """H₀, the window entropy of the response's first segment (None if it was empty)."""
+    last_h: float | None = None
+    """H of the path's latest model segment: what the reference's timing (``entropy_timing="lagged"``) decides on."""
     phase: Phase = Phase.FIRST
     """What its next segment is to the entropy measurement."""
     steps: int = 0

@@ -86,7 +86,7 @@ from arpo_algo.core.branching import (
     top_ups_needed,
     uniform_draw,
 )
-from arpo_algo.core.config import RolloutConfig
+from arpo_algo.core.config import RolloutConfig, entropy_estimator
 from arpo_algo.core.entropy import window_entropy
 from arpo_algo.core.tree import RolloutTree, Trajectory
 from arpo_algo.generation.models import prompt_ids, text_ids
@@ -236,9 +236,11 @@ class ARPORollout:
     def _generate(self, loop: _Loop, states: list[TaskState]) -> None:
         """Submit the paths that are ready, poll the generator once, and start the env step of every segment it
         brought (in the tool pool); a decision's branches are ready at once."""
-        for path in loop.ready:
+        ready, loop.ready = loop.ready, []
+        for path in ready:
+            for child in self._lagged_decision(path, states):  # the reference's timing: decided before the segment
+                self._submit(child, loop.params, states, loop.generating)
             self._submit(path, loop.params, states, loop.generating)
-        loop.ready = []
         if not loop.generating:
             return
         events = self.generator.poll()
@@ -289,9 +291,11 @@ class ARPORollout:
 
     def _tree(self, state: TaskState) -> RolloutTree:
         self._close_env(state.root_env)
+        cfg = self.config
         return RolloutTree(state.task, self.algo, state.nodes, state.done,
                            {"branches": sum(n.kind == "branch" for n in state.nodes),
-                            "tool_calls": sum(tr.tool_calls for tr in state.done)})
+                            "tool_calls": sum(tr.tool_calls for tr in state.done),
+                            "entropy": entropy_estimator(cfg.entropy_top_logprobs, cfg.entropy_timing)})
 
     def _initial(self, cfg: RolloutConfig) -> int:
         return cfg.num_global
@@ -360,6 +364,16 @@ class ARPORollout:
         never on a top-up, a trajectory-level sample)."""
         return path.phase is Phase.AFTER_TOOL and path.topup is None and self._branching()
 
+    def _lagged_decision(self, path: PathState, states: list[TaskState]) -> list[PathState]:
+        """With ``entropy_timing="lagged"`` (the reference code's timing), the decision on the segment after a tool
+        result is taken before that segment, on the window of the segment before it (the one that wrote the call;
+        for the first call, the first window: ΔH = 0). Its branches start with the segment."""
+        if self.config.entropy_timing != "lagged" or not self._decides(path):
+            return []
+        path.phase = Phase.DECIDED
+        return self._maybe_branch(path, path.last_h, len(path.completion), len(path.seq.tokens), states[path.task],
+                                  self.turns)
+
     def _on_segment(self, path: PathState, seg: Segment, states: list[TaskState]) -> list[PathState]:
         """Record a generated segment; returns the branches made from it (ARPO's decision after a tool result)."""
         start = len(path.completion)
@@ -370,6 +384,7 @@ class ARPORollout:
         elif self._decides(path):
             branches = self._maybe_branch(path, seg.entropy, start, len(path.seq.tokens) - len(seg.token_ids),
                                           states[path.task], self.turns + 1)
+        path.last_h = seg.entropy
         path.phase = Phase.PLAIN  # until its env step says what comes next
         return branches
 
@@ -461,7 +476,8 @@ class ARPORollout:
                          completion=path.completion[:start], mask=path.mask[:start], logprobs=path.logprobs[:start],
                          entropies=path.entropies[:start],
                          segments=[dict(s) for s in path.segments if s["kind"] != "model" or s["start"] < start],
-                         h0=path.h0, phase=Phase.DECIDED, steps=path.steps, tool_steps_left=path.tool_steps_left)
+                         h0=path.h0, last_h=path.last_h, phase=Phase.DECIDED, steps=path.steps,
+                         tool_steps_left=path.tool_steps_left)
 
     def _maybe_branch(self, path: PathState, h: float | None, start: int, at: int, state: TaskState, turn: int,
                       speculative: Sequence[PathState] = ()) -> list[PathState]:
@@ -714,7 +730,7 @@ class _Loop:
         self.cohorts: list[list[Future]] = []
         self.trees: list[RolloutTree | None] = [None] * tasks
         self.params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(tags.close_tags()),
-                                     cfg.entropy_k)
+                                     cfg.entropy_k, cfg.entropy_top_logprobs)
         self.lockstep = getattr(generator, "lockstep", True)
         self.stepped = getattr(generator, "stepped", False)
 

@@ -81,6 +81,8 @@ class ARPOConfig(GRPOConfig):
     branch_alpha: float = trainer_field("alpha")
     branch_beta: float = trainer_field("beta")
     entropy_k: int = trainer_field("entropy_k")
+    entropy_top_logprobs: int = trainer_field("entropy_top_logprobs")
+    entropy_timing: str = trainer_field("entropy_timing")
     spare_samples: int = trainer_field("spare_samples")
     min_spare_samples: int = trainer_field("min_spare_samples")
     speculative_branches: bool = trainer_field("speculative_branches")
@@ -124,9 +126,10 @@ class ARPOConfig(GRPOConfig):
         default="soft",
         metadata={"help": "soft: GRPO over the M sequences (a shared prefix counts once per descendant; the "
                           "reference implementation). hard: each shared token enters the loss once, with the mean "
-                          "advantage of the trajectories below it and the weight any token of its trajectory has "
-                          "under loss_type (every loss type). Hard needs beta=0 and no entropy bonus: TRL adds those "
-                          "terms to every copy of a shared token.", "choices": ["soft", "hard"]},
+                          "advantage of the trajectories below it and the mean weight their tokens have under "
+                          "loss_type, whichever of them finished first (every loss type). Hard needs beta=0 and no "
+                          "entropy bonus: TRL adds those terms to every copy of a shared token.",
+                  "choices": ["soft", "hard"]},
     )
     advantage_estimator: str = field(
         default="grpo",
@@ -175,7 +178,7 @@ class ARPOConfig(GRPOConfig):
         if self.vllm_engine_kwargs is not None:
             self.vllm_engine_kwargs = json_object("vllm_engine_kwargs", self.vllm_engine_kwargs, '{"dtype": "float32"}')
         super().__post_init__()
-        from arpo_algo.core.config import default_num_global, sampling_problems
+        from arpo_algo.core.config import default_num_global, entropy_problems, sampling_problems
         from arpo_algo.settings import switch_problems, whole_problems
         from arpo_env.env import whole_number
 
@@ -202,6 +205,10 @@ class ARPOConfig(GRPOConfig):
                                      self.top_p, self.entropy_k, self.branch_alpha, self.branch_beta,
                                      ("max_new_tokens_per_turn", "max_completion_length", "temperature", "top_p",
                                       "entropy_k", "branch_alpha", "branch_beta"))
+        problems += entropy_problems(self.entropy_top_logprobs, self.entropy_timing)
+        if self.use_vllm and self.entropy_top_logprobs == 0:
+            problems.append("entropy_top_logprobs 0 (exact entropy) needs the transformers backend: vLLM returns top "
+                            "log-probs only (use_vllm is on)")
         if self.eval_temperature is not None and not self.eval_temperature >= 0:
             problems.append(f"eval_temperature must be at least 0 (0: greedy), not {self.eval_temperature}")
         if self.branch_factor < 1 or self.tool_workers < 1:

@@ -521,7 +521,8 @@ def train(script: SFTScriptArguments, args: Any, model_args: Any) -> Any:
         dataset = build_dataset(script, tokenizer, model.get_input_embeddings().num_embeddings)
     except (ValueError, OSError) as exc:  # a file that is missing or not what it should be: one line, no traceback
         raise SystemExit(f"arpo sft: {exc}") from None
-    steps = f"{args.max_steps} steps" if args.max_steps and args.max_steps > 0 else f"{args.num_train_epochs:g} epochs"
+    steps = f"{args.max_steps} steps" if args.max_steps and args.max_steps > 0 else \
+        f"{args.num_train_epochs:g} epoch{'' if args.num_train_epochs == 1 else 's'}"
     print(f"arpo sft: {model_name} on {len(dataset)} trajectories, {sum(map(sum, dataset['assistant_masks']))} "
           f"trained tokens (prompt and tool output masked); {steps}, micro-batches of "
           f"{args.per_device_train_batch_size} × {args.gradient_accumulation_steps} accumulated, device {args.device} "

@@ -423,7 +423,7 @@ class ARPOTrainer(GRPOTrainer):
         masks_truncated = self.args.mask_truncated_completions
         for g, tree in enumerate(trees):
             eligible = [not (masks_truncated and tr.truncated) for tr in tree.trajectories]
-            trained += hard_token_advantages(tree, adv[g * m:(g + 1) * m].tolist(), eligible)
+            trained += hard_token_advantages(tree, adv[g * m:(g + 1) * m].tolist(), eligible, self.loss_type)
         trajectories = [tr for tree in trees for tr in tree.trajectories]
         loss_values = [values[np.asarray(tr.mask, dtype=bool)] for tr, values in zip(trajectories, trained)]
         flat = np.concatenate(loss_values) if loss_values else np.zeros(0)
@@ -494,6 +494,9 @@ class ARPOTrainer(GRPOTrainer):
             self._log_metric("arpo/entropy_start", float(np.mean(start)))
         if after:
             self._log_metric("arpo/entropy_after_tool", float(np.mean(after)))
+        # which estimator and timing measured these (the trees say it too, in their stats)
+        self._log_metric("arpo/entropy_top_logprobs", float(self.args.entropy_top_logprobs))
+        self._log_metric("arpo/entropy_lagged", float(self.args.entropy_timing == "lagged"))
 
     def _write_trees(self, trees: list[RolloutTree]) -> None:
         """Every process's trees, gathered to the main process and appended to one file (each tree records its
