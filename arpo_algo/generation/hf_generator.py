@@ -11,9 +11,9 @@ running batch; a speculative fork (`PathGenerator`) copies its parent's row as t
 the same cache and first distribution), and its parent's decision keeps it or drops its row. `submit`/`poll` batch
 continuously (`continuous=True`: paths join and leave the running batch between polls) or in lock-step rounds. Entropy
 is computed from the sampling distribution as every backend computes it: over its top-N log-probs (the reference's
-estimator), or exact (`SamplingParams.entropy_top_logprobs`, `arpo_algo.core.entropy`). Every request samples from a stream
-of its own, seeded by its `SamplingParams.seed` (or, for a request without one, drawn from the generator's seeded
-stream): what a path generates does not depend on what else is in the batch, as on vLLM.
+estimator), or exact (`SamplingParams.entropy_top_logprobs`, `arpo_algo.core.entropy`). Every request samples from a
+stream of its own, seeded by its `SamplingParams.seed` (or, for a request without one, drawn from the generator's
+seeded stream): what a path generates does not depend on what else is in the batch, as on vLLM.
 """
 
 from __future__ import annotations
