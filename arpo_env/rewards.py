@@ -104,7 +104,7 @@ class HierarchicalReward:
         if errors:
             return RewardParts(-1.0, False, prediction=prediction, errors=errors)
         with failures.collected() as scoring_errors:
-            score = float(self.scorer(prediction, gold, meta or {}))
+            score = failures.scored(self.scorer, prediction, gold, meta)
         ran = tags.ran_tools(completion) if tools_ran is None else set(tools_ran)
         bonus = self.tool_bonus if score > 0 and BONUS_TOOLS <= ran else 0.0
         return RewardParts(score + bonus, True, score, bonus, prediction, scoring_errors=scoring_errors)

@@ -179,7 +179,7 @@ def test_an_answer_the_scorer_gives_up_on_carries_why_in_its_reward(monkeypatch)
     given_up = [reward("<answer>\\boxed{\\frac{7}{13} + \\frac{6}{13}}</answer>", "1") for _ in range(2)]
     for parts in given_up:
         assert parts.score == 0 and parts.format_ok
-        assert len(parts.scoring_errors) == 1 and "math scoring gave up" in parts.scoring_errors[0]
+        assert len(parts.scoring_errors) == 1 and "math scoring timed out" in parts.scoring_errors[0]
         assert parts.as_dict()["scoring_errors"] == parts.scoring_errors
     monkeypatch.delenv("ARPO_SCORE_TIMEOUT")
     judged = reward("<answer>\\boxed{\\frac{5}{11} + \\frac{6}{11}}</answer>", "2")

@@ -377,22 +377,34 @@ HLE = [  # multiple choice: the option letter, in its usual forms
     ("D", "D, as the others fail", 1.0), ("D", "D;", 1.0), ("D", "[D] and [E]", 0.0), ("D", "[D], [E]", 0.0),
     ("D", "D, E", 0.0), ("D", "D; E", 0.0), ("D", "D, and E", 0.0), ("D", "[D] Parabola or [E] Ellipse", 0.0),
     ("D", "[D] Both [A] and [B]", 1.0), ("A", "A's", 0.0), ("D", "D?", 0.0),
+    # a lone letter introduced or followed by the usual phrasings; a letter that only begins a sentence is none
+    ("A", "A is correct", 1.0), ("D", "D is correct", 1.0), ("A", "A is the answer", 1.0),
+    ("A", "A is the correct answer", 1.0), ("D", "My answer: D", 1.0), ("D", "My answer is D", 1.0),
+    ("D", "I think the answer is D", 1.0), ("D", "I believe the answer is (D)", 1.0),
+    ("D", "The correct option is D", 1.0), ("D", "option D", 1.0), ("D", "I choose option D", 1.0),
+    ("C", "D is correct", 0.0), ("I", "I think the answer is D", 0.0), ("A", "A plausible answer is D", 0.0),
+    ("A", "A dog is correct", 0.0), ("D", "D is correct or E", 0.0),
 ]
 
 
 @pytest.mark.parametrize("bench, gold, transcript, expected", MATH + QA)
 def test_eval_scores(bench, gold, transcript, expected):
     task = {"question": "q", "answer": gold, "meta": {}}
-    _, score, _ = score_sample(BENCHMARKS[bench], transcript, task, judge=None)
+    _, score, _, _ = score_sample(BENCHMARKS[bench], transcript, task, judge=None)
     assert score == pytest.approx(expected, abs=1e-6), (bench, gold, transcript, eval_answer(transcript))
 
 
 @pytest.mark.parametrize("gold, written, expected", HLE)
 def test_hle_multiple_choice(gold, written, expected):
+    """Through `arpo eval`'s scoring and through the training reward (the deep-search env's scorer)."""
+    from arpo_env.scoring.qa_metrics import qa_score
+
     task = {"question": "q", "answer": gold, "meta": {"answer_type": "multipleChoice"}}
     for transcript in (answer(written), f"<answer>{written}</answer>"):
-        _, score, _ = score_sample(BENCHMARKS["hle"], transcript, task, judge=None)
+        _, score, _, _ = score_sample(BENCHMARKS["hle"], transcript, task, judge=None)
         assert score == expected, (gold, transcript)
+    parts = rewards.HierarchicalReward(qa_score)(answer(written), gold, task["meta"])
+    assert parts.score == expected and parts.scoring_errors == [], (gold, written)
 
 
 HLE_QUESTION = ("Which condition of Arrhenius's sixth impossibility theorem do critical-level views violate?\n\n"
@@ -409,7 +421,7 @@ def test_hle_an_options_text_names_it(gold, written, expected):
     """An answer that is the whole text of one option, not its letter, scored 0 ("Weak Non-Sadism" for D), and one
     that starts with an article was read as option A ("A Gaussian blur …"). An option's text runs to the next."""
     task = {"question": HLE_QUESTION, "answer": gold, "meta": {"answer_type": "multipleChoice"}}
-    _, score, _ = score_sample(BENCHMARKS["hle"], answer(written), task, judge=None)
+    _, score, _, _ = score_sample(BENCHMARKS["hle"], answer(written), task, judge=None)
     assert score == expected, (gold, written)
 
 
@@ -428,8 +440,97 @@ LISTING_QUESTION = ("Which numbers are prime?\n\nAnswer Choices:\nA. 4\nB. 6\nC.
 def test_hle_options_named_with_their_text(gold, written, expected):
     """"F. A, B, C" (F's letter and text) scored 0, as "A B C" would; "D. 12 only or E. 15" scored 1 for D."""
     task = {"question": LISTING_QUESTION, "answer": gold, "meta": {"answer_type": "multipleChoice"}}
-    _, score, _ = score_sample(BENCHMARKS["hle"], answer(written), task, judge=None)
+    _, score, _, _ = score_sample(BENCHMARKS["hle"], answer(written), task, judge=None)
     assert score == expected, (gold, written)
+
+
+def test_real_hle_items_a_list_gold_is_one_answer_and_options_read_by_their_phrasing(data_dir):
+    """HLE's gold ``[11,19,22,23,29,30,31,36]`` is the answer, all of it (it was split into eight aliases, so "11"
+    scored 1 and the list 0); multiple-choice items read "X is correct" and "My answer: X". Through `arpo eval` and
+    the deep-search env's reward, on the shipped items."""
+    import gymnasium as gym
+
+    import arpo_env  # noqa: F401
+    from arpo_env.datasets.loaders import load_tasks
+
+    tasks = load_tasks("hle", data_dir / "eval")
+    listed = next(t for t in tasks if t.answer == "[11,19,22,23,29,30,31,36]")
+    chosen = next(t for t in tasks if t.meta.get("answer_type") == "multipleChoice")
+    letter = chosen.answer.strip()[:1]
+    other = "B" if letter != "B" else "C"
+    cases = [(listed, "[11,19,22,23,29,30,31,36]", 1.0),
+             (listed, "11", None), (chosen, f"{letter} is correct", 1.0), (chosen, f"My answer: {letter}", 1.0),
+             (chosen, f"I think the answer is {letter}", 1.0), (chosen, f"{other} is correct", 0.0)]
+    env = gym.make("ARPO-DeepSearch-v0", dataset="hle", data_dir=str(data_dir / "eval"))
+    try:
+        for task, written, expected in cases:
+            as_task = {"question": task.question, "answer": task.answer, "meta": task.meta}
+            _, score, _, errors = score_sample(BENCHMARKS["hle"], answer(written), as_task, judge=None)
+            env.reset(options={"index": tasks.index(task)})
+            parts = env.step(answer(written))[4]["reward_parts"]
+            if expected is None:  # one number of eight: far from the answer, not its alias
+                assert score < 0.5 and parts["score"] < 0.5, (written, score, parts)
+            else:
+                assert score == expected == parts["score"], (written, score, parts)
+            assert errors == [] and parts["scoring_errors"] == []
+    finally:
+        env.close()
+
+
+def test_hotpotqa_golds_written_as_a_list_are_aliases(data_dir, tmp_path):
+    """The multi-hop QA sets document their golds as lists of aliases; a release that writes one as its Python repr
+    keeps it a list of aliases there, and only there."""
+    from arpo_env.datasets.loaders import load_tasks
+
+    for name in ("hotpotqa", "hle"):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "test.jsonl").write_text(json.dumps({"question": "q", "answer": "['Frank Lowy', 'Lowy']"}) + "\n")
+    assert load_tasks("hotpotqa", tmp_path)[0].answer == ["Frank Lowy", "Lowy"]
+    assert load_tasks("hle", tmp_path)[0].answer == "['Frank Lowy', 'Lowy']"
+
+
+def test_a_bug_in_our_scoring_is_a_counted_error_not_a_wrong_answer(monkeypatch):
+    """An exception inside our scoring code (here the math normaliser, made to fail) gives no verdict: the sample
+    carries the error, the eval table counts it and leaves it out of pass@1, and the training reward's parts carry
+    it (the trainer logs their rate). A timeout likewise; a wrong answer is still 0 with no error."""
+    from arpo_algo.cli.eval.report import summarise, table
+    from arpo_env.scoring import math_equivalence
+
+    def broken(text):
+        raise KeyError("a bug")
+
+    bench = BENCHMARKS["gsm8k"]
+    task = {"question": "q", "answer": "18", "meta": {}}
+    monkeypatch.setattr(math_equivalence, "tidy", broken)
+    _, score, _, errors = score_sample(bench, answer("18"), task, judge=None)
+    assert score == 0.0 and len(errors) == 1 and "scoring failed: KeyError" in errors[0]
+    parts = rewards.HierarchicalReward()(answer("18"), "18")
+    assert parts.format_ok and parts.score == 0 and "scoring failed: KeyError" in parts.scoring_errors[0]
+    monkeypatch.undo()
+    _, wrong, _, none = score_sample(bench, answer("17"), task, judge=None)
+    assert wrong == 0.0 and none == []
+    records = [{"run": 0, "score": 1.0, "tool_calls": 1, "scoring_errors": []},
+               {"run": 0, "score": 0.0, "tool_calls": 1, "scoring_errors": ["scoring failed: KeyError: 'a bug'"]},
+               {"run": 0, "score": 0.0, "tool_calls": 1, "scoring_errors": ["math scoring timed out: 5 s"]},
+               {"run": 0, "score": 0.0, "tool_calls": 1}]
+    summary = summarise({"gsm8k": records}, runs=1)["gsm8k"]
+    assert (summary["scoring_errors"], summary["scoring_timeouts"]) == (1, 1)
+    assert summary["pass@1"] == pytest.approx(50.0)  # one right, one wrong; the two without a verdict left out
+    md, rows = table({"gsm8k": summary}, [bench], None, "m", 1)
+    assert ["scoring errors / timeouts", "1 / 1", ""] in [r[:3] for r in rows]
+    assert "1 scoring error and 1 scoring timeout (out of pass@1)" in md
+
+
+def test_the_math_worker_reports_a_bug_in_our_normaliser_instead_of_not_equal(monkeypatch):
+    """`math_equal_unbounded` (what a scoring worker runs) turned every exception into "not equal"; an exception of
+    our normaliser now reaches the caller (the worker reports it, and the scoring notes it as an error)."""
+    from arpo_env.scoring import math_equivalence
+
+    assert math_equivalence.math_equal_unbounded("18", ["18"]) is True
+    monkeypatch.setattr(math_equivalence, "as_latex", lambda text: (_ for _ in ()).throw(KeyError("a bug")))
+    with pytest.raises(KeyError):
+        math_equivalence.math_equal_unbounded("18", ["18"])
 
 
 # The training reward: the paper's format gate, the bonus only for tools that ran ----------------------------------
@@ -580,7 +681,7 @@ def test_shipped_items_exact_reformatted_wrong_and_broken(bench, data_dir):
         record = {"question": task.question, "answer": task.answer, "meta": task.meta}
         for transcript, expected in [(answer(gold), 1.0), (f"So the final answer is \\boxed{{{gold}}}.", 1.0),
                                      (answer("zebra quantum 98765"), 0.0), ("no answer", 0.0)]:
-            _, score, _ = score_sample(spec, transcript, record, judge=None)
+            _, score, _, _ = score_sample(spec, transcript, record, judge=None)
             assert score == pytest.approx(expected), (bench, gold, transcript)
             checked += 1
     env.close()

@@ -29,6 +29,8 @@ def why(record: dict[str, Any]) -> str:
     """One line on how the sample was scored."""
     if record.get("error"):
         return f"not scored: {record['error']}"
+    if record.get("scoring_errors"):  # our scoring gave no verdict: left out of pass@1
+        return f"no verdict: {record['scoring_errors'][0]}"
     prediction, gold = record.get("prediction"), record.get("gold")
     if prediction is None:
         errors = record.get("format_errors") or []

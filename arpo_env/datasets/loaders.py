@@ -41,6 +41,10 @@ from arpo_env.scoring.qa_metrics import aliases, missing
 from arpo_env.tags import unicode_text
 
 MATH_BENCHMARKS = ("aime24", "aime25", "math500", "gsm8k", "math")
+ALIAS_LISTS = ("hotpotqa", "2wiki", "musique", "bamboogle", "nq", "triviaqa", "popqa")
+"""The datasets whose gold is documented as a list of aliases, any of which is right (the FlashRAG releases of these
+multi-hop and open-domain QA sets: ``golden_answers``). A gold written as a list elsewhere (HLE, GAIA, xbench, a
+user's file) is one answer: all of it."""
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".tsv")
 """The dataset files `load_tasks` reads when given as the name."""
 GOLD_FIELDS = ("answer", "Answer", "ground_truth", "final_answer", "Final answer", "golden_answers")
@@ -127,9 +131,9 @@ def task_from_record(record: dict[str, Any], source: str, index: int, kind: str 
         answer = list(dict.fromkeys([answer, *(str(a) for a in others if str(a).strip())]))  # MuSiQue's aliases
     if kind is None:
         kind = record.get("ability") or ("math" if source in MATH_BENCHMARKS else "qa")
-    if kind == "qa" and isinstance(answer, str) and answer.startswith("[") and answer.endswith("]"):
-        # some QA releases store alias lists as their Python repr: "['Michio Sugeno']". A math answer such as the
-        # interval "[-2,0]" or the list "[1, -1+j]" *is* the answer and is never split into aliases.
+    if source in ALIAS_LISTS and isinstance(answer, str) and answer.startswith("[") and answer.endswith("]"):
+        # some releases of these store their alias lists as Python's repr: "['Frank Lowy']". Elsewhere a gold in
+        # brackets *is* the answer: HLE's "[11,19,22,23,29,30,31,36]", a math interval "[-2,0]".
         try:
             parsed = ast.literal_eval(answer)
             answer = [str(a) for a in parsed] if isinstance(parsed, (list, tuple)) and parsed else answer

@@ -12,10 +12,14 @@ from typing import Any, Mapping
 from arpo_env.scoring.qa_metrics import aliases, qa_score
 
 _NEGATIVE = re.compile(r"\b(?:incorrect|wrong|partially|partly|partial)\b"
-                       r"|(?:\bnot|\bcannot|\bnever|n['’]t)\s+(?:\w+\s+){0,2}correct\b")
+                       r"|(?:\bnot|\bcannot|\bnever|n['’]t)\s+(?:\w+\s+){0,2}correct\b"
+                       r"|错误|錯誤|不正确|不正確|不对|不對|部分正确|部分正確|不完全正确|不完全正確")
 """A verdict against: "Incorrect", "wrong", "Partially correct", and a negated "correct" ("not correct", "isn't
-correct", "not entirely correct", "cannot be considered correct"; "isn't correct" read as "correct")."""
-_POSITIVE = re.compile(r"\bcorrect\b")
+correct", "not entirely correct", "cannot be considered correct"; "isn't correct" read as "correct"); in Chinese,
+as a judge model answers WebWalker's and xbench's Chinese questions: 错误, 不正确, 不对, 部分正确 (and their
+traditional forms)."""
+_POSITIVE = re.compile(r"\bcorrect\b|正确|正確")
+""""Correct"; in Chinese 正确 (正確)."""
 
 
 _THINKING = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL)
@@ -23,8 +27,8 @@ _THINKING = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL)
 
 def judge_verdict(reply: str) -> bool | None:
     """A judge's reply read as a verdict: True for "Correct", "**Correct**", "<judgment>Correct</judgment>",
-    "The predicted answer is correct."; False for "Incorrect", "Partially correct", "wrong"; None when it says
-    neither. A thinking model's ``<think>…</think>`` is not its verdict ("is it wrong? … no"): only what follows it
+    "The predicted answer is correct.", "正确"; False for "Incorrect", "Partially correct", "wrong", "错误",
+    "不正确"; None when it says neither (a judge failure: F1 stands in, and the table counts it). A thinking model's ``<think>…</think>`` is not its verdict ("is it wrong? … no"): only what follows it
     counts, and a reply cut off inside it says nothing."""
     text = _THINKING.sub(" ", str(reply))
     text = re.sub(r"<[^<>]*>|[*_`#]", " ", text).lower()  # [^<>]: linear on a reply of "<<<…"

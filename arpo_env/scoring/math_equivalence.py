@@ -10,7 +10,7 @@ from collections import OrderedDict
 from concurrent.futures import Future
 from typing import Any, Mapping
 
-from arpo_env.scoring.failures import record
+from arpo_env.scoring import failures
 from arpo_env.scoring.math_text import DECIMAL, KINDS_OF, OPTION_LETTER, as_latex, prose, tidy, unit
 from arpo_env.scoring.qa_metrics import aliases, choice_letter
 from arpo_env.scoring.tractable import FAR_LONGER, MIN_FAR_LONGER, intractable
@@ -216,7 +216,8 @@ def _verdict(text: str, golds: tuple[str, ...], timeout_s: float | None) -> bool
             future.set_result((bool(pool().call(MATH_EQUAL_TARGET, text, list(golds), timeout_s=timeout_s)), None))
         except BoundExceeded as exc:
             _log.warning("math scoring gave up on %r: %s", text[:80], exc)
-            future.set_result((False, f"math scoring gave up: {exc}"))
+            what = failures.TIMEOUT if "did not finish" in str(exc) else "failed"
+            future.set_result((False, f"math scoring {what}: {exc}"))
         except BaseException as exc:  # not a verdict (the pool could not start, an interrupt): asked again next time
             with _verdicts_lock:
                 if _verdicts.get(key) is future:
@@ -225,7 +226,7 @@ def _verdict(text: str, golds: tuple[str, ...], timeout_s: float | None) -> bool
             raise
     verdict, failure = future.result()
     if failure is not None:  # every answer scored by this verdict carries it, not only the first
-        record(failure)
+        failures.record(failure)
     return verdict
 
 
@@ -240,14 +241,16 @@ def math_equal_unbounded(prediction: str, golds: list[str]) -> bool:
     # math-verify's timeouts use SIGALRM, which only the main thread may set; in worker threads they are off.
     timeout = 5 if threading.current_thread() is threading.main_thread() else None
     configs = [LatexExtractionConfig(), ExprExtractionConfig()]
+    # our normaliser runs outside the try: its exception is a scoring error (the worker reports it), not "not equal"
+    answer, targets = as_latex(prediction), [as_latex(g) for g in golds]
     try:
-        pred = parse(as_latex(prediction), extraction_config=configs, parsing_timeout=timeout)
-        for g in golds:
-            target = parse(as_latex(g), extraction_config=configs, parsing_timeout=timeout)
+        pred = parse(answer, extraction_config=configs, parsing_timeout=timeout)
+        for g in targets:
+            target = parse(g, extraction_config=configs, parsing_timeout=timeout)
             if target and pred and not _numbers_apart(target[0], pred[0]) and verify(
                     target, pred, timeout_seconds=timeout, allow_set_relation_comp=True):
                 return True
-    except Exception:  # noqa: BLE001 - an answer math-verify cannot handle is not equal
+    except Exception:  # noqa: BLE001 - an answer math-verify itself cannot handle is not equal
         return False
     return False
 

@@ -89,9 +89,16 @@ _LETTER = r"[\"'“‘]?[(\[]?([A-Za-z])[)\]]?[\"'”’]?"
 """An option's letter, in brackets or quotes or neither: "D", "(D)", "[D]", '"D"'."""
 _ANSWER_IS_WORDS = r"(?:the\s+)?(?:final\s+|correct\s+)?(?:answer|option|choice)\s*(?:is|:|：|=)?\s*"
 """"The answer is", "Final answer:", "Option": what may stand before an option's letter (case aside)."""
+_LEAD_IN = r"(?:i\s+(?:think|believe|guess|would\s+say|choose|pick)(?:\s+that)?\s+|my\s+)?"
+""""I think", "I believe that", "My": what may stand before "the answer is" (case aside)."""
+_IS_CORRECT = (r"\s+(?:is|would\s+be|seems\s+to\s+be)\s+(?:the\s+)?(?:correct|right|best|answer)\b"
+               r"(?:\s+(?:answer|option|choice))?")
+""""is correct", "is the answer", "is the correct option": what may follow an option's letter (case aside)."""
 _CHOICE_FORMS = [
     re.compile(r"^" + _LETTER + _AFTER_LETTER),  # "D", "(D)", "[D]", "D.", "D!", "D, as …", "D) text", "D Text"
-    re.compile(r"^" + _ANSWER_IS_WORDS + r"(?:option\s+|choice\s+)?" + _LETTER + _AFTER_LETTER, re.I),
+    re.compile(r"^" + _LEAD_IN + _ANSWER_IS_WORDS + r"(?:option\s+|choice\s+)?" + _LETTER + _AFTER_LETTER, re.I),
+    re.compile(r"^(?:option\s+|choice\s+)?" + _LETTER + _IS_CORRECT, re.I),  # "D is correct", "A is the answer"
+    re.compile(r"^" + _LEAD_IN + r"(?:option|choice)\s+" + _LETTER + _AFTER_LETTER, re.I),  # "I choose option D"
 ]
 
 
@@ -127,7 +134,9 @@ def _hedged(text: str, letter: str) -> bool:
 
 def choice_letter(text: str) -> str | None:
     """The option letter of a multiple-choice answer: "D", "(D)", "D. text", "Answer: D", "The answer is D",
-    "\\boxed{\\text{D}}", "$D$", "Answer: **D**", "（Ｄ）". None for an answer that names two ("(D) and (E)")."""
+    "My answer: D", "I think the answer is D", "D is correct", "A is the answer", "Option D",
+    "\\boxed{\\text{D}}", "$D$", "Answer: **D**", "（Ｄ）". None for an answer that names two ("(D) and (E)"), and
+    for a letter that is only a sentence's first word ("I think it is B", "A plausible reading …")."""
     from arpo_env.tags import boxed, unwrap_text
 
     text = str(text).strip()

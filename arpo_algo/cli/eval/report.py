@@ -14,9 +14,13 @@ from arpo_algo.cli.eval.runner import count_of
 
 # The table ------------------------------------------------------------------------------------------------------------
 def summarise(results: dict[str, list[dict[str, Any]]], runs: int) -> dict[str, dict[str, float]]:
+    from arpo_env.scoring.failures import is_timeout
+
     summary = {}
     for name, recs in results.items():
-        per_run = [[r["score"] for r in recs if r["run"] == k] for k in range(runs)]
+        # a sample our scoring could not judge (an error, a timeout) is no wrong answer: out of pass@1, counted
+        per_run = [[r["score"] for r in recs if r["run"] == k and not r.get("scoring_errors")] for k in range(runs)]
+        unscored = [r["scoring_errors"] for r in recs if r.get("scoring_errors")]
         means = [100 * statistics.fmean(x) for x in per_run if x]
         summary[name] = {"pass@1": statistics.fmean(means) if means else math.nan,
                          "spread": statistics.stdev(means) if len(means) > 1 else 0.0,
@@ -25,7 +29,9 @@ def summarise(results: dict[str, list[dict[str, Any]]], runs: int) -> dict[str, 
                                                                               for r in recs),
                          "format_failures": 100 * statistics.fmean(not r.get("format_ok", False) for r in recs)
                          if recs else 0.0,
-                         "judge_fallbacks": sum(r.get("judged") is False for r in recs)}
+                         "judge_fallbacks": sum(r.get("judged") is False for r in recs),
+                         "scoring_errors": sum(not any(map(is_timeout, notes)) for notes in unscored),
+                         "scoring_timeouts": sum(any(map(is_timeout, notes)) for notes in unscored)}
     return summary
 
 
@@ -89,6 +95,8 @@ def table(summary: dict[str, dict[str, float]], benchmarks: list[Benchmark], jud
     rows.append(per_benchmark("format failures (%)", lambda v: f"{v.get('format_failures', 0.0):.1f}"))
     if judge:
         rows.append(per_benchmark("judge fallbacks (F1)", lambda v: str(int(v.get("judge_fallbacks", 0)))))
+    rows.append(per_benchmark("scoring errors / timeouts", lambda v: f"{int(v.get('scoring_errors', 0))} / "
+                                                                      f"{int(v.get('scoring_timeouts', 0))}"))
     for name, values in compare:
         rows.append([name] + cells({b.name: values[b.name] for b in benchmarks if b.name in values}, None))
     metrics = ", ".join(f"{b.column}: {metric_label(b, judge)}" for b in benchmarks)
@@ -98,12 +106,17 @@ def table(summary: dict[str, dict[str, float]], benchmarks: list[Benchmark], jud
                                                          else "") + f". Metrics — {metrics}. The answer is "
            "the last <answer> (else the last \\boxed{}) whatever the format; format failures are the samples that "
            "broke the training format (scored all the same)." + (" Judge fallbacks: samples scored by F1 because "
-                                                                  "the judge was unreachable." if judge else ""), ""]
+                                                                  "the judge was unreachable." if judge else "")
+           + " Scoring errors and timeouts: samples our scoring could give no verdict on (an exception in it, or "
+           "past its time bound); they are left out of pass@1.", ""]
     md += [f"- {b.column}: {count_of(summary[b.name]['samples'], 'item')}, "
            f"{count_of(summary[b.name]['errors'], 'error')}, "
            f"{summary[b.name]['tool_calls']:.2f} tool calls per question, "
            f"{summary[b.name].get('format_failures', 0.0):.1f}% format failures"
            + (f", {int(summary[b.name].get('judge_fallbacks', 0))} judge fallbacks" if judge else "")
+           + (f", {count_of(int(summary[b.name].get('scoring_errors', 0)), 'scoring error')} and "
+              f"{count_of(int(summary[b.name].get('scoring_timeouts', 0)), 'scoring timeout')} (out of pass@1)"
+              if summary[b.name].get("scoring_errors") or summary[b.name].get("scoring_timeouts") else "")
            for b in benchmarks if b.name in summary]
     return "\n".join(md), [header, *rows]
 

@@ -57,10 +57,12 @@ def env_kwargs(bench: Benchmark, data_dir: str | None, s: Settings, out: Path | 
 
 
 def score_sample(bench: Benchmark, transcript: str, task: dict[str, Any], judge: str | None,
-                 judge_model: str | None = None) -> tuple[str | None, float, bool | None]:
-    """``(prediction, score, judged)`` of a transcript: the answer extracted as benchmarks do
+                 judge_model: str | None = None) -> tuple[str | None, float, bool | None, list[str]]:
+    """``(prediction, score, judged, scoring_errors)`` of a transcript: the answer extracted as benchmarks do
     (`arpo_env.tags.eval_answer`), scored by the column's metric; `judged` is None when no judge was asked, False
-    when F1 stood in for an unreachable judge."""
+    when F1 stood in for an unreachable judge; `scoring_errors` what kept our scoring from a verdict (an exception,
+    a timeout: `arpo_env.scoring.failures`), empty when it gave one."""
+    from arpo_env.scoring import failures
     from arpo_env.scoring.judge import shared_judge
     from arpo_env.scoring.math_equivalence import math_score
     from arpo_env.scoring.qa_metrics import qa_score
@@ -69,22 +71,25 @@ def score_sample(bench: Benchmark, transcript: str, task: dict[str, Any], judge:
     meta = {**(task.get("meta") or {}), "question": task.get("question", "")}
     gold = task.get("answer")
     if prediction is None:
-        return None, 0.0, None
-    if bench.metric == "math":
-        return prediction, math_score(prediction, gold), None
-    if bench.metric == "judge" and judge:
-        score, judged = shared_judge(judge, judge_model).judge(prediction, gold, meta)
-        return prediction, score, judged
-    return prediction, qa_score(prediction, gold, meta), None
+        return None, 0.0, None, []
+    judged = None
+    with failures.collected() as notes:
+        if bench.metric == "math":
+            score = failures.scored(math_score, prediction, gold)
+        elif bench.metric == "judge" and judge:
+            score, judged = shared_judge(judge, judge_model).judge(prediction, gold, meta)
+        else:
+            score = failures.scored(qa_score, prediction, gold, meta)
+    return prediction, score, judged, notes
 
 
 def sample_record(bench: Benchmark, index: int, run: int, task: dict[str, Any], traj: Any,
                   judge: str | None = None, judge_model: str | None = None) -> dict[str, Any]:
     parts = traj.reward_parts
-    prediction, score, judged = score_sample(bench, traj.completion_text, task, judge, judge_model)
+    prediction, score, judged, scoring_errors = score_sample(bench, traj.completion_text, task, judge, judge_model)
     return {"benchmark": bench.name, "index": index, "run": run, "question": task.get("question"),
             "gold": task.get("answer"), "prediction": prediction, "score": score,
-            "correct": score > 0 if bench.metric == "math" else score >= 1.0,
+            "correct": score > 0 if bench.metric == "math" else score >= 1.0, "scoring_errors": scoring_errors,
             "format_ok": bool(parts.get("format_ok")), "format_errors": parts.get("errors") or [],
             "judged": judged, "tool_calls": traj.tool_calls, "reward": traj.reward, "truncated": traj.truncated,
             "transcript": traj.completion_text, "error": None}
