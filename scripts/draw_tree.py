@@ -17,7 +17,7 @@ from typing import Any
 
 
 def pick(path: Path) -> dict[str, Any]:
-    """The tree with the most branches, and among those the one whose rewards differ most (the first of them)."""
+    """The tree with the most branches; among those, one whose rewards differ, else the best rewarded; the first."""
     best, best_key = None, None
     with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
@@ -28,7 +28,8 @@ def pick(path: Path) -> dict[str, Any]:
             if not isinstance(tree, dict) or "nodes" not in tree:
                 continue
             rewards = [t.get("reward", 0) for t in tree.get("trajectories", [])] or [0]
-            key = (sum(n.get("kind") == "branch" for n in tree["nodes"]), max(rewards) - min(rewards))
+            key = (sum(n.get("kind") == "branch" for n in tree["nodes"]), max(rewards) - min(rewards),
+                   sum(rewards) / len(rewards))
             if best_key is None or key > best_key:
                 best, best_key = tree, key
     if best is None:
