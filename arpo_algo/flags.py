@@ -13,13 +13,13 @@ import sys
 from typing import Any, NoReturn, Sequence
 
 
-def spelled(name: str) -> str:
-    """A flag as help shows it: ``data-dir`` or ``data_dir`` → ``--data_dir``."""
-    return "--" + name.lstrip("-").replace("-", "_")
-
-
 def _key(option: str) -> str:
     return option.lstrip("-").replace("-", "_")
+
+
+def spelled(name: str) -> str:
+    """A flag as help shows it: ``data-dir`` or ``data_dir`` → ``--data_dir``."""
+    return "--" + _key(name)
 
 
 def respell(args: Sequence[str], options: Sequence[str]) -> list[str]:
@@ -88,7 +88,6 @@ def one_line_error(prog: str, message: str, options: Sequence[str]) -> str:
     return f"{prog}: {message} ({prog} --help lists the flags)"
 
 
-
 HELP_COMMANDS = ("train", "sft")
 """Commands whose ``--help`` is a text kept in the package (`arpo_algo.training.help_texts` writes it): their parser is
 TRL's, and importing TRL to print help took about 11 s."""
@@ -96,6 +95,11 @@ TRL's, and importing TRL to print help took about 11 s."""
 
 def wants_help(argv: Sequence[str]) -> bool:
     return ("-h" in argv or "--help" in argv) and "--help-all" not in argv
+
+
+def help_all_as_trl_help(argv: Sequence[str]) -> list[str]:
+    """``--help-all`` of a TRL-parsed command is TRL's own ``--help``: every flag."""
+    return [a for a in argv if a != "--help-all"] + ["--help"] * ("--help-all" in argv)
 
 
 def packaged_help(command: str) -> str:

@@ -48,7 +48,8 @@ class RewardParts:
     errors: list[str] = field(default_factory=list)
     """Why the format gate failed."""
     scoring_errors: list[str] = field(default_factory=list)
-    """Why the scorer could not decide (math-verify past its bound): the score is 0, but not a verdict of wrong."""
+    """Why the scorer could not decide (math-verify past its bound, an exception in our scoring code:
+    `arpo_env.scoring.failures`): the score is 0, but not a verdict of wrong."""
 
     @property
     def correct(self) -> bool:

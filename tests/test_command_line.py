@@ -168,7 +168,7 @@ def test_a_failed_training_run_leaves_no_folder_behind(tmp_path):
     result = run_arpo("train", "--config", str(recipe), "--model_name_or_path", str(tmp_path / "nowhere"),
                       "--cold_start", "", "--output_dir", str(out))
     assert result.returncode == 2 and "nowhere" in result.stderr, result.stderr
-    assert "arpo train: ARPO on ARPO-Math-v0" in result.stderr or "no such folder" in result.stderr
+    assert "no such folder" in result.stderr  # found before the model loads (and so before the plan)
     assert not out.exists()
 
 
@@ -195,28 +195,46 @@ def test_the_output_folder_is_removed_only_when_this_run_made_it_and_it_holds_no
 
 def test_the_token_meter_moves_while_a_segment_is_generated(tokenizer):
     """The transformers backend counts every sampled token as it is sampled (`GeneratorStats.sampled_tokens`), so a
-    progress line shows tokens within one long segment, not only when it ends."""
+    progress line shows tokens within one long segment, not only when it ends: after one poll (8 decoding steps) of
+    a 48-token segment, the meter reads 8 tokens while no segment has ended."""
     import torch
     from tiny_agent import tiny_llama
 
     from arpo_algo.generation.hf_generator import HFGenerator
-    from arpo_algo.generation.protocol import Path as GenPath
     from arpo_algo.generation.protocol import SamplingParams
     from arpo_algo.generation.throughput import TokenMeter
 
     torch.manual_seed(0)
     gen = HFGenerator(tiny_llama(tokenizer), tokenizer)
-    seen: list[int] = []
-    counts: list[int] = []
-    prompt = tokenizer("Count:", add_special_tokens=False)["input_ids"]
-    meter = TokenMeter(gen.stats, lambda line: seen.append(int(line.split()[0].replace(",", ""))), every=0.001)
-    with meter:
-        segments = gen.generate([GenPath(list(prompt)), GenPath(list(prompt))],
-                                SamplingParams(max_new_tokens=48, temperature=1.0, stop=()))
-        counts.append(gen.stats.sampled_tokens)
-    total = sum(len(s.token_ids) for s in segments)
-    assert gen.stats.sampled_tokens == gen.stats.generated_tokens == total == counts[0]
-    assert seen and max(seen) <= total and any(0 < n < total for n in seen), (seen, total)
+    path = gen.new_path(tokenizer("Count:", add_special_tokens=False)["input_ids"])
+    gen.submit(path, SamplingParams(max_new_tokens=48, temperature=1.0, stop=(), seed=0), "only")
+    with TokenMeter(gen.stats, lambda line: None, every=3600) as meter:
+        assert gen.poll() == []  # 8 decoding steps: the segment goes on
+        assert gen.stats.generated_tokens == 0 and gen.stats.sampled_tokens == 8
+        assert meter.line().startswith("8 tok, ")
+        ended = []
+        while not ended:
+            ended = gen.poll()
+    total = len(ended[0][1].token_ids)
+    assert 8 < total and gen.stats.sampled_tokens == gen.stats.generated_tokens == total
+
+
+def test_the_token_meter_shows_its_line_from_a_thread_of_its_own():
+    import time
+
+    from arpo_algo.generation.protocol import GeneratorStats
+    from arpo_algo.generation.throughput import TokenMeter
+
+    stats, shown = GeneratorStats(), []
+    with TokenMeter(stats, shown.append, every=0.01):
+        stats.sampled_tokens += 1234
+        deadline = time.monotonic() + 30
+        while not any(line.startswith("1,234 tok, ") for line in shown) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert any(line.startswith("1,234 tok, ") and line.endswith(" tok/s") for line in shown), shown
+    count = len(shown)
+    time.sleep(0.05)
+    assert len(shown) == count  # the thread ended with the block
 
 
 def test_the_quickstart_answer_scores_one_and_a_solution_column_is_an_answer():

@@ -52,9 +52,7 @@ def token_entropy(logits: torch.Tensor, temperature: float = 1.0, top_p: float =
     logp = torch.log_softmax(scaled, dim=-1)
     if temperature > 0 and top_p < 1.0:
         logp = nucleus_log_probs(logp, top_p)
-    probs = logp.exp()
-    terms = torch.where(probs > 0, -probs * logp, torch.zeros_like(probs))
-    return terms.sum(-1) / log_vocab
+    return sampling_entropy(logp, log_vocab, top_logprobs=0)
 
 
 def sampling_entropy(logp: torch.Tensor, log_vocab: float, top_logprobs: int = 10) -> torch.Tensor:

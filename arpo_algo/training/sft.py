@@ -554,24 +554,14 @@ def run_sft_recipe(recipe: str, output_dir: str | None = None, extra: Sequence[s
 def main(argv: Sequence[str] | None = None) -> int:
     import time
 
-    from arpo_algo.flags import packaged_help, wants_help
-    from arpo_algo.training.train import (
-        check_output_dir,
-        has_results,
-        held_output_dir,
-        parse_recipe,
-        removed_if_unused,
-    )
+    from arpo_algo.flags import help_all_as_trl_help
+    from arpo_algo.training.train import check_output_dir, held_output_dir, parse_recipe, removed_if_unused
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if wants_help(argv):
-        print(packaged_help("sft"), end="")
-        return 0
-    argv = [a for a in argv if a != "--help-all"] + ["--help"] * ("--help-all" in argv)
+    argv = help_all_as_trl_help(sys.argv[1:] if argv is None else argv)  # --help: arpo_algo.cli.main
     start = time.perf_counter()
     script, args, model_args = parse_recipe(make_parser(), argv)
     check_output_dir(args.output_dir)
-    with removed_if_unused(args.output_dir, lambda: has_results(args.output_dir)), held_output_dir(args.output_dir):
+    with removed_if_unused(args.output_dir), held_output_dir(args.output_dir):
         trainer = train(script, args, model_args)
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     if trainer.accelerator.is_main_process:

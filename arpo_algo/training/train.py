@@ -24,7 +24,7 @@ from typing import Any, Iterator, Sequence
 
 from trl import ModelConfig, ScriptArguments, TrlParser
 
-from arpo_algo.flags import packaged_help, wants_help
+from arpo_algo.flags import help_all_as_trl_help
 from arpo_algo.training.config import ARPOConfig
 from arpo_algo.training.parser import RecipeParser
 
@@ -185,13 +185,16 @@ def has_results(output_dir: str) -> bool:
     return any(next(folder.glob(pattern), None) is not None for pattern in RESULTS)
 
 
-def removed_if_unused(folder: str, has: Any) -> Any:
-    """`jsonl.removed_if_unused`, from the launch's first process only (the others share its folder)."""
+def removed_if_unused(output_dir: str) -> Any:
+    """`jsonl.removed_if_unused` for a run folder (`has_results`), from the launch's first process only (the others
+    share its folder)."""
     from contextlib import nullcontext
 
     from arpo_algo import jsonl
 
-    return jsonl.removed_if_unused(folder, has) if os.environ.get("RANK", "0") == "0" else nullcontext()
+    if os.environ.get("RANK", "0") != "0":
+        return nullcontext()
+    return jsonl.removed_if_unused(output_dir, lambda: has_results(output_dir))
 
 
 def check_output_dir(output_dir: str) -> None:
@@ -468,11 +471,7 @@ def summary(trainer: Any, seconds: float) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if wants_help(argv):
-        print(packaged_help("train"), end="")
-        return 0
-    argv = [a for a in argv if a != "--help-all"] + ["--help"] * ("--help-all" in argv)
+    argv = help_all_as_trl_help(sys.argv[1:] if argv is None else argv)  # --help: arpo_algo.cli.main
     refuse_gpu_defaults_on_cpu(argv)
     parser = make_parser()
     script_args, args, model_args = parse_recipe(parser, argv)
@@ -483,7 +482,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
     check_output_dir(args.output_dir)
     check_launch(args)
-    with removed_if_unused(args.output_dir, lambda: has_results(args.output_dir)), held_output_dir(args.output_dir):
+    with removed_if_unused(args.output_dir), held_output_dir(args.output_dir):
         return run_training(script_args, args, model_args)
 
 

@@ -28,7 +28,8 @@ _THINKING = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL)
 def judge_verdict(reply: str) -> bool | None:
     """A judge's reply read as a verdict: True for "Correct", "**Correct**", "<judgment>Correct</judgment>",
     "The predicted answer is correct.", "正确"; False for "Incorrect", "Partially correct", "wrong", "错误",
-    "不正确"; None when it says neither (a judge failure: F1 stands in, and the table counts it). A thinking model's ``<think>…</think>`` is not its verdict ("is it wrong? … no"): only what follows it
+    "不正确"; None when it says neither (a judge failure: F1 stands in, and the table counts it). A thinking model's
+    ``<think>…</think>`` is not its verdict ("is it wrong? … no"): only what follows it
     counts, and a reply cut off inside it says nothing."""
     text = _THINKING.sub(" ", str(reply))
     text = re.sub(r"<[^<>]*>|[*_`#]", " ", text).lower()  # [^<>]: linear on a reply of "<<<…"

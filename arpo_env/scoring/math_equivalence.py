@@ -94,7 +94,8 @@ def math_equal(prediction: str | None, gold: Any, timeout_s: float | None = None
     r"""Whether `prediction` and `gold` are the same mathematical answer (math-verify; any gold alias may match).
 
     Bounded from any thread: math-verify runs in a killable worker process (`arpo_env.scoring.worker_pool`); an answer
-    that makes it overrun `timeout_s` (default ``ARPO_SCORE_TIMEOUT``, 5 s), exhaust its memory or crash is not equal.
+    that makes it overrun `timeout_s` (default ``ARPO_SCORE_TIMEOUT``, 5 s), exhaust its memory or crash is not equal,
+    and the failure is noted with the reward (`arpo_env.scoring.failures`): no verdict, not a wrong answer.
     An inequality is the interval it describes (``x > 3`` is ``(3,\infty)``: math-verify's
     ``allow_set_relation_comp``). A percentage is its number as well as its fraction (``12.5\%`` is 12.5 and 0.125:
     math-verify read only a whole positive one both ways, `_without_percent`). Where the gold is a vector or a matrix
