@@ -8,7 +8,7 @@ from __future__ import annotations
 
 EXTRAS = {"torch": "train", "transformers": "train", "trl": "train", "accelerate": "train", "peft": "train",
           "datasets": "train", "yaml": "train", "matplotlib": "train", "rich": "train", "tqdm": "train",
-          "gguf": "train", "vllm": "vllm", "e2b_code_interpreter": "e2b", "ddgs": "live"}
+          "gguf": "train", "vllm": "vllm", "e2b_code_interpreter": "e2b", "ddgs": "live", "mcp": "mcp"}
 """The extra that brings each top-level module."""
 
 

@@ -9,30 +9,23 @@ Environment ids: ``ARPO-Math-v0`` (math with a Python interpreter), ``ARPO-QA-v0
 Python), ``ARPO-DeepSearch-v0`` (search, browse and Python). Every environment exposes ``fork()``,
 ``snapshot()`` and ``restore()`` on ``env.unwrapped``; `arpo_env.fork`, `arpo_env.snapshot` and `arpo_env.restore`
 do the same for the env ``gym.make`` returns, keeping its wrappers (`arpo_env.forking`).
-"""
 
-from gymnasium.envs.registration import register, registry
+Tools of your own — a Python function (`tool`) or an MCP server's tools (`MCPTools`) — go in any env's ``tools``
+(``gym.make("ARPO-Math-v0", tools=["python", my_function])``), or make an env of their own with `ToolEnv` and
+`register_env`.
+"""
 
 from arpo_env.datasets.loaders import load_tasks
 from arpo_env.datasets.task import Task
 from arpo_env.env import ToolEnv
 from arpo_env.forking import fork, restore, snapshot
+from arpo_env.registration import ENV_IDS, register_env
 from arpo_env.rewards import HierarchicalReward, RewardParts
-from arpo_env.tools.protocol import Tool, ToolOutput
+from arpo_env.tools.functions import FunctionTool, tool
+from arpo_env.tools.mcp import MCPTools
+from arpo_env.tools.protocol import Tool, ToolOutput, ToolSpec
 
 __version__ = "0.1.0"
 
-ENV_IDS = {
-    "ARPO-Math-v0": "arpo_env.envs.math:MathEnv",
-    "ARPO-QA-v0": "arpo_env.envs.qa:QAEnv",
-    "ARPO-DeepSearch-v0": "arpo_env.envs.qa:DeepSearchEnv",
-}
-# gym.make returns the env itself, without OrderEnforcing and the passive checker: ToolEnv enforces reset before
-# step on its own and passes check_env (tests/test_math_env.py). So env.unwrapped.restore(snapshot) followed by a
-# step of the made env works, as arpo_env.restore(env, snapshot) does; those wrappers' counters made it fail.
-for _id, _entry in ENV_IDS.items():
-    if _id not in registry:
-        register(id=_id, entry_point=_entry, disable_env_checker=True, order_enforce=False)
-
-__all__ = ["ENV_IDS", "HierarchicalReward", "RewardParts", "Task", "Tool", "ToolEnv", "ToolOutput", "fork",
-           "load_tasks", "restore", "snapshot"]
+__all__ = ["ENV_IDS", "FunctionTool", "HierarchicalReward", "MCPTools", "RewardParts", "Task", "Tool", "ToolEnv",
+           "ToolOutput", "ToolSpec", "fork", "load_tasks", "register_env", "restore", "snapshot", "tool"]

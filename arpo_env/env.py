@@ -15,16 +15,25 @@ import gymnasium as gym
 import numpy as np
 
 from arpo_env import prompts, tags
-from arpo_env.datasets.loaders import gold_text
+from arpo_env.datasets.loaders import as_tasks, gold_text
 from arpo_env.datasets.task import Task
 from arpo_env.rewards import HierarchicalReward, RewardParts
 from arpo_env.spaces import UnicodeText
-from arpo_env.tools.protocol import Tool, ToolOutput
+from arpo_env.tools.protocol import Tool, ToolOutput, ToolSpec
 
-_ARGUMENT = {tags.PYTHON: "code", tags.SEARCH: "query", tags.BROWSE: "url"}
-"""What each tool call holds, as the notices write it."""
+BUILT_IN_SPECS = {
+    tags.PYTHON: ToolSpec(tags.PYTHON, "Run Python code in a persistent interpreter and return what it prints.",
+                          {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}),
+    tags.SEARCH: ToolSpec(tags.SEARCH, "Search the web and return the top results.",
+                          {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}),
+    tags.BROWSE: ToolSpec(tags.BROWSE, "Read a web page and return its main text.",
+                          {"type": "object", "properties": {"url": {"type": "string"}}, "required": ["url"]}),
+}
+"""The built-in tools as specs, one text argument each: how the notices write their calls."""
 
-ToolFactory = Callable[[], Tool]
+ToolFactory = Callable[[], Any]
+"""Makes the tool of one episode: a `Tool` for a built-in tag, or the `arpo_env.tools.protocol.Toolset` of a
+`arpo_env.tools.registry.ToolsetFactory` (which stands under each of its tools' tags)."""
 
 
 @dataclass
@@ -83,7 +92,16 @@ class EpisodeState:
 
 
 class ToolEnv(gym.Env[str, str]):
-    """A multi-turn tool-use episode over one task, as text. Subclasses choose the tasks, tools and reward.
+    """A multi-turn tool-use episode over one task, as text. Subclasses choose the tasks, tools and reward; or make
+    one directly, with tools of your own::
+
+        env = ToolEnv(tasks=[{"question": "…", "answer": "…"}], tools=["python", my_function, MCPTools([…])],
+                      reward="math")
+
+    `tasks`: `Task` objects or records (``{"question", "answer"}``); `tools`: tool factories by tag, or a list of
+    built-in tools' names (``"python"``, ``"search"``, ``"browse"``, with their default backends), functions,
+    `arpo_env.tools.functions.FunctionTool` and `arpo_env.tools.mcp.MCPTools`; `reward`: a `HierarchicalReward`,
+    a scorer ``f(prediction, gold, meta) -> float`` in [0, 1] (put in one), or ``"math"`` / ``"qa"``.
 
     `reset()` returns the task's user turn; `step(action)` takes what the model generated since the last
     observation, runs the tool call the action ends with and returns its output in ``<result>…</result>``.
@@ -100,14 +118,16 @@ class ToolEnv(gym.Env[str, str]):
 
     metadata = {"render_modes": ["ansi", "human"], "render_fps": 4}
 
-    def __init__(self, tasks: Sequence[Task], tools: dict[str, ToolFactory], reward: HierarchicalReward,
-                 max_tool_calls: int = 5, max_turns: int | None = None, max_chars: int = 32000,
-                 render_mode: str | None = None) -> None:
+    def __init__(self, tasks: Sequence[Task | dict[str, Any]], tools: dict[str, ToolFactory] | Sequence[Any],
+                 reward: HierarchicalReward | Callable[..., float] | str, max_tool_calls: int = 5,
+                 max_turns: int | None = None, max_chars: int = 32000, render_mode: str | None = None) -> None:
         if not tasks:
             raise ValueError("the environment needs at least one task")
-        unknown = set(tools) - set(tags.TOOL_TAGS)
-        if unknown:
-            raise ValueError(f"unknown tools {sorted(unknown)}; known: {list(tags.TOOL_TAGS)}")
+        if not isinstance(tools, collections.abc.Mapping):
+            from arpo_env.tools.registry import build_tools
+
+            tools = build_tools(tools)
+        specs = {tag: _spec(tag, make) for tag, make in tools.items()}
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, not {render_mode!r}")
         budgets = {"max_tool_calls": (max_tool_calls, 0), "max_chars": (max_chars, 1)}
@@ -117,14 +137,19 @@ class ToolEnv(gym.Env[str, str]):
                     if whole_number(value) is None or whole_number(value) < low]
         if problems:  # 1.5, True and text are refused by name, not rounded or cast
             raise ValueError("budgets: " + "; ".join(problems))
-        self.tasks = list(tasks)
+        self.tasks = as_tasks(tasks, "math") if any(not isinstance(t, Task) for t in tasks) else list(tasks)
         self.tool_factories = dict(tools)
-        self.reward_fn = reward
+        self.tool_specs: dict[str, ToolSpec] = specs
+        """What the model is told of each tool, by tag (built-in tools too)."""
+        self.protocol_tags = tags.protocol_tags(list(tools))
+        """The tool tags a transcript of this env is read with: the built-in three and the env's own."""
+        self.reward_fn = _reward(reward)
         self.max_tool_calls = whole_number(max_tool_calls)
         self.max_turns = whole_number(max_turns) if max_turns is not None else self.max_tool_calls + 2
         self.max_chars = whole_number(max_chars)
         self.render_mode = render_mode
-        self.system_prompt = prompts.system_prompt(list(self.tool_factories), self.max_tool_calls)
+        self.system_prompt = prompts.system_prompt(list(self.tool_factories), self.max_tool_calls,
+                                                   specs=self.tool_specs)
         self.observation_space = UnicodeText(max_length=max(self.max_chars, 100_000))
         self.action_space = UnicodeText(max_length=self.max_chars)
         self.tools: dict[str, Tool] = {}
@@ -168,12 +193,13 @@ class ToolEnv(gym.Env[str, str]):
             task = self.tasks[index]
         else:
             task = self.tasks[int(self.np_random.integers(len(self.tasks)))]
-        self._close_tools()
-        self.tools = {tag: make() for tag, make in self.tool_factories.items()}
+        old = self.tools
+        self.tools = _make_tools(self.tool_factories)  # before the old ones close: a shared server stays up
+        _close(old)
         self.state = EpisodeState(task)
         # What the episode's tool calls and its score will need (an interpreter's template, scoring workers) starts
         # now, in the background, while the model writes its first turn.
-        for part in (*self.tools.values(), self.reward_fn):
+        for part in (*_unique(self.tools), self.reward_fn):
             start = getattr(part, "prestart", None)
             if start is not None:
                 start()
@@ -192,10 +218,10 @@ class ToolEnv(gym.Env[str, str]):
         state.segments.append(("action", text))
         info: dict[str, Any] = {"tool": None, "tool_query": None, "tool_latency_s": 0.0, "tool_failed": False,
                                 "tool_error": None}
-        calls = tags.tool_calls(text)
+        calls = tags.tool_calls(text, self.protocol_tags)
         call = calls[-1] if calls else None
-        final = tags.answer(text)
-        open_tag = tags.unclosed_tag(text)
+        final = tags.answer(text, self.protocol_tags)
+        open_tag = tags.unclosed_tag(text, self.protocol_tags)
         truncation = None
 
         if final is not None and (call is None or call.start < final.start):
@@ -217,7 +243,7 @@ class ToolEnv(gym.Env[str, str]):
                 observation = tags.wrap_result(truncation)
             else:
                 state.unavailable_calls += 1
-                available = ", ".join(f"<{t}>…</{t}>" for t in self.tools) or "none"
+                available = ", ".join(f"<{t}>…</{t}>" for t in self.tool_factories) or "none"
                 info.update(tool_failed=True, tool_error=f"unavailable tool <{call.tag}>")
                 observation = tags.wrap_result(
                     f"error: there is no <{call.tag}> tool here. Tools you can call: {available}. "
@@ -242,12 +268,13 @@ class ToolEnv(gym.Env[str, str]):
                 observation = tags.wrap_result(out.text + note)
         elif open_tag is not None or "<" + tags.ANSWER in text:
             tag = open_tag or tags.ANSWER
-            forms = " or ".join(f"<{t}>{_ARGUMENT[t]}</{t}>" for t in tags.TOOL_TAGS if t in self.tool_factories)
+            forms = " or ".join(tags.call_form(t, self.tool_specs[t].parameters)  # built-in ones in their order
+                                for t in self.protocol_tags if t in self.tool_specs)
             observation = tags.wrap_result(  # the tools this env has, as the system prompt names them
                 f"error: the <{tag}> tag is not closed. Write "
                 + (f"a tool call as {forms} and " if forms else "")
                 + "the answer as <answer>\\boxed{…}</answer>."
-                if tag in tags.TOOL_TAGS or tag == tags.ANSWER else
+                if tag in self.protocol_tags or tag == tags.ANSWER else
                 f"error: the <{tag}> tag is not closed; close it, then call a tool or give the answer.")
         else:
             observation = ""  # a turn with neither a call nor an answer is the model's final word
@@ -301,7 +328,13 @@ class ToolEnv(gym.Env[str, str]):
         self._require_open()  # a closed env has nothing to fork: say so now, not at the fork's first step
         child = copy.copy(self)
         child.state = state.copy()
-        child.tools = {tag: tool.fork() for tag, tool in self.tools.items()}
+        forks: dict[int, Any] = {}
+        try:
+            child.tools = {tag: forks[id(tool)] if id(tool) in forks else forks.setdefault(id(tool), tool.fork())
+                           for tag, tool in self.tools.items()}
+        except BaseException:  # a tool that refuses to fork (a stateful MCP server): the forks made so far close
+            _close(forks)
+            raise
         child._np_random = copy.deepcopy(self._np_random)
         return child
 
@@ -338,8 +371,8 @@ class ToolEnv(gym.Env[str, str]):
         state = self._require_state()
         self._require_open()  # its tools, and the interpreter's cells, are gone
         rng = self._np_random.bit_generator.state if self._np_random is not None else None
-        return {"version": 1, "state": state.to_dict(), "tools": {t: tool.snapshot() for t, tool in self.tools.items()},
-                "np_random": rng}
+        return {"version": 1, "state": state.to_dict(), "tools": {t: tool.snapshot() for t, tool in _first_tags(
+                self.tools).items()}, "np_random": rng}
 
     def restore(self, snapshot: dict[str, Any]) -> None:
         """Bring back a `snapshot()` (taken in this env, another one with the same tools, or another process)."""
@@ -361,13 +394,12 @@ class ToolEnv(gym.Env[str, str]):
         missing = set(snapshot["tools"]) - set(self.tool_factories)
         if missing:
             raise ValueError(f"the snapshot uses tools this env does not have: {sorted(missing)}")
-        tools = {tag: make() for tag, make in self.tool_factories.items()}
+        tools = _make_tools(self.tool_factories)
         try:
             for tag, tool_snapshot in snapshot["tools"].items():
                 tools[tag].restore(tool_snapshot)  # a snapshot a tool refuses: this env's tools and state stay
         except BaseException:
-            for tool in tools.values():
-                tool.close()
+            _close(tools)
             raise
         self._close_tools()
         self.tools = tools
@@ -395,15 +427,31 @@ class ToolEnv(gym.Env[str, str]):
         state = self._require_state()
         ran = {tool for tool, n in state.tool_calls.items() if n > 0}  # executed, not merely written
         return self.reward_fn(state.completion, state.task.answer, {**state.task.meta, "question": state.task.question},
-                              tools_ran=ran)
+                              tools_ran=ran, **({"tool_tags": self.protocol_tags}
+                                                if isinstance(self.reward_fn, HierarchicalReward) else {}))
+
+    @property
+    def stop_strings(self) -> list[str]:
+        """Where a generator stops a turn of this env: a tool call closed (any tool of the protocol, so a call to
+        one the env lacks is answered) or the answer closed."""
+        return tags.close_tags(self.protocol_tags)
 
     # ---------------------------------------------------------------------------------------------------------------
     def _run_tool(self, tag: str, query: str) -> ToolOutput:
         start = time.perf_counter()
         if tag == tags.PYTHON:
             query = tags.python_code(query)
+        tool = self.tools[tag]
         try:
-            out = self.tools[tag].call(query)
+            if tag in tags.TOOL_TAGS or not hasattr(tool, "run"):
+                out = tool.call(query)
+            else:  # a user's tool: its arguments read against its schema; a malformed call is an error to read
+                try:
+                    arguments = tags.call_arguments(query, tag, self.tool_specs[tag].parameters)
+                except ValueError as exc:
+                    return ToolOutput(f"error: {exc}", failed=True, error=str(exc),
+                                      latency_s=time.perf_counter() - start)
+                out = tool.run(tag, arguments)
         except Exception as exc:  # noqa: BLE001 - a broken tool is an observation, never a crash of the episode
             out = ToolOutput(f"{tag} failed: {type(exc).__name__}: {exc}", failed=True, error=str(exc))
         out.latency_s = out.latency_s or time.perf_counter() - start
@@ -428,9 +476,80 @@ class ToolEnv(gym.Env[str, str]):
                                                    "to start a new episode")
 
     def _close_tools(self) -> None:
-        for tool in self.tools.values():
-            tool.close()
-        self.tools = {}
+        tools, self.tools = self.tools, {}
+        _close(tools)
+
+
+def _spec(tag: str, make: ToolFactory) -> ToolSpec:
+    """The spec of the tool under `tag`: a built-in one's, or the one its toolset factory lists."""
+    if tag in BUILT_IN_SPECS:
+        return BUILT_IN_SPECS[tag]
+    tags.check_tool_name(tag)
+    for spec in getattr(make, "specs", ()):
+        if spec.name == tag:
+            return spec
+    raise ValueError(f"unknown tool {tag!r}: the built-in tools are {', '.join(tags.TOOL_TAGS)}; a tool of your own "
+                     "is a function or an MCPTools (in a list of tools), or a ToolsetFactory that lists it")
+
+
+def _make_tools(factories: dict[str, ToolFactory]) -> dict[str, Any]:
+    """The tools of one episode by tag: each factory called once (a toolset serves all the tags it stands under)."""
+    made: dict[int, Any] = {}
+    tools = {}
+    try:
+        for tag, make in factories.items():
+            if id(make) not in made:
+                made[id(make)] = make()
+            tools[tag] = made[id(make)]
+    except BaseException:
+        _close(made)
+        raise
+    return tools
+
+
+def _unique(tools: dict[Any, Any]) -> list[Any]:
+    """Each tool once, in order (a toolset stands under several tags)."""
+    return list({id(tool): tool for tool in tools.values()}.values())
+
+
+def _first_tags(tools: dict[str, Any]) -> dict[str, Any]:
+    """Each tool under its first tag: a toolset's snapshot is taken, and restored, once."""
+    first: dict[int, str] = {}
+    for tag, tool in tools.items():
+        first.setdefault(id(tool), tag)
+    return {tag: tools[tag] for tag in first.values()}
+
+
+def _close(tools: dict[Any, Any]) -> None:
+    for tool in _unique(tools):
+        tool.close()
+
+
+def _reward(reward: Any) -> HierarchicalReward:
+    """An env's ``reward=``: a `HierarchicalReward` (or any callable scoring a completion as one does), a scorer
+    made into one, or the name of a built-in scorer."""
+    if reward == "math":
+        from arpo_env.scoring.math_equivalence import math_score
+
+        return HierarchicalReward(math_score)
+    if reward == "qa":
+        from arpo_env.scoring.qa_metrics import qa_score
+
+        return HierarchicalReward(qa_score)
+    if isinstance(reward, HierarchicalReward):
+        return reward
+    if callable(reward):
+        import inspect
+
+        try:
+            params = inspect.signature(reward).parameters
+        except (TypeError, ValueError):
+            params = {}
+        if "tools_ran" in params or "completion" in params:  # scores a completion itself
+            return reward
+        return HierarchicalReward(reward)
+    raise ValueError(f"reward is a HierarchicalReward, a scorer f(prediction, gold, meta) -> float, 'math' or 'qa', "
+                     f"not {type(reward).__name__} {str(reward)[:100]!r}")
 
 
 def _unpickle_env(env_id: str, kwargs: dict[str, Any], snapshot: dict[str, Any] | None) -> ToolEnv:

@@ -97,16 +97,17 @@ class HierarchicalReward:
             start()
 
     def __call__(self, completion: str, gold: Any, meta: Mapping[str, Any] | None = None,
-                 tools_ran: set[str] | None = None) -> RewardParts:
+                 tools_ran: set[str] | None = None, tool_tags: Sequence[str] = tags.TOOL_TAGS) -> RewardParts:
         """Score `completion`. `tools_ran`: the tools that really executed (an environment knows); by default, those
-        whose calls got a ``<result>`` in the completion."""
-        prediction = tags.final_answer(completion)
-        errors = tags.format_errors(completion, self.strict_think, self.require_boxed)
+        whose calls got a ``<result>`` in the completion. `tool_tags`: the tags of the environment's tools (its own
+        as well as the built-in ones), which the format gate reads calls by."""
+        prediction = tags.final_answer(completion, tool_tags)
+        errors = tags.format_errors(completion, self.strict_think, self.require_boxed, tool_tags=tool_tags)
         if errors:
             return RewardParts(-1.0, False, prediction=prediction, errors=errors)
         with failures.collected() as scoring_errors:
             score = failures.scored(self.scorer, prediction, gold, meta)
-        ran = tags.ran_tools(completion) if tools_ran is None else set(tools_ran)
+        ran = tags.ran_tools(completion, tool_tags) if tools_ran is None else set(tools_ran)
         bonus = self.tool_bonus if score > 0 and BONUS_TOOLS <= ran else 0.0
         return RewardParts(score + bonus, True, score, bonus, prediction, scoring_errors=scoring_errors)
 

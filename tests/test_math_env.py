@@ -843,7 +843,8 @@ def test_keyword_arguments_as_a_user_would_write_them():
             gym.make("ARPO-Math-v0", sandbox_options=options)
     for tools in (5, [5], b"python", {"python": 1}):  # "'int' object is not iterable", an unknown tool 5 or 112
         with pytest.raises(ValueError, match=re.escape("tools are tool names (python, search, browse) as a list or "
-                                                       f"one string, not {type(tools).__name__}")):
+                                                       "one string, and a tool of your own is a function or an "
+                                                       f"MCPTools in the list, not {type(tools).__name__}")):
             gym.make("ARPO-Math-v0", tools=tools)
     with pytest.raises(ValueError, match=re.escape("sandbox_options: unknown timeout (did you mean timeout_s?), nope; "
                                                    "the options are timeout_s, cpu_s,")):

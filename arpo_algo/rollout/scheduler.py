@@ -185,6 +185,9 @@ class ARPORollout:
         self._new_batch()
         states = self._start_tasks(_checked_tasks(tasks))
         loop = _Loop(self.generator, self.config, len(states))
+        stops = {stop for state in states for stop in getattr(state.root_env, "stop_strings", ())}
+        if stops - set(loop.params.stop):  # the envs' own tools close their calls with tags of their own
+            loop.params = replace(loop.params, stop=tuple(dict.fromkeys([*loop.params.stop, *sorted(stops)])))
         try:
             if hasattr(self.generator, "encode"):  # every sample of a task forks its prompt, encoded once
                 self.generator.encode([state.root_path for state in states])

@@ -7,8 +7,9 @@ asks ``get_reward()`` for the reward when the rollout ends. `environment_factory
 * ``reset(**row)`` starts an episode on the row's ``question`` and ``answer`` (``prompt``'s last user turn when there
   is no ``question``; ``kind`` and ``meta`` too when present: `arpo_env.integrations.trl_dataset.row_task`, the rows of
   `task_dataset`) and returns how to use the tools;
-* one tool per tool of the env — ``python(code)``, ``search(query)``, ``browse(url)`` — each a step of the env, so
-  budgets, the sandbox's state and the tool cache work as in `ToolEnv`; and ``answer(final_answer)``, which submits
+* one tool per tool of the env — ``python(code)``, ``search(query)``, ``browse(url)``, and a user's tools (functions,
+  MCP servers' tools) with their own arguments — each a step of the env, so budgets, the sandbox's and the servers'
+  state and the tool cache work as in `ToolEnv`; and ``answer(final_answer)``, which submits
   the final answer and ends the episode. An argument the text protocol cannot carry — one holding its call's closing
   tag (``</python>``), an answer whose braces do not balance — is refused with a message, uncounted;
 * ``get_reward()`` is arpo's hierarchical reward of the episode: −1 if no answer was submitted, else correctness
@@ -51,7 +52,7 @@ class TRLEnvironment:
     def reset(self, **row: Any) -> str:
         self.env.reset(options={k: v for k, v in row_task(row).items() if v not in ("", None) or k == "answer"})
         self.reward, self.done = None, False
-        tools = ", ".join(f"`{t}`" for t in self.env.tools)
+        tools = ", ".join(f"`{t}`" for t in self.env.tool_factories)
         return (f"\n\nYou can call these tools: {tools} (at most {self.env.max_tool_calls} calls). When you know the "
                 "answer, call `answer` with it; that ends the task.")
 
@@ -129,9 +130,54 @@ _TOOLS = {
 }
 
 
-def _environment_class(tools: tuple[str, ...]) -> type:
-    """A subclass of `TRLEnvironment` whose public methods are exactly the env's tools, and ``answer``."""
-    members = {tag: _tool_method(tag, *_TOOLS[tag]) for tag in tools}
+_PYTHON_TYPES = {"string": str, "integer": int, "number": float, "boolean": bool, "array": list, "object": dict}
+
+
+def _spec_method(spec: Any) -> Callable[..., str]:
+    """A method for a user's tool: its arguments as its schema lists them (TRL shows the model this signature and
+    docstring), sent to the env as the tool's call (`arpo_env.tags.call_arguments` reads it back)."""
+    import json
+
+    properties = dict(spec.parameters.get("properties") or {})
+    required = set(spec.parameters.get("required") or ())
+    single = tags.text_argument(spec.parameters)
+
+    def method(self: TRLEnvironment, **kwargs: Any) -> str:
+        if single is not None and set(kwargs) == {single}:
+            body = str(kwargs[single])
+            _protocol_safe(spec.name, single, body)
+            if body.lstrip().startswith("{"):  # text that looks like JSON is sent as JSON, to stay text
+                body = json.dumps({single: body}, ensure_ascii=False).replace("</", "<\\/")
+        else:  # "</" is written "<\/" in the JSON: it cannot end the call early, and reads back the same
+            body = json.dumps(kwargs, ensure_ascii=False).replace("</", "<\\/")
+        return self._run(spec.name, body)
+
+    kind = inspect.Parameter.KEYWORD_ONLY
+    params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    ordered = sorted(properties, key=lambda name: name not in required)  # required ones first
+    for name in ordered:
+        kinds = (properties[name] or {}).get("type") if isinstance(properties[name], dict) else None
+        annotation = _PYTHON_TYPES.get(kinds if isinstance(kinds, str) else "", str)
+        default = inspect.Parameter.empty if name in required else properties[name].get("default")
+        params.append(inspect.Parameter(name, kind, annotation=annotation, default=default))
+    method.__name__ = spec.name.replace(".", "_").replace("-", "_")
+    arg_lines = "".join(f"    {name}: {(properties[name] or {}).get('description') or name}\n" for name in ordered)
+    method.__doc__ = f"{spec.description or spec.name}\n" + (f"\nArgs:\n{arg_lines}" if ordered else "")
+    method.__signature__ = inspect.Signature(params, return_annotation=str)  # type: ignore[attr-defined]
+    method.__annotations__ = {**{p.name: p.annotation for p in params[1:]}, "return": str}
+    return method
+
+
+def _environment_class(specs: dict[str, Any]) -> type:
+    """A subclass of `TRLEnvironment` whose public methods are exactly the env's tools, and ``answer``. A user's
+    tool whose name is not a Python name (``crm.find``) is offered as ``crm_find``."""
+    members = {}
+    for tag, spec in specs.items():
+        method = _tool_method(tag, *_TOOLS[tag]) if tag in _TOOLS else _spec_method(spec)
+        if method.__name__ in members or method.__name__ in ("reset", "get_reward", "answer"):
+            raise ValueError(f"the tool {tag!r} would be offered to TRL as {method.__name__}(), a name taken; "
+                             "rename it")
+        members[method.__name__] = method
     return type("ARPOEnvironment", (TRLEnvironment,), {"__module__": __name__, **members})
 
 
@@ -141,7 +187,7 @@ def environment_factory(env_id: str = "ARPO-Math-v0", **env_kwargs: Any) -> Call
     import arpo_env  # noqa: F401
 
     probe = gym.make(env_id, **env_kwargs).unwrapped
-    tools = tuple(probe.tool_factories)
+    specs = dict(probe.tool_specs)
     probe.close()
-    cls = _environment_class(tools)
+    cls = _environment_class(specs)
     return lambda: cls(env_id, **env_kwargs)

@@ -1,4 +1,12 @@
-"""The protocol every tool follows: a name, a tag, `call`, `fork`, `snapshot`/`restore` and `close`."""
+"""The protocols tools follow.
+
+* `Tool`: one built-in tool called by its tag with one text argument (``<python>code</python>``): a name, a tag,
+  `call`, `fork`, `snapshot`/`restore` and `close`;
+* `Toolset`: tools a user brings (a Python function, an MCP server's tools), each described by a `ToolSpec` (a name,
+  a description, a JSON schema of its arguments) and called with the arguments the environment read from the call
+  (`arpo_env.tags.call_arguments`). One toolset object serves all its tools in an episode, so that tools sharing
+  state (one MCP server's) fork together.
+"""
 
 from __future__ import annotations
 
@@ -89,6 +97,56 @@ class Tool(Protocol):
     def restore(self, snapshot: Any) -> None: ...
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """What the model is told of a tool, and how its calls are read: `name` (also its tag), `description`, and
+    `parameters`, a JSON schema object of its arguments (``{"type": "object", "properties": {…}, "required": […]}``,
+    the form MCP's ``inputSchema`` and OpenAI's function tools use)."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+
+    def as_dict(self) -> dict[str, Any]:
+        """The tool as OpenAI's and TRL's chat templates take it (``{"type": "function", "function": {…}}``)."""
+        return {"type": "function", "function": {"name": self.name, "description": self.description,
+                                                 "parameters": self.parameters}}
+
+
+@runtime_checkable
+class Toolset(Protocol):
+    """Tools an environment offers besides the built-in ones, made once per episode by a `ToolsetSource`.
+
+    `run(name, arguments)` calls the tool `name` of `specs` with its checked arguments and returns what the model
+    reads; a failure is a `ToolOutput` with ``failed`` set, not an exception. `fork`, `snapshot`, `restore` and
+    `close` work as `Tool`'s, for all the set's tools at once.
+    """
+
+    specs: tuple[ToolSpec, ...]
+
+    def run(self, name: str, arguments: dict[str, Any]) -> ToolOutput: ...
+
+    def fork(self) -> "Toolset": ...
+
+    def snapshot(self) -> Any: ...
+
+    def restore(self, snapshot: Any) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class ToolsetSource(Protocol):
+    """What a user gives an environment as tools (`arpo_env.tools.functions.FunctionTool`,
+    `arpo_env.tools.mcp.MCPTools`): the specs of its tools, known when the environment is made, and `make()`, which
+    returns the `Toolset` of one episode."""
+
+    @property
+    def specs(self) -> tuple[ToolSpec, ...]: ...
+
+    def make(self) -> Toolset: ...
 
 
 class StatelessTool:
