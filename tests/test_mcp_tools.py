@@ -275,7 +275,8 @@ arpo_env.register_env("Counter-v0", tasks=[{TASK!r}], reward="math",
 ''')
     out = tmp_path / "trees.jsonl"
     cmd = [sys.executable, "-m", "arpo_algo.cli", "rollout", "--model", str(model), "--env", "counter_tools:Counter-v0",
-           "--env_kwargs", '{"max_tool_calls": 4}', "--tasks", "1", "-M", "4", "-N", "2", "--alpha", "1", "--beta", "0", "--temperature", "0.3",
+           "--env_kwargs", '{"max_tool_calls": 4}', "--tasks", "1", "-M", "4", "-N", "2", "--alpha", "1",
+           "--beta", "0", "--temperature", "0.3",
            "--max_new_tokens", "24", "--max_completion_tokens", "300", "--out", str(out)]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path,
                             env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{root}"})
