@@ -63,13 +63,14 @@ def takes_sandbox_options(env_id: str) -> bool:
 def hide_from_sandbox(env_id: str, kwargs: dict[str, Any], path: str) -> dict[str, Any]:
     """`kwargs` (gym.make's) with `path` among the local sandbox's hidden paths, where the env takes
     ``sandbox_options``: what a run writes (rollout trees, a training run's folder) holds the tasks' answers, and the
-    same tasks come back. With another sandbox (E2B: a VM that cannot see this machine's files), or tools without
-    ``python`` (the env warns of sandbox options it does not use), `kwargs` as they are."""
+    same tasks come back. With another sandbox (E2B: a VM that cannot see this machine's files), envs on a server
+    (``server_url``: the server sets its sandbox), or tools without ``python`` (the env warns of sandbox options it
+    does not use), `kwargs` as they are."""
     import os
 
     from arpo_env.tools.registry import tool_names
 
-    if kwargs.get("sandbox", "local") != "local" or not takes_sandbox_options(env_id):
+    if kwargs.get("server_url") or kwargs.get("sandbox", "local") != "local" or not takes_sandbox_options(env_id):
         return kwargs
     try:
         if kwargs.get("tools") is not None and "python" not in tool_names(kwargs["tools"]):  # None: the default

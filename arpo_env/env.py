@@ -118,6 +118,21 @@ class ToolEnv(gym.Env[str, str]):
 
     metadata = {"render_modes": ["ansi", "human"], "render_fps": 4}
 
+    def __new__(cls, *args: Any, server_url: str | None = None, **kwargs: Any) -> Any:
+        """``gym.make(id, server_url="http://host:port")`` (several, separated by commas, spread sessions): the same
+        env as a session on an `arpo serve` server, a `arpo_env.remote.client.RemoteEnv`; the other keyword
+        arguments go to it (``token_file``, ``timeout_s``, and the env's own)."""
+        if server_url is None:
+            return super().__new__(cls)
+        from arpo_env.registration import ENV_IDS
+        from arpo_env.remote.client import RemoteEnv
+
+        env_id = kwargs.pop("remote_env_id", None) or next(
+            (i for i, entry in ENV_IDS.items() if entry == f"{cls.__module__}:{cls.__qualname__}"), None)
+        if env_id is None:
+            raise ValueError(f"{cls.__name__} has no id of arpo's: give remote_env_id= the id the server serves")
+        return RemoteEnv(server_url, env_id, **kwargs)
+
     def __init__(self, tasks: Sequence[Task | dict[str, Any]], tools: dict[str, ToolFactory] | Sequence[Any],
                  reward: HierarchicalReward | Callable[..., float] | str, max_tool_calls: int = 5,
                  max_turns: int | None = None, max_chars: int = 32000, render_mode: str | None = None) -> None:

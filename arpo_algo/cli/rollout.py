@@ -26,6 +26,8 @@ def make_parser() -> Parser:
     p.add_argument("--env", default="ARPO-Math-v0", help="environment id")
     p.add_argument("--env_kwargs", default="{}",
                    help='JSON keyword arguments for the env, e.g. \'{"dataset": "gsm8k"}\'')
+    p.add_argument("--server_url", default=None, help="run the envs on arpo serve servers (URLs, comma-separated; "
+                   "token in $ARPO_SERVE_TOKEN)")
     p.add_argument("--dataset", default=None, help="shortcut for env kwarg dataset")
     p.add_argument("--data_dir", default=None, help="shortcut for env kwarg data_dir")
     p.add_argument("--tasks", type=int, default=8, help="number of tasks (the first ones of the dataset)")
@@ -136,6 +138,8 @@ def rollout_env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     from arpo_algo.settings import json_object
 
     env_kwargs = json_object("--env_kwargs", args.env_kwargs, '{"max_tool_calls": 3}')
+    if args.server_url:
+        env_kwargs["server_url"] = args.server_url
     if args.dataset:
         env_kwargs["dataset"] = args.dataset
     if args.data_dir:

@@ -54,6 +54,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--search", default="local", help="search backend for QA: local (offline BM25), ddgs (live), or "
                    "recorded:PATH[:local|ddgs] (replay of a recording such as the release's search_cache.json, "
                    "unrecorded queries to the backend after it)")
+    p.add_argument("--server_url", default=None, help="run the envs on arpo serve servers (URLs, comma-separated; "
+                   "token in $ARPO_SERVE_TOKEN): the servers hold the data and set the sandbox and search")
     p.add_argument("--temperature", type=float, default=0.6)
     p.add_argument("--top_p", type=float, default=0.95)
     p.add_argument("--max_tool_calls", type=int, default=None, help="default: 5 for math, 10 for search tasks")
@@ -217,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (OSError, UnicodeError, csv.Error, KeyError, TypeError, ValueError) as exc:
             raise SystemExit(f"arpo eval: --paper_table {table_path}: {paper_table_problem(exc)}") from None
     settings = Settings(args.mode, args.temperature, args.top_p, args.max_tool_calls, max_new, max_completion,
-                        args.judge, args.search, args.seed, args.judge_model)
+                        args.judge, args.search, args.seed, args.judge_model, args.server_url)
     out = Path(args.out) if args.out else default_out(args.model)
     with jsonl.removed_if_unused(out, lambda: _line_count(out / "samples.jsonl") > 0) as folder:
         try:

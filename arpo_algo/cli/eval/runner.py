@@ -34,6 +34,8 @@ class Settings:
     seed: int = 0
     judge_model: str | None = None
     """None: the model the judge's endpoint serves."""
+    server_url: str | None = None
+    """Envs on `arpo serve` servers (comma-separated URLs): their data, sandbox and search are the servers'."""
 
 
 def env_kwargs(bench: Benchmark, data_dir: str | None, s: Settings, out: Path | None = None) -> dict[str, Any]:
@@ -41,6 +43,12 @@ def env_kwargs(bench: Benchmark, data_dir: str | None, s: Settings, out: Path | 
     hold the gold answers)."""
     kwargs: dict[str, Any] = {"dataset": bench.name, "data_dir": data_dir}
     kwargs["max_tool_calls"] = s.max_tool_calls or (5 if bench.group == "mathematical" else 10)
+    if s.server_url:  # the servers hold the data and set the sandbox and search (arpo serve --env_kwargs)
+        del kwargs["data_dir"]
+        kwargs["server_url"] = s.server_url
+        if s.mode == "direct":
+            kwargs["tools"] = ()
+        return kwargs
     if s.mode == "direct":  # no tools, nor their options
         kwargs["tools"] = ()
         return kwargs
