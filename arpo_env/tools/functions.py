@@ -28,7 +28,7 @@ import typing
 from typing import Any, Callable
 
 from arpo_env import tags
-from arpo_env.tools.protocol import ToolOutput, ToolSpec, elide, limit_problem
+from arpo_env.tools.protocol import StatelessTool, ToolOutput, ToolSpec, elide, limit_problem
 
 __all__ = ["FunctionTool", "tool"]
 
@@ -36,8 +36,9 @@ _SCALARS = {str: "string", int: "integer", float: "number", bool: "boolean", lis
             dict: "object"}
 
 
-class FunctionTool:
-    """A Python function as a tool (see the module docstring); made by `tool`. Calling it calls the function.
+class FunctionTool(StatelessTool):
+    """A Python function as a tool (see the module docstring); made by `tool`. Calling it calls the function. It is
+    stateless (`StatelessTool`): every episode and fork shares it.
 
     Args:
         function: A function whose parameters have type annotations (``str``, ``int``, ``float``, ``bool``, lists,
@@ -80,7 +81,7 @@ class FunctionTool:
             return _global, (module, name)
         return FunctionTool, (self.function, self.name, self.description, self.max_output_chars, self.timeout_s)
 
-    # ToolsetSource and Toolset: a stateless function is its own toolset, shared by every episode and fork --------
+    # ToolsetSource and Toolset: a stateless function is its own toolset, shared by every episode and fork
     def make(self) -> "FunctionTool":
         return self
 
@@ -118,17 +119,6 @@ class FunctionTool:
         except concurrent.futures.TimeoutError:
             raise TimeoutError from None
 
-    def fork(self) -> "FunctionTool":
-        return self
-
-    def snapshot(self) -> None:
-        return None
-
-    def restore(self, snapshot: Any) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def tool(function: Callable[..., Any] | None = None, *, name: str | None = None, description: str | None = None,
