@@ -127,6 +127,24 @@ def test_openenvs_own_client_resets_and_steps_an_arpo_env(server):
         assert state["step_count"] == 1 and "print(6 * 7)" in state["completion"]
     schema = server.get("/schema").json()
     assert schema["action"]["required"] == ["action"]
+    import asyncio
+
+    from websockets.asyncio.client import connect
+
+    async def hostile() -> list[dict]:
+        async with connect(f"ws://127.0.0.1:{server.port}/ws",
+                           additional_headers={"Authorization": f"Bearer {TOKEN}"}) as ws:
+            replies = []
+            for message in (b"\x00\xff binary", "{not json", json.dumps({"type": "jump"}),
+                            json.dumps({"type": "step", "data": {"action": "hi"}})):
+                await ws.send(message)
+                replies.append(json.loads(await ws.recv()))
+            return replies
+
+    replies = asyncio.run(hostile())
+    assert [r["type"] for r in replies] == ["error"] * 4
+    assert "JSON text frames" in replies[0]["data"]["message"] and "unknown message type" in \
+        replies[2]["data"]["message"] and "reset" in replies[3]["data"]["message"]  # a step before reset
     with pytest.raises(ConnectionError, match="403"):  # without the token the handshake is refused
         with GenericEnvClient(base_url=f"http://127.0.0.1:{server.port}").sync() as client:
             client.reset()

@@ -145,7 +145,13 @@ def make_app(pool: SessionPool, token: str, max_request_bytes: int = 8 << 20, re
         session_id: str | None = None
         try:
             while True:
-                raw = await websocket.receive_text()
+                frame = await websocket.receive()
+                if frame.get("type") == "websocket.disconnect":
+                    break
+                raw = frame.get("text")
+                if raw is None:  # a binary frame
+                    await websocket.send_text(_ws_error("messages are JSON text frames", "INVALID_JSON"))
+                    continue
                 if len(raw) > max_request_bytes:
                     await websocket.send_text(_ws_error(f"the message is over {max_request_bytes:,} bytes",
                                                         "MESSAGE_TOO_LARGE"))
