@@ -6,12 +6,14 @@ It starts a real `arpo serve` on 127.0.0.1 and, side by side in one run, times:
 
 * step:  one ``<python>`` cell of an episode (a small computation), in process and through `RemoteEnv`;
 * fork:  a usable fork: ``fork()`` and the copy's first cell answered, in process and remotely (the copy is a new
-         session on the server, its interpreter a live fork);
+         session on the server, its interpreter a live fork). Each is timed after a step of the parent and a pause
+         that stands for the model's turn (20 ms), as in a rollout; with the sandbox's ``fork_ahead`` too, which
+         forks a copy after each cell, during that pause, for the next fork to take;
 * steps per second with 1, 8 and 64 concurrent sessions, each stepping real cells from its own thread.
 
 It prints p50/p99 in milliseconds, the remote/local ratios and the throughput; its last line reads
-``remote/local step p50 <r1> fork p50 <r2> ms <f>; 64 sessions <s> steps/s``, where ``<f>`` is the in-process usable
-fork's p50 in milliseconds.
+``remote/local step p50 <r1> fork p50 <r2> ms <f>; 64 sessions <s> steps/s``: the ratios with the default sandbox,
+and ``<f>``, the in-process usable fork's p50 in milliseconds with ``fork_ahead``.
 """
 
 from __future__ import annotations
@@ -37,13 +39,17 @@ CELL = "<python>t = sum(k * k for k in range(2_000))\nprint(t % 97)</python>"
 TASK = {"question": "benchmark", "answer": "0"}
 
 
-def start_server(token: str) -> tuple[subprocess.Popen, str]:
+MODEL_TURN_S = 0.02
+
+
+def start_server(token: str, env_kwargs: str = "{}") -> tuple[subprocess.Popen, str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "ARPO_SERVE_TOKEN": token, "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen([sys.executable, "-m", "arpo_algo.cli", "serve", "--port", str(port), "--env_ids",
-                                "ARPO-Math-v0", "--max_sessions", "200"], env=env, stderr=subprocess.DEVNULL)
+                                "ARPO-Math-v0", "--max_sessions", "200", "--env_kwargs", env_kwargs], env=env,
+                               stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     import httpx
 
@@ -66,6 +72,10 @@ def budget() -> dict:
     return {"max_tool_calls": 10_000, "max_turns": 10_000, "max_chars": 10**8}
 
 
+AHEAD = '{"sandbox_options": {"fork_ahead": true}}'
+
+
+
 def time_steps(env, n: int) -> list[float]:
     out = []
     for _ in range(n):
@@ -78,6 +88,8 @@ def time_steps(env, n: int) -> list[float]:
 def time_forks(env, n: int) -> list[float]:
     out = []
     for _ in range(n):
+        env.step(CELL)  # the parent's tool step, then the model's turn, untimed
+        time.sleep(MODEL_TURN_S)
         start = time.perf_counter()
         child = env.fork()
         child.step(CELL)
@@ -125,36 +137,40 @@ def main() -> None:
     token = secrets.token_urlsafe(24)
     os.environ["ARPO_SERVE_TOKEN"] = token
     process, url = start_server(token)
+    ahead_process, ahead_url = start_server(token, AHEAD)
     try:
-        local = gym.make("ARPO-Math-v0", **budget())
-        local.reset(seed=0, options=TASK)
-        remote = RemoteEnv(url, "ARPO-Math-v0", **budget())
-        remote.reset(seed=0, options=TASK)
-        for env in (local, remote):  # warm: interpreters up, caches filled
+        envs = {"local": gym.make("ARPO-Math-v0", **budget()).unwrapped,
+                "local, fork_ahead": gym.make("ARPO-Math-v0", sandbox_options={"fork_ahead": True},
+                                              **budget()).unwrapped,
+                "remote": RemoteEnv(url, "ARPO-Math-v0", **budget()),
+                "remote, fork_ahead": RemoteEnv(ahead_url, "ARPO-Math-v0", **budget())}
+        for env in envs.values():  # warm: interpreters up, caches filled
+            env.reset(seed=0, options=TASK)
             time_steps(env, 5)
-            time_forks(env.unwrapped if env is local else env, 3)
+            time_forks(env, 3)
         figures = {}
-        for name, env in (("local", local.unwrapped), ("remote", remote)):
+        for name, env in envs.items():
             print(f"{name}: timing {repeats} steps and {repeats} forks", file=sys.stderr, flush=True)
             figures[name] = {"step": time_steps(env, repeats), "fork": time_forks(env, repeats)}
-        local.close()
-        remote.close()
-        print(f"{'':8}{'p50 ms':>10}{'p99 ms':>10}")
+            env.close()
+        ahead_process.terminate()
+        print(f"{'':27}{'p50 ms':>10}{'p99 ms':>10}")
         for what in ("step", "fork"):
-            for name in ("local", "remote"):
+            for name in envs:
                 samples = figures[name][what]
-                print(f"{what} {name:7}{statistics.median(samples):10.2f}{percentile(samples, 0.99):10.2f}")
+                print(f"{what} {name:22}{statistics.median(samples):10.2f}{percentile(samples, 0.99):10.2f}")
         rates = {}
         for sessions in (1, 8, 64):
             print(f"throughput: {sessions} sessions for {seconds:g} s", file=sys.stderr, flush=True)
             rates[sessions] = throughput(url, sessions, seconds)
             print(f"{sessions:3} sessions {rates[sessions]:8.1f} steps/s")
     finally:
-        process.terminate()
-        process.wait(30)
+        for p in (process, ahead_process):
+            p.terminate()
+            p.wait(30)
     step_ratio = statistics.median(figures["remote"]["step"]) / statistics.median(figures["local"]["step"])
     fork_ratio = statistics.median(figures["remote"]["fork"]) / statistics.median(figures["local"]["fork"])
-    local_fork = statistics.median(figures["local"]["fork"])
+    local_fork = statistics.median(figures["local, fork_ahead"]["fork"])
     print(f"remote/local step p50 {step_ratio:.2f} fork p50 {fork_ratio:.2f} ms {local_fork:.2f}; "
           f"64 sessions {rates[64]:.0f} steps/s")
 

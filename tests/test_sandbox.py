@@ -164,6 +164,34 @@ def test_fork_does_not_wait_for_the_worker_and_every_copy_is_accounted_for(box):
     assert box.call("x").text == "41"
 
 
+def test_a_copy_forked_ahead_is_handed_to_the_next_fork_and_never_outlives_its_state():
+    # fork_ahead: after each cell a copy is forked in the background (while the caller waits on the model); a fork
+    # takes it, already up. The next cell, a restore or close kills an unused one: it holds a state that is gone.
+    box = LocalSandbox(LIMITS, fork_ahead=True)
+    try:
+        box.call("x = 41")
+        assert wait_until(lambda: box._spare.process is not None, 30)
+        spare = box._spare.process
+        before = _workers()
+        kid = box.fork()
+        assert kid._slot.process is spare and box._spare.process is None
+        assert kid.call("x + 1").text == "42" and kid.history == ["x = 41", "x + 1"]
+        assert box.call("x = 0").text == "(no output)" and kid.call("x").text == "41"  # independent both ways
+        assert wait_until(lambda: box._spare.process is not None, 30)
+        stale = box._spare.process
+        box.call("x = 1")  # the copy of x = 0 goes
+        assert stale.closed and wait_until(lambda: box._spare.process not in (None, stale), 30)
+        second = box.fork()
+        third = box.fork()  # the spare went to the second: the third forks as usual
+        assert second.call("x").text == third.call("x").text == "1"
+        for k in (kid, second, third):
+            k.close()
+        box.close()
+        assert wait_until(lambda: not _workers() - before, 30), _workers() - before
+    finally:
+        box.close()
+
+
 def test_fork_copies_the_working_directory(box):
     box.call("open('notes.txt', 'w').write('parent')")
     child = box.fork()

@@ -75,12 +75,18 @@ def python_tool_factory(sandbox: str = "local", options: dict[str, Any] | None =
         from arpo_env.tools.sandbox.host import LocalSandbox, SandboxLimits
 
         # named here: SandboxLimits' own TypeError reaches the user wrapped in every keyword argument of the env
-        check_options("sandbox_options", options, [f.name for f in dataclasses.fields(SandboxLimits)] + ["preload"])
+        check_options("sandbox_options", options, [f.name for f in dataclasses.fields(SandboxLimits)]
+                      + ["preload", "fork_ahead"])
         preload = _entries("preload", options.pop("preload", ()), "a module's name or a list of them") or None
+        ahead = options.pop("fork_ahead", False)
+        if ahead not in (True, False):
+            raise ValueError(f"sandbox_options: fork_ahead is true or false, not {ahead!r}")
         options["hidden_paths"] = _entries("hidden_paths", options.get("hidden_paths", ()),
                                            "a path or a list of paths") + tuple(hide)
         limits = SandboxLimits(**options)
-        return (lambda: LocalSandbox(limits, preload)) if preload else (lambda: LocalSandbox(limits))
+        if preload:
+            return lambda: LocalSandbox(limits, preload, fork_ahead=ahead)
+        return lambda: LocalSandbox(limits, fork_ahead=ahead)
     if sandbox == "e2b":
         import inspect
 

@@ -433,19 +433,30 @@ class _Slot:
             self.process = None
 
 
+def _kill_both(slot: _Slot, spare: _Slot) -> None:
+    spare.kill()
+    slot.kill()
+
+
 class LocalSandbox:
     """The ``<python>`` tool: a persistent, forkable interpreter in a contained local process."""
 
     name = "python"
     tag = "python"
 
-    def __init__(self, limits: SandboxLimits | None = None, preload: tuple[str, ...] = DEFAULT_PRELOAD) -> None:
+    def __init__(self, limits: SandboxLimits | None = None, preload: tuple[str, ...] = DEFAULT_PRELOAD,
+                 fork_ahead: bool = False) -> None:
         self.limits = limits or SandboxLimits()
         self.preload = tuple(preload)
+        self.fork_ahead = fork_ahead
+        """Keep a copy forked after each cell, while the caller waits on the model: a `fork` then hands it over
+        already started (its first cell answers at once), at the cost of one more process per interpreter."""
         self.history: list[str] = []  # cells the current worker has run, in order: what `restore` replays
         self.restarts = 0
         self._slot = _Slot()
-        self._finalizer = weakref.finalize(self, self._slot.kill)
+        self._spare = _Slot()
+        self._lock = threading.RLock()  # the worker's channel: a spare is forked from a thread of its own
+        self._finalizer = weakref.finalize(self, _kill_both, self._slot, self._spare)
 
     # Lifecycle --------------------------------------------------------------------------------------------------------
     @property
@@ -489,14 +500,34 @@ class LocalSandbox:
         return self._slot.process
 
     def close(self) -> None:
-        self._slot.kill()
-        self.history = []
+        with self._lock:
+            self._spare.kill()
+            self._slot.kill()
+            self.history = []
 
     # The tool protocol ----------------------------------------------------------------------------------------------
     def call(self, query: str) -> ToolOutput:
+        with self._lock:
+            out = self._call(query)
+        if self.fork_ahead and not out.extra.get("restarted"):  # forked while the caller waits on the model
+            threading.Thread(target=self._fork_spare, args=(len(self.history),), daemon=True,
+                             name="arpo-sandbox-spare").start()
+        return out
+
+    def _fork_spare(self, cells: int) -> None:
+        with self._lock:
+            if (self._spare.process is None and self._slot.process is not None and not self._slot.process.closed
+                    and len(self.history) == cells):  # nothing ran, forked or closed since
+                try:
+                    self._spare.process = self._copy()
+                except WorkerLost:  # the worker died: its next call says so
+                    pass
+
+    def _call(self, query: str) -> ToolOutput:
         start = time.perf_counter()
         limits = self.limits
         message = {"op": "exec", "code": query, **asdict(limits)}
+        self._spare.kill()  # a copy of the state before this cell
         try:
             reply = self._worker().request(message, limits.timeout_s + limits.kill_grace_s)
         except WorkerLost as lost:
@@ -527,30 +558,44 @@ class LocalSandbox:
         Returns once the fork is asked of this worker, without waiting for it: the worker forks and the copy starts
         on their own, and the copy's first call (or `pid`) waits for its greeting (a copy that never starts is
         rebuilt by replay then)."""
-        child = LocalSandbox(self.limits, self.preload)
+        with self._lock:
+            return self._fork()
+
+    def _fork(self) -> "LocalSandbox":
+        child = LocalSandbox(self.limits, self.preload, self.fork_ahead)
         child.history = list(self.history)
         if self._slot.process is None:
             return child
+        if self._spare.process is not None:  # forked ahead, after the last cell: already up (a second fork of the
+            child._slot.process, self._spare.process = self._spare.process, None  # same state forks as usual)
+            return child
+        copy = self._copy()
+        if copy is None:  # the live copy failed: rebuild by replay
+            child.restore({"cells": child.history})
+        else:
+            child._slot.process = copy
+        return child
+
+    def _copy(self) -> "_Process | None":
+        """A live copy of the worker, asked of it without waiting (it greets at its first request); None when it
+        cannot be made (the disk is full, the worker is gone)."""
         parent = self._worker()
         workdir = tempfile.mkdtemp(prefix="worker-", dir=os.path.dirname(parent.workdir))  # the template's root
         try:
             shutil.copytree(parent.workdir, workdir, symlinks=True, dirs_exist_ok=True, copy_function=_copy_entry)
-        except OSError:  # the host's disk is full, or a file the cell made unreadable: the copy starts clean
+        except OSError:  # the host's disk is full, or a file the cell made unreadable
             shutil.rmtree(workdir, ignore_errors=True)
-            child.restore({"cells": child.history})
-            return child
+            return None
         ours, theirs = socket.socketpair()
         try:
             parent.post({"op": "fork", "workdir": workdir}, fds=[theirs.fileno()])
         except WorkerLost:
             ours.close()
             shutil.rmtree(workdir, ignore_errors=True)
-            child.restore({"cells": child.history})  # the live copy failed: rebuild by replay
-            return child
+            return None
         finally:
             theirs.close()
-        child._slot.process = _Process(None, ours, workdir, greeting=True, group=parent.group)  # pid: its greeting
-        return child
+        return _Process(None, ours, workdir, greeting=True, group=parent.group)  # its pid: in its greeting
 
     def snapshot(self) -> dict:
         """A picklable value from which `restore` rebuilds this interpreter (by replaying its cells)."""
@@ -559,6 +604,11 @@ class LocalSandbox:
     def restore(self, snapshot: dict | None) -> None:
         """Replace the interpreter with a fresh one that has run the snapshot's cells (output discarded)."""
         cells = snapshot_cells(snapshot)
+        with self._lock:
+            self._restore(cells)
+
+    def _restore(self, cells: list[str]) -> None:
+        self._spare.kill()
         self._slot.kill()
         self.history = []
         if not cells:
