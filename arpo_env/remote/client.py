@@ -14,47 +14,15 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import gymnasium as gym
 
+from arpo_env.datasets.task import Task
+from arpo_env.env import EpisodeState
 from arpo_env.remote.wire import WireError, read_token
+from arpo_env.rewards import RewardParts
 from arpo_env.spaces import UnicodeText
-
-
-@dataclass
-class RemoteState:
-    """The mirror of a remote episode's `arpo_env.env.EpisodeState` that the rollout engine reads."""
-
-    completion: str = ""
-    tool_calls: dict[str, int] = field(default_factory=dict)
-    unavailable_calls: int = 0
-    refused_calls: int = 0
-    turns: int = 0
-    done: bool = False
-
-    @property
-    def total_tool_calls(self) -> int:
-        return sum(self.tool_calls.values())
-
-    @property
-    def budget_used(self) -> int:
-        return self.total_tool_calls + self.unavailable_calls + self.refused_calls
-
-
-@dataclass
-class RemoteReward:
-    """A remote `score()`: the reward parts as the server computed them."""
-
-    parts: dict[str, Any]
-
-    @property
-    def total(self) -> float:
-        return float(self.parts["total"])
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.parts)
 
 
 class RemoteEnv(gym.Env[str, str]):
@@ -103,7 +71,8 @@ class RemoteEnv(gym.Env[str, str]):
         self._prompt: list[dict[str, str]] = []
         self.observation_space = UnicodeText(max_length=max(self.max_chars, 100_000))
         self.action_space = UnicodeText(max_length=self.max_chars)
-        self.state: RemoteState | None = None
+        self.state: EpisodeState | None = None
+        """The mirror of the server's episode state that the rollout engine reads (the transcript, the counters)."""
 
     @property
     def tasks(self) -> list[Any]:
@@ -119,7 +88,7 @@ class RemoteEnv(gym.Env[str, str]):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
         reply = self._request("POST", f"/sessions/{self._id()}/reset", {"seed": seed, "options": options})
-        self.state = RemoteState()
+        self.state = EpisodeState(Task.from_dict(reply["info"]["task"]))
         self._prompt = list(reply["info"].get("messages") or [])
         return reply["observation"], reply["info"]
 
@@ -130,15 +99,13 @@ class RemoteEnv(gym.Env[str, str]):
             raise TypeError(f"an action is the text the model generated (str or UTF-8 bytes), not "
                             f"{type(action).__name__}")
         reply = self._request("POST", f"/sessions/{self._id()}/step", {"action": action})
-        info = reply["info"]
-        state = self.state if self.state is not None else RemoteState()
-        state.completion += action + reply["observation"]
-        state.tool_calls = dict(info.get("tool_calls_by_tool", state.tool_calls))
-        state.unavailable_calls = info.get("unavailable_calls", state.unavailable_calls)
-        state.refused_calls = info.get("refused_calls", state.refused_calls)
-        state.turns = info.get("turns", state.turns)
-        state.done = bool(reply["terminated"] or reply["truncated"])
-        self.state = state
+        info, state = reply["info"], self.state
+        if state is not None:  # as the server's env wrote it: the action, then the observation, if any
+            state.segments += [("action", action)] + ([("observation", reply["observation"])]
+                                                      if reply["observation"] else [])
+            state.tool_calls = dict(info["tool_calls_by_tool"])
+            state.unavailable_calls, state.refused_calls = info["unavailable_calls"], info["refused_calls"]
+            state.turns, state.done = info["turns"], bool(reply["terminated"] or reply["truncated"])
         return reply["observation"], reply["reward"], reply["terminated"], reply["truncated"], info
 
     def render(self) -> str:
@@ -165,8 +132,7 @@ class RemoteEnv(gym.Env[str, str]):
         """A new session on the same server in this one's state (forked there)."""
         reply = self._request("POST", f"/sessions/{self._id()}/fork", {})
         child = self._sibling(reply["session"])
-        child.state = RemoteState(**{**self.state.__dict__, "tool_calls": dict(self.state.tool_calls)}
-                                  ) if self.state else None
+        child.state = self.state.copy() if self.state else None
         return child
 
     def snapshot(self) -> str:
@@ -180,21 +146,22 @@ class RemoteEnv(gym.Env[str, str]):
         old = self.session
         self._adopt(reply)
         state = reply["state"]
-        if state["started"]:
+        self.state = EpisodeState.from_dict(state) if state else None
+        if self.state is not None:
             from arpo_env import prompts
 
             self._prompt = [{"role": "system", "content": self.system_prompt},
-                            {"role": "user", "content": prompts.user_turn(state["task"]["question"])}]
-        self.state = RemoteState(state["completion"], dict(state["tool_calls"]), state["unavailable_calls"],
-                                 state["refused_calls"], state["turns"], state["done"]) if state["started"] else None
+                            {"role": "user", "content": prompts.user_turn(self.state.task.question)}]
         if old is not None:
             try:
                 self._http.delete(f"/sessions/{old}", timeout=10.0)
             except Exception:  # noqa: BLE001
                 pass
 
-    def score(self) -> RemoteReward:
-        return RemoteReward(self._request("POST", f"/sessions/{self._id()}/score", {}))
+    def score(self) -> RewardParts:
+        """The reward of the transcript as it stands, as the server's env scored it."""
+        parts = self._request("POST", f"/sessions/{self._id()}/score", {})
+        return RewardParts(**{k: v for k, v in parts.items() if k != "correct"})  # `correct` is derived
 
     @property
     def messages(self) -> list[dict[str, str]]:

@@ -269,13 +269,9 @@ def make_app(pool: SessionPool, token: str, max_request_bytes: int = 8 << 20, re
     return app
 
 
-def _state(env: Any) -> dict[str, Any]:
-    state = env.state
-    if state is None:
-        return {"started": False}
-    return {"started": True, "completion": state.completion, "done": state.done, "turns": state.turns,
-            "tool_calls": dict(state.tool_calls), "unavailable_calls": state.unavailable_calls,
-            "refused_calls": state.refused_calls, "task": state.task.as_dict()}
+def _state(env: Any) -> dict[str, Any] | None:
+    """The episode's state as `EpisodeState.to_dict` writes it (None before the first reset)."""
+    return jsonable(env.state.to_dict()) if env.state is not None else None
 
 
 def _ws_error(message: str, code: str) -> str:

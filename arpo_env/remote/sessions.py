@@ -33,7 +33,6 @@ class SessionError(Exception):
 class Session:
     id: str
     env_id: str
-    kwargs: dict[str, Any]
     env: Any
     lock: threading.Lock = field(default_factory=threading.Lock)
     last_used: float = field(default_factory=time.monotonic)
@@ -74,7 +73,7 @@ class SessionPool:
             if isinstance(exc, (TypeError, ValueError, gym.error.Error)):
                 raise SessionError(400, f"{env_id}: {' '.join(str(exc).split())}") from None
             raise
-        return self._add(Session(secrets.token_urlsafe(18), env_id, dict(kwargs or {}), env))
+        return self._add(Session(secrets.token_urlsafe(18), env_id, env))
 
     def fork(self, session_id: str) -> Session:
         parent = self.get(session_id)
@@ -85,7 +84,7 @@ class SessionPool:
         except BaseException as exc:
             self._unreserve()
             raise _refused(exc) from None
-        return self._add(Session(secrets.token_urlsafe(18), parent.env_id, parent.kwargs, child,
+        return self._add(Session(secrets.token_urlsafe(18), parent.env_id, child,
                                  steps=parent.steps, episode_id=parent.episode_id))
 
     def restore(self, env_id: str | None, kwargs: Mapping[str, Any] | None, snapshot: dict[str, Any]) -> Session:
