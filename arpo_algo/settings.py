@@ -30,7 +30,7 @@ def json_object(name: str, value: Any, example: str) -> dict[str, Any]:
 def whole_problems(values: Mapping[str, Any]) -> list[str]:
     """The settings in `values` (by name) that are no whole number: text, true/false, 2.5 (a config written from
     Python). Each is said by name before anything runs, not as a TypeError deep in a rollout."""
-    from arpo_env.env import whole_number
+    from arpo_env.episode import whole_number
 
     return [f"{name} must be a whole number, not {value!r}" for name, value in values.items()
             if whole_number(value) is None]

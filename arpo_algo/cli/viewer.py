@@ -38,7 +38,7 @@ from arpo_algo.cli.eval_samples import is_sample
 from arpo_algo.cli.eval_samples import trees as eval_trees
 from arpo_algo.core.tree import entropy_windows
 from arpo_algo.flags import Parser
-from arpo_env.env import whole_number
+from arpo_env.episode import whole_number
 from arpo_env.tags import unicode_text
 
 SCHEMA = 1

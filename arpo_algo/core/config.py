@@ -114,7 +114,7 @@ class RolloutConfig:
             problems.append(f"seed must be at least 0, not {self.seed}")
         if problems:
             raise ConfigError("; ".join(problems))
-        from arpo_env.env import whole_number
+        from arpo_env.episode import whole_number
 
         for name in (*counts, "max_new_tokens", "max_completion_tokens", "entropy_k", "entropy_top_logprobs"):  # 4.0
             setattr(self, name, whole_number(getattr(self, name)))
@@ -130,7 +130,7 @@ def sampling_problems(max_new_tokens: int, max_completion_tokens: int, temperatu
     default; `ARPOConfig` checks its own with its names): a turn or trajectory with no token, a negative temperature
     (0 is greedy), a top-p outside (0, 1], an entropy window of no token, a branching weight that is not a number."""
     turn, whole, temp, nucleus, k, a, b = names
-    from arpo_env.env import whole_number
+    from arpo_env.episode import whole_number
 
     # text or true/false (a config written from Python) is refused by name
     problems = [f"{name} must be a whole number, not {value!r}" for name, value in
@@ -156,7 +156,7 @@ def sampling_problems(max_new_tokens: int, max_completion_tokens: int, temperatu
 
 def entropy_problems(top_logprobs: Any, timing: Any) -> list[str]:
     """What is wrong with the entropy estimator's settings (`RolloutConfig.entropy_top_logprobs`, `entropy_timing`)."""
-    from arpo_env.env import whole_number
+    from arpo_env.episode import whole_number
 
     problems = []
     if whole_number(top_logprobs) is None or whole_number(top_logprobs) < 0:

@@ -180,7 +180,7 @@ class ARPOConfig(GRPOConfig):
         super().__post_init__()
         from arpo_algo.core.config import default_num_global, entropy_problems, sampling_problems
         from arpo_algo.settings import switch_problems, whole_problems
-        from arpo_env.env import whole_number
+        from arpo_env.episode import whole_number
 
         counts = ("num_generations", "num_global", "branch_factor", "tool_workers", "spare_samples",
                   "min_spare_samples")

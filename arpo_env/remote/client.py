@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import gymnasium as gym
 
 from arpo_env.datasets.task import Task
-from arpo_env.env import EpisodeState
+from arpo_env.episode import EpisodeState
 from arpo_env.remote.wire import WireError, read_token
 from arpo_env.rewards import RewardParts
 from arpo_env.spaces import UnicodeText
