@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 import gymnasium as gym
 import numpy as np
 
-from arpo_env import prompts, tags
+from arpo_env import faults, prompts, tags
 from arpo_env.datasets.loaders import as_tasks, gold_text
 from arpo_env.datasets.task import Task
 from arpo_env.episode import EpisodeState, whole_number
@@ -175,7 +175,7 @@ class ToolEnv(gym.Env[str, str]):
         state.turns += 1
         state.segments.append(("action", text))
         info: dict[str, Any] = {"tool": None, "tool_query": None, "tool_latency_s": 0.0, "tool_failed": False,
-                                "tool_error": None}
+                                "tool_error": None, "tool_fault": None}
         calls = tags.tool_calls(text, self.protocol_tags)
         call = calls[-1] if calls else None
         final = tags.answer(text, self.protocol_tags)
@@ -216,10 +216,11 @@ class ToolEnv(gym.Env[str, str]):
                               "the episode ends here.")
                 observation = tags.wrap_result(truncation)
             else:
-                out = self._run_tool(call.tag, call.content)
+                fault = faults.scheduled(state.task.meta, call.tag, state.tool_calls.get(call.tag, 0))
+                out = self._run_tool(call.tag, call.content, fault)
                 state.tool_calls[call.tag] = state.tool_calls.get(call.tag, 0) + 1
                 info.update(tool=call.tag, tool_query=call.content, tool_latency_s=out.latency_s,
-                            tool_failed=out.failed, tool_error=out.error, tool_extra=out.extra)
+                            tool_failed=out.failed, tool_error=out.error, tool_extra=out.extra, tool_fault=fault)
                 note = ""
                 if state.budget_used == self.max_tool_calls:
                     note = "\n(That was your last tool call: give the final answer now.)"
@@ -395,10 +396,14 @@ class ToolEnv(gym.Env[str, str]):
         return tags.close_tags(self.protocol_tags)
 
     # ---------------------------------------------------------------------------------------------------------------
-    def _run_tool(self, tag: str, query: str) -> ToolOutput:
+    def _run_tool(self, tag: str, query: str, fault: str | None = None) -> ToolOutput:
+        """The call's output; a task's scripted `fault` (`arpo_env.faults`) replaces it: an ``error`` runs nothing,
+        a ``stale`` one runs the cell and shows its first number instead of what it printed."""
         start = time.perf_counter()
         if tag == tags.PYTHON:
             query = tags.python_code(query)
+        if fault == "error":
+            return ToolOutput(faults.ERROR_TEXT, failed=True, error="scripted transient fault")
         tool = self.tools[tag]
         try:
             if tag in tags.TOOL_TAGS or not hasattr(tool, "run"):
@@ -413,6 +418,8 @@ class ToolEnv(gym.Env[str, str]):
         except Exception as exc:  # noqa: BLE001 - a broken tool is an observation, never a crash of the episode
             out = ToolOutput(f"{tag} failed: {type(exc).__name__}: {exc}", failed=True, error=str(exc))
         out.latency_s = out.latency_s or time.perf_counter() - start
+        if fault == "stale" and not out.failed and (stale := faults.stale_output(query)) is not None:
+            out = ToolOutput(stale, latency_s=out.latency_s, extra={"stale_of": out.text})
         return out
 
     def _counters(self) -> dict[str, Any]:

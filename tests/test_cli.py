@@ -140,13 +140,17 @@ def run_cli(*args, timeout=300):
     (["train", "--config", "examples/recipes/smollm2_cpu.yaml", "--cold_start", "", "--env_kwargs",
       '{"max_turns": 0}'], "ARPO-Math-v0: budgets"),
     (["rollout", "--dataset", "chain:10:1:0"], "STEPS must be a whole number from 1"),  # was 10 questions of no step
-    (["rollout", "--dataset", "chain:10:1:3:4"], "more than N, SEED and STEPS after chain"),  # "needs a data dir"
+    (["rollout", "--dataset", "chain:10:1:3:4:5"], "more than N, SEED, STEPS, RATE after chain"),  # "needs a data dir"
+    (["rollout", "--dataset", "noisy:10:1:3:101"], "RATE must be a whole number from 0 to 100"),
     (["sft", "--config", "examples/recipes/smollm2_sft_cpu.yaml", "--synthetic_tasks", "-1"],
      "synthetic_tasks must be a whole number from 0"),  # was "dataset 'arithmetic:-1:1:': N …", after the weights
     (["sft", "--config", "examples/recipes/smollm2_sft_cpu.yaml", "--min_reward", "nan"],
      "min_reward must be a number (a reward to reach), not nan"),  # every trajectory kept, silently
     (["sft", "--config", "examples/recipes/smollm2_sft_cpu.yaml", "--synthetic_family", "chain:0"],
-     "synthetic_family 'chain:0': its steps must be"),
+     "synthetic_family 'chain:0': its STEPS must be a whole number from 1 to 1,000, not '0' (e.g. chain:3, or "
+     "chain:3:25"),
+    (["sft", "--config", "examples/recipes/smollm2_sft_cpu.yaml", "--synthetic_family", "noisy:2:25:1"],
+     "synthetic_family 'noisy:2:25:1': more than STEPS, RATE after noisy"),
     (["sft", "--config", "examples/recipes/smollm2_sft_cpu.yaml", "--env_id", "Nope-v0"],
      "arpo sft: Environment `Nope` doesn't exist. arpo's environments: ARPO-Math-v0"),  # Gymnasium's `Hopper`, late
     (["eval", "--model", "x", "--benchmarks", "gsm8k", "--max_completion_tokens", "0"], "--max_completion_tokens=0"),
@@ -288,7 +292,7 @@ def test_a_dataset_named_twice_and_apart_is_one_clear_line(tmp_path, arpo):
                      '{"dataset": "mine.jsonl", "data_dir": "here"}', "--data_dir", "there",
                      "--output_dir", str(tmp_path / "run"))
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
-    assert ("arpo train: dataset_name 'arithmetic' and env_kwargs' dataset 'mine.jsonl'; data_dir 'there' and "
+    assert ("arpo train: dataset_name 'arithmetic:1000:0:3:40' and env_kwargs' dataset 'mine.jsonl'; data_dir 'there' and "
             "env_kwargs' data_dir 'here' differ: name each once (--dataset_name and --data_dir override the "
             "recipe's)") in result.stderr, result.stderr[-2000:]
     assert "cold start" not in result.stderr and not (tmp_path / "run").exists()  # before anything runs

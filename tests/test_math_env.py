@@ -818,6 +818,48 @@ def test_chained_word_problems_need_one_call_per_step_and_read_each_result():
     env.close()
 
 
+def test_noisy_chains_fault_some_results_the_same_way_every_time_and_the_teacher_retries():
+    """The noisy family: chain tasks whose Python results fail at the task's seeded rate, as an interrupted cell
+    (nothing ran) or a stale number (the value passed in). The same task meets the same faults in every episode, in
+    a fork and after a restore; the teacher notices each fault, runs the cell again and answers right."""
+    from arpo_env import faults
+    from arpo_env.datasets.procedural import chain_tasks, procedural_tasks, scripted_episode
+
+    tasks = procedural_tasks("noisy:40:3:2:30")
+    assert [t.question for t in tasks] == [t.question for t in chain_tasks(40, 3, steps=2)]
+    assert {t.meta["tool_faults"]["rate"] for t in tasks} == {0.3} and len({t.id for t in tasks}) == 40
+    draws = [faults.scheduled(t.meta, "python", i) for t in tasks for i in range(10)]
+    assert 0.2 < sum(d is not None for d in draws) / len(draws) < 0.4  # the rate, over 400 draws
+    assert {"error", "stale"} <= set(draws) and faults.scheduled(tasks[0].meta, "search", 0) is None
+    assert "tool_faults" not in procedural_tasks("noisy:5:3:2:0")[0].meta  # RATE 0: a plain chain
+    assert procedural_tasks("arithmetic:5:3:3:20")[0].meta["tool_faults"]["rate"] == 0.2
+    with pytest.raises(ValueError, match="RATE must be a whole number from 0 to 100"):
+        procedural_tasks("noisy:5:3:2:101")
+
+    env = gym.make("ARPO-Math-v0", dataset="noisy:40:3:2:30", max_tool_calls=8).unwrapped
+    faulted = next(t for t in tasks if faults.scheduled(t.meta, "python", 0) == "stale")
+    env.reset(options={"index": tasks.index(faulted)})
+    obs, _, _, _, info = env.step("<python>print(1234 * 3)</python>")
+    assert obs == "\n<result>\n1234\n</result>\n" and info["tool_fault"] == "stale"
+    snapshot = env.snapshot()
+    child = env.fork()
+    later = [env.step("<python>print(1234 * 3)</python>")[0] for _ in range(3)]
+    assert [child.step("<python>print(1234 * 3)</python>")[0] for _ in range(3)] == later  # the same draws
+    env.restore(snapshot)
+    assert [env.step("<python>print(1234 * 3)</python>")[0] for _ in range(3)] == later
+    child.close()
+
+    wins, retried = 0, 0
+    for task in tasks[:12]:
+        episode = scripted_episode(env, task)
+        text = "".join(piece for _, piece in episode["segments"])
+        assert "</answer>" in text or "budget" in text
+        wins += episode["reward"] == 1.0
+        retried += "I run the cell again" in text
+    assert wins >= 10 and retried >= 3
+    env.close()
+
+
 def test_keyword_arguments_as_a_user_would_write_them():
     """tools="python" was read letter by letter ("unknown tool 'p'"), dataset=None (QAEnv's default) was an
     AttributeError traceback, and a sandbox limit no worker can run under (timeout_s=-1, "10") made an env whose every

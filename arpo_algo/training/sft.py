@@ -199,8 +199,9 @@ def from_chat(record: dict[str, Any], system: list[dict[str, str]] | None = None
 
 def synthetic_records(n: int, seed: int = 1, env_id: str = "ARPO-Math-v0", progress: bool = True,
                       family: str = "arithmetic") -> list[dict[str, Any]]:
-    """`n` scripted-teacher episodes on procedural tasks (`family`: ``arithmetic``, ``chain``, or with a
-    difficulty, ``chain:2``; seed `seed`), played in the real sandbox."""
+    """`n` scripted-teacher episodes on procedural tasks (`family`: ``arithmetic``, ``chain``, ``noisy``, or with a
+    difficulty, ``chain:2``, ``noisy:3:25``; seed `seed`), played in the real sandbox. A ``noisy`` teacher that
+    ran out of tool calls on retries (reward below 1) is left out."""
     import gymnasium as gym
     from tqdm.auto import tqdm
 
@@ -210,13 +211,15 @@ def synthetic_records(n: int, seed: int = 1, env_id: str = "ARPO-Math-v0", progr
     name, _, level = family.partition(":")
     tasks = procedural_tasks(f"{name}:{n}:{seed}:{level}")
     if tasks is None:
-        raise ValueError(f"synthetic_family {family!r}: not a procedural family (arithmetic or chain, :LEVEL optional)")
+        raise ValueError(f"synthetic_family {family!r}: not a procedural family (arithmetic, chain or noisy)")
 
     env = gym.make(env_id).unwrapped
     try:
         records = []
         for task in tqdm(tasks, desc="synthetic traces", disable=not progress):
             episode = scripted_episode(env, task)
+            if task.source == "noisy" and episode["reward"] < 1:
+                continue
             records.append({"messages": episode["messages"], "segments": [
                 {"kind": kind, "text": text} for kind, text in episode["segments"]], "reward": episode["reward"]})
         return records
@@ -374,8 +377,9 @@ class SFTScriptArguments:
     synthetic_seed: int = field(
         default=1, metadata={"help": "Seed of the synthetic tasks (the RL recipes train on seed 0)."})
     synthetic_family: str = field(
-        default="arithmetic", metadata={"help": "Procedural family of the synthetic tasks: arithmetic or chain, "
-                                                "optionally with a difficulty (arithmetic:5 terms, chain:2 steps)."})
+        default="arithmetic", metadata={"help": "Procedural family of the synthetic tasks: arithmetic, chain or noisy, "
+                                                "optionally with a difficulty (arithmetic:5 terms, chain:2 steps, "
+                                                "noisy:2:25 steps and the percent of faulty results)."})
     env_id: str = field(
         default="ARPO-Math-v0", metadata={"help": "Environment whose system prompt chat records get."})
     keep_system_prompt: bool = field(
@@ -386,7 +390,8 @@ class SFTScriptArguments:
         refused once the weights had loaded, as "dataset 'arithmetic:-1:1:': N must be …"."""
         import os
 
-        from arpo_env.datasets.procedural import FAMILIES, MAX_LEVEL, MAX_TASKS
+        from arpo_env.datasets.procedural import FAMILIES, MAX_TASKS, parse_name
+        from arpo_env.datasets.task import BadDatasetName
 
         if isinstance(self.trajectories, (str, os.PathLike)):  # a recipe's one file, not a list of its letters
             self.trajectories = [os.fspath(self.trajectories)]
@@ -414,11 +419,16 @@ class SFTScriptArguments:
             raise ValueError(f"synthetic_tasks must be a whole number from 0 (none) to {MAX_TASKS:,}, not {count!r}")
         name, _, level = str(self.synthetic_family).partition(":")
         if name not in FAMILIES:
-            raise ValueError(f"synthetic_family {self.synthetic_family!r}: not a procedural family (arithmetic or "
-                             "chain, :LEVEL optional)")
-        if level.strip() and not (level.strip().isdigit() and 1 <= int(level) <= MAX_LEVEL):
-            raise ValueError(f"synthetic_family {self.synthetic_family!r}: its {FAMILIES[name][1]} must be a whole "
-                             f"number from 1 to {MAX_LEVEL:,}, not {level!r} (e.g. {name}:{FAMILIES[name][2]})")
+            raise ValueError(f"synthetic_family {self.synthetic_family!r}: not a procedural family (arithmetic, "
+                             "chain or noisy, :LEVEL optional)")
+        try:
+            parse_name(f"{name}:1:0:{level}")
+        except BadDatasetName as exc:  # said of the flag's own fields, LEVEL[:RATE], not of the name made from it
+            why = str(exc).split(": ", 1)[-1].split(" (", 1)[0].replace("more than N, SEED, ", "more than ")
+            why = why if why.startswith("more than") else f"its {why}"
+            raise ValueError(f"synthetic_family {self.synthetic_family!r}: {why} (e.g. {name}:"
+                             f"{FAMILIES[name][2]}, or {name}:{FAMILIES[name][2]}:25 with 25 % of the tool results "
+                             "faulty)") from None
         if ":" not in self.env_id:  # registered (module:Name-v0 registers on import, when it is made)
             import gymnasium as gym
 

@@ -7,6 +7,11 @@ trivial with Python, so a small model can visibly learn to call the interpreter 
 ``dataset="chain"`` (or ``"chain:N:SEED[:STEPS]"``) is a family of word problems in which a number goes through
 STEPS operations in turn; the teacher computes one step per call and carries each printed result into the next.
 
+A fifth field makes a family noisy: ``"arithmetic:N:SEED:TERMS:RATE"`` and ``"chain:N:SEED:STEPS:RATE"`` fault
+RATE % of the Python results (`arpo_env.faults`: an interrupted cell, or a stale number that is the one passed in),
+and ``"noisy"`` is the chain family with a quarter of its results faulty by default. The teacher notices each fault
+and runs the cell again, so its traces teach a model to check what a tool returns.
+
 `scripted_episode` plays one task in an environment the way a competent agent would (think, compute in Python,
 answer from the result): the observations in its transcript are the sandbox's real output. It is the teacher for
 cold-start traces and the benchmarks' way to give a model something to imitate.
@@ -73,8 +78,30 @@ def chain_tasks(n: int = 1000, seed: int = 0, steps: int = 3) -> list[Task]:
     return tasks
 
 
-FAMILIES = {"arithmetic": (arithmetic_tasks, "terms", 3), "chain": (chain_tasks, "steps", 3)}
+def with_faults(tasks: list[Task], rate: int, seed: int) -> list[Task]:
+    """`tasks` whose Python results are wrong `rate` % of the time (`arpo_env.faults`): an interrupted cell or a
+    stale number. A careful agent checks each result against the number it passed in and runs the cell again; the
+    teacher does. Each task has its own fault seed, so the same task meets the same faults on every run."""
+    if not rate:
+        return tasks
+    return [Task(t.question, t.answer, t.id, t.source, t.kind,
+                 dict(t.meta, tool_faults={"rate": rate / 100, "seed": f"{seed}-{t.id}"})) for t in tasks]
+
+
+def noisy_chain_tasks(n: int = 1000, seed: int = 0, steps: int = 3, rate: int = 25) -> list[Task]:
+    """`chain_tasks` with faulty results (`with_faults`, a quarter of them by default): ``noisy:N:SEED:STEPS:RATE``."""
+    return [Task(t.question, t.answer, t.id.replace("chain-", "noisy-", 1), "noisy", t.kind, t.meta)
+            for t in with_faults(chain_tasks(n, seed, steps), rate, seed)]
+
+
+FAMILIES = {"arithmetic": (lambda n=1000, seed=0, terms=3, rate=0: with_faults(arithmetic_tasks(n, seed, terms=terms),
+                                                                              rate, seed), "terms", 3),
+            "chain": (lambda n=1000, seed=0, steps=3, rate=0: with_faults(chain_tasks(n, seed, steps), rate, seed),
+                      "steps", 3),
+            "noisy": (noisy_chain_tasks, "steps", 3)}
 """Procedural families: generator, the name of its difficulty argument, its default."""
+OPTIONS = {"arithmetic": ("rate", 0, 0, 100), "chain": ("rate", 0, 0, 100), "noisy": ("rate", 25, 0, 100)}
+"""The fifth field: the percent of faulty tool results (`with_faults`), its default and bounds."""
 MAX_TASKS = 1_000_000
 """A family's tasks are made all at once (a million take seconds): more is taken for a typing slip."""
 MAX_LEVEL = 1000
@@ -89,12 +116,18 @@ def parse_name(name: str) -> tuple[Any, dict[str, Any]] | None:
     if parts[0] not in FAMILIES:
         return None
     generate, level, default = FAMILIES[parts[0]]
-    if len(parts) > 4:  # a procedural name, not a file: say what is wrong with it
-        raise BadDatasetName(f"dataset {name!r}: more than N, SEED and {level.upper()} after {parts[0]} "
-                             f"({parts[0]}[:N[:SEED[:{level.upper()}]]], e.g. {parts[0]}:200:7:{default})")
-    values = []
-    for i, (what, fallback, low, high) in enumerate([("N", 1000, 1, MAX_TASKS), ("SEED", 0, None, None),
-                                                     (level.upper(), default, 1, MAX_LEVEL)], 1):
+    fields = [("N", "n", 1000, 1, MAX_TASKS), ("SEED", "seed", 0, None, None),
+              (level.upper(), level, default, 1, MAX_LEVEL)]
+    if parts[0] in OPTIONS:
+        option, fallback, low, high = OPTIONS[parts[0]]
+        fields.append((option.upper(), option, fallback, low, high))
+    form = parts[0] + "".join(f"[:{what}" for what, *_ in fields) + "]" * len(fields)
+    example = ":".join([parts[0], "200", "7"] + [str(fallback) for *_, fallback, _, _ in fields[2:]])
+    if len(parts) > len(fields) + 1:  # a procedural name, not a file: say what is wrong with it
+        raise BadDatasetName(f"dataset {name!r}: more than {', '.join(w for w, *_ in fields)} after {parts[0]} "
+                             f"({form}, e.g. {example})")
+    values = {}
+    for i, (what, key, fallback, low, high) in enumerate(fields, 1):
         text = parts[i].strip() if len(parts) > i else ""
         try:
             value = int(text) if text else fallback
@@ -103,9 +136,9 @@ def parse_name(name: str) -> tuple[Any, dict[str, Any]] | None:
         if value is None or (low is not None and not low <= value <= high):
             bounds = f" from {low:,} to {high:,}" if low is not None else ""
             raise BadDatasetName(f"dataset {name!r}: {what} must be a whole number{bounds}, not {text!r} "
-                                 f"({parts[0]}[:N[:SEED[:{level.upper()}]]], e.g. {parts[0]}:200:7:{default})")
-        values.append(value)
-    return generate, {"n": values[0], "seed": values[1], level: values[2]}
+                                 f"({form}, e.g. {example})")
+        values[key] = value
+    return generate, values
 
 
 def procedural_tasks(name: str) -> list[Task] | None:
@@ -121,35 +154,75 @@ def _made(generate: Any, kwargs: tuple[tuple[str, int], ...]) -> tuple[Task, ...
     return tuple(generate(**dict(kwargs)))
 
 
-def teacher_action(task: Task, results: list[str]) -> str | None:
-    """The teacher's next Python call, given the values its earlier calls printed; None when it can answer."""
-    if task.source == "chain":
-        ops = task.meta["ops"]
-        if len(results) == len(ops):
-            return None
-        value = results[-1] if results else str(task.meta["start"])
-        op, k = ops[len(results)]
-        return f"<think>Step {len(results) + 1}: {value} {op} {k}.</think>\n<python>print({value} {op} {k})</python>"
-    if results:
+def teacher_action(task: Task, outputs: list[str]) -> str | None:
+    """The teacher's next Python call, given what its earlier calls printed (first lines); None when it can answer.
+    A result that `arpo_env.faults.looks_faulty` (an interrupted cell, or the number it passed in coming back) is
+    not taken: the teacher says why and runs the same cell again."""
+    code, value, step, note = _teacher_state(task, outputs)
+    if code is None:
         return None
-    expr = task.meta.get("expression") or task.question.removeprefix("What is ").rstrip("?")
-    return f"<think>I will compute {expr} with Python.</think>\n<python>print({expr})</python>"
+    if note:
+        return f"<think>{note} I run the cell again.</think>\n<python>{code}</python>"
+    if task.source in ("chain", "noisy"):
+        op, k = task.meta["ops"][step]
+        return f"<think>Step {step + 1}: {value} {op} {k}.</think>\n<python>{code}</python>"
+    expr = _expression(task)
+    return f"<think>I will compute {expr} with Python.</think>\n<python>{code}</python>"
+
+
+def teacher_answer(task: Task, outputs: list[str]) -> str:
+    """The value the teacher answers with after `outputs`: its last accepted result."""
+    return _teacher_state(task, outputs)[1]
+
+
+def _expression(task: Task) -> str:
+    return task.meta.get("expression") or task.question.removeprefix("What is ").rstrip("?")
+
+
+def _teacher_state(task: Task, outputs: list[str]) -> tuple[str | None, str, int, str]:
+    """(the next cell or None, the value carried so far, the steps done, why the last result was not taken or "")."""
+    from arpo_env.faults import ERROR_TEXT, looks_faulty
+
+    chain = task.source in ("chain", "noisy")
+    steps = len(task.meta["ops"]) if chain else 1
+    value, step, note = str(task.meta["start"]) if chain else "", 0, ""
+    for out in outputs:
+        code = _cell(task, step, value)
+        if looks_faulty(code, out):
+            note = ("The cell did not run." if out.strip().startswith(ERROR_TEXT[:40])
+                    else f"{out.strip()} is the number I passed in, so that result is stale.")
+            continue
+        value, step, note = out.strip(), step + 1, ""
+    return (None if step == steps else _cell(task, step, value)), value, step, note
+
+
+def _cell(task: Task, step: int, value: str) -> str:
+    if task.source in ("chain", "noisy"):
+        op, k = task.meta["ops"][step]
+        return f"print({value} {op} {k})"
+    return f"print({_expression(task)})"
 
 
 def scripted_episode(env: Any, task: Task) -> dict[str, Any]:
     """Play `task` in `env` (unwrapped `ToolEnv`) as the teacher; return the messages, segments and reward. The
     observations are the sandbox's real output, and each call reads the value the previous one printed."""
-    _, info = env.reset(options={"question": task.question, "answer": task.answer, "kind": task.kind})
+    _, info = env.reset(options={"question": task.question, "answer": task.answer, "kind": task.kind,
+                                 "source": task.source, "meta": task.meta})
     segments: list[tuple[str, str]] = []
-    results: list[str] = []
-    while (action := teacher_action(task, results)) is not None:
-        obs, *_ = env.step(action)
+    outputs: list[str] = []
+    ended, reward, end = False, 0.0, {}
+    while (action := teacher_action(task, outputs)) is not None:
+        obs, reward, terminated, truncated, end = env.step(action)
         segments += [("action", action), ("observation", obs)]
+        if terminated or truncated:  # the tool budget ran out on retries
+            ended = True
+            break
         lines = obs.replace("<result>", "").replace("</result>", "").strip().splitlines()
-        results.append(lines[0] if lines else "")
-    value = results[-1] if results else ""
-    final = f"\n<think>The result is {value}.</think>\n<answer>\\boxed{{{value}}}</answer>"
-    _, reward, terminated, truncated, end = env.step(final)
-    segments.append(("action", final))
+        outputs.append(lines[0] if lines else "")
+    if not ended:
+        value = teacher_answer(task, outputs)
+        final = f"\n<think>The result is {value}.</think>\n<answer>\\boxed{{{value}}}</answer>"
+        _, reward, terminated, truncated, end = env.step(final)
+        segments.append(("action", final))
     return {"messages": info["messages"], "segments": segments, "reward": reward,
             "reward_parts": end.get("reward_parts", {}), "task": task.as_dict()}
