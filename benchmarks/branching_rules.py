@@ -1,15 +1,16 @@
 """Does entropy steer branching to where outcomes diverge? Branching rules scored on the same trees, paired.
 
-    python benchmarks/branching_rules.py            # 48 held-out noisy tasks, M = 8, N = 2: about 25 minutes
-    python benchmarks/branching_rules.py --quick    # 8 tasks: a few minutes (after the cold start, made once)
+    python benchmarks/branching_rules.py            # 48 held-out noisy tasks, M = 8, N = 2: about 30 minutes
+    python benchmarks/branching_rules.py --quick    # 8 tasks: about 6 minutes (after the cold start, made once)
 
-The cold start (`benchmarks/_policy.py`: SmolLM2-135M-Instruct after ``arpo sft`` on teacher traces of a noisy
-family, three-term arithmetic whose Python results are an interrupted cell or a stale number 40 % of the time) rolls
-out held-out tasks of that family at T = 1 with N = 2 global samples and M = 8, branching at *every* tool step
-while a task has room (α = 1, β = 0). Every branch point is then a pair of siblings: the path that went on and the child that re-sampled its turn after the same
-tool result. Every trajectory is scored again by one forward pass (`benchmarks/_rescore.py`), which gives at each
-branch point ΔH by both estimators (top-10, the reference's; exact, the whole vocabulary) and both timings (the k
-tokens right after the result, the paper's; *lagged*, after the result before it, the reference code's).
+The cold start (`benchmarks/_policy.py`: SmolLM2-135M-Instruct after ``arpo sft`` on teacher traces of a noisy family,
+three-term arithmetic whose Python results are an interrupted cell or a stale number 40 % of the time) rolls out
+held-out tasks of that family at T = 1 with N = 2 global samples and M = 8, branching at *every* tool step while a task
+has room (α = 1, β = 0). Every branch point is then a pair of siblings: the path that went on and the child that
+re-sampled its turn after the same tool result. Every trajectory is scored again by one forward pass
+(`benchmarks/_rescore.py`), which gives at each branch point ΔH by both estimators (top-10, the reference's; exact, the
+whole vocabulary) and both timings (the k tokens right after the result, the paper's; *lagged*, after the result before
+it, the reference code's).
 
 Measured:
 * **Do siblings' rewards differ more where ΔH is high?** The slope of "siblings differ" (0 or 1) on ΔH, a linear
@@ -19,7 +20,11 @@ Measured:
   counts with the probability that the rule would have made it (its P times the P of every branch its path came
   from), and so do the tokens its child generated. Mixed pairs per 1,000 generated tokens = expected mixed pairs /
   expected tokens (the N global paths' tokens included), with intervals over tasks, and the paired difference of
-  each rule against β = 0.
+  each rule against β = 0. A rule that branches more gets more pairs per token from the global paths' tokens
+  alone, so the table also gives the branches each rule makes per point and its yield per 1,000 tokens of its
+  branches: there, a rule beats β = 0 only by choosing where to branch.
+
+``--reuse`` makes the tables again from the trees and points a run left in ``--out``.
 
 Writes ``OUT/trees.jsonl``, ``OUT/points.jsonl`` (one line per branch point), ``OUT/branching_rules.md`` and
 ``OUT/branching_rules.png``. The last line reads
@@ -42,7 +47,7 @@ from tqdm import tqdm
 import arpo_env  # noqa: F401
 from arpo_algo.core.branching import branch_probability
 from arpo_algo.core.config import RolloutConfig
-from arpo_algo.core.tree import write_jsonl
+from arpo_algo.core.tree import read_jsonl, write_jsonl
 from arpo_algo.generation.hf_generator import HFGenerator
 from arpo_algo.generation.models import generation_device, load_model
 from arpo_algo.rollout.scheduler import ARPORollout
@@ -83,8 +88,9 @@ def branch_points(trees: list, model, k: int) -> list[dict]:
 
 
 def rule_yield(points: list[dict], root_tokens: dict[int, int], beta: float, timing: str, estimator: str,
-               tasks: list[int]) -> float:
-    """Expected mixed pairs per 1,000 generated tokens under P = clip(α + β·ΔH) on `tasks` (repeats allowed)."""
+               tasks: list[int], roots: bool = True) -> float:
+    """Expected mixed pairs per 1,000 generated tokens under P = clip(α + β·ΔH) on `tasks` (repeats allowed); with
+    `roots` False, per 1,000 tokens of the branches alone (what a rule pays for the pairs it makes)."""
     key = f"dh_{estimator}" + ("_lagged" if timing == "lagged" else "")
     by_task: dict[int, list[dict]] = {}
     for p in points:
@@ -98,8 +104,21 @@ def rule_yield(points: list[dict], root_tokens: dict[int, int], beta: float, tim
                 weight *= chosen.get(a, 1.0)
             mixed += weight * p["differ"]
             tokens += weight * p["child_tokens"]
-        tokens += root_tokens[t]
+        tokens += root_tokens[t] if roots else 0
     return 1000 * mixed / tokens if tokens else float("nan")
+
+
+def expected_branches(points: list[dict], beta: float, timing: str, estimator: str) -> float:
+    """Branches per branch point a rule would make, on average (the same weighting as `rule_yield`)."""
+    key = f"dh_{estimator}" + ("_lagged" if timing == "lagged" else "")
+    chosen = {(p["task"], p["id"]): branch_probability(ALPHA, beta, p[key]) for p in points}
+    total = 0.0
+    for p in points:
+        weight = chosen[p["task"], p["id"]]
+        for a in p["ancestors"]:
+            weight *= chosen.get((p["task"], a), 1.0)
+        total += weight
+    return total / len(points) if points else float("nan")
 
 
 def plot(points: list[dict], rows: list[tuple], path: Path) -> None:
@@ -146,6 +165,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--resamples", type=int, default=2000)
     parser.add_argument("--quick", action="store_true", help="8 tasks")
+    parser.add_argument("--reuse", action="store_true", help="the tables again from the trees and points in --out")
     parser.add_argument("--out", default=None, help="runs/branching_rules (runs/branching_rules-quick)")
     args = parser.parse_args()
     if args.quick:
@@ -153,23 +173,28 @@ def main() -> None:
     out = Path(args.out or ROOT / ("runs/branching_rules-quick" if args.quick else "runs/branching_rules"))
     out.mkdir(parents=True, exist_ok=True)
 
-    model, tokenizer = load_model(str(args.model or cold_start(args.family)), device=generation_device())
     name, _, level = args.family.partition(":")
     dataset = f"{name}:{args.tasks}:{args.task_seed}" + (f":{level}" if level else "")
-    config = RolloutConfig(num_generations=8, num_global=2, branch_factor=2, alpha=1.0, beta=0.0, entropy_k=args.k,
-                           max_new_tokens=96, max_completion_tokens=1024, seed=args.seed)
-    engine = ARPORollout(HFGenerator(model, tokenizer),
-                         lambda: gym.make("ARPO-Math-v0", dataset=dataset, max_tool_calls=6).unwrapped, config)
     start = time.perf_counter()
-    bar = tqdm(total=args.tasks, desc="rollouts (trees)", unit="tree")
-    trees = engine.run(list(range(args.tasks)), on_tree=lambda i, tree: bar.update(1))
-    bar.close()
-    write_jsonl(trees, out / "trees.jsonl", append=False)
-    points = branch_points(trees, model, args.k)
+    if args.reuse:  # the tables again from the trees and branch points a run left in --out
+        trees = list(read_jsonl(out / "trees.jsonl"))
+        points = [json.loads(line) for line in (out / "points.jsonl").read_text().splitlines()]
+        args.tasks = len(trees)
+    else:
+        model, tokenizer = load_model(str(args.model or cold_start(args.family)), device=generation_device())
+        config = RolloutConfig(num_generations=8, num_global=2, branch_factor=2, alpha=1.0, beta=0.0,
+                               entropy_k=args.k, max_new_tokens=96, max_completion_tokens=1024, seed=args.seed)
+        engine = ARPORollout(HFGenerator(model, tokenizer),
+                             lambda: gym.make("ARPO-Math-v0", dataset=dataset, max_tool_calls=6).unwrapped, config)
+        bar = tqdm(total=args.tasks, desc="rollouts (trees)", unit="tree")
+        trees = engine.run(list(range(args.tasks)), on_tree=lambda i, tree: bar.update(1))
+        bar.close()
+        write_jsonl(trees, out / "trees.jsonl", append=False)
+        points = branch_points(trees, model, args.k)
+        with open(out / "points.jsonl", "w") as f:
+            for p in points:
+                f.write(json.dumps(p) + "\n")
     wall = time.perf_counter() - start
-    with open(out / "points.jsonl", "w") as f:
-        for p in points:
-            f.write(json.dumps(p) + "\n")
     if not points:
         raise SystemExit("no branch point: the model never called a tool")
 
@@ -192,16 +217,25 @@ def main() -> None:
             slopes[key] = cluster_bootstrap(tasks, slope_on(key), args.resamples, args.seed)
             n = sum(p[key] is not None for p in points)
             lines.append(f"| {estimator}{' lagged' if timing else ''} | {interval(*slopes[key])} | {n} |")
-    lines += ["", "| rule (P = clip(0.5 + β·ΔH), top-10 ΔH) | mixed pairs per 1k tokens (95 % CI) | "
-                  "minus β = 0 (paired, 95 % CI) |", "|---|---|---|"]
+    lines += ["", "| rule (P = clip(0.5 + β·ΔH), top-10 ΔH) | branches per point | mixed pairs per 1k tokens (95 % "
+                  "CI) | minus β = 0 (paired, 95 % CI) | per 1k branch tokens (95 % CI) | minus β = 0 (paired) |",
+              "|---|---:|---|---|---|---|"]
     rows = []
     for label, beta, timing in RULES:
         ci = cluster_bootstrap(tasks, lambda s, b=beta, tm=timing: rule_yield(points, root_tokens, b, tm, "top10", s),
                                args.resamples, args.seed)
         diff = cluster_bootstrap(tasks, lambda s, b=beta, tm=timing: rule_yield(points, root_tokens, b, tm, "top10", s)
                                  - rule_yield(points, root_tokens, 0.0, "after", "top10", s), args.resamples, args.seed)
+        own = cluster_bootstrap(tasks, lambda s, b=beta, tm=timing: rule_yield(points, root_tokens, b, tm, "top10", s,
+                                                                              roots=False), args.resamples, args.seed)
+        own_diff = cluster_bootstrap(
+            tasks, lambda s, b=beta, tm=timing: rule_yield(points, root_tokens, b, tm, "top10", s, roots=False)
+            - rule_yield(points, root_tokens, 0.0, "after", "top10", s, roots=False), args.resamples, args.seed)
         rows.append((label, *ci))
-        lines.append(f"| {label} | {interval(*ci)} | {'—' if beta == 0 and timing == 'after' else interval(*diff)} |")
+        baseline = beta == 0 and timing == "after"
+        lines.append(f"| {label} | {expected_branches(points, beta, timing, 'top10'):.2f} | {interval(*ci)} | "
+                     f"{'—' if baseline else interval(*diff)} | {interval(*own)} | "
+                     f"{'—' if baseline else interval(*own_diff)} |")
     table = "\n".join(lines)
     (out / "branching_rules.md").write_text(table + "\n")
     plot(points, rows, out / "branching_rules.png")

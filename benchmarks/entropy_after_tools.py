@@ -4,13 +4,13 @@ higher than at the start of its response?
     python benchmarks/entropy_after_tools.py           # 32 tasks per suite, 2 samples each: about 25 minutes
     python benchmarks/entropy_after_tools.py --quick   # 8 tasks per suite: a few minutes
 
-The cold start (`benchmarks/_policy.py`) rolls out its own multi-turn episodes at T = 1, on four suites: the
-procedural arithmetic, the same with 40 % of the results faulty (an interrupted cell or a stale number), the noisy
-chains (two operations, a quarter of the results faulty) and GSM8K's test questions (from ``../shared/data/eval``). Every trajectory is scored again by one forward pass
-(`benchmarks/_rescore.py`), which gives each token's normalised entropy by both estimators: top-10 (the reference's)
-and exact (the whole vocabulary). For each trajectory, H_start is the sum over the first k = 20 tokens of the
-response, and H_after(t) the sum over the first k tokens after tool result t; each tool round is a pair
-(H_after(t), H_start) of the same trajectory.
+The cold start (`benchmarks/_policy.py`) rolls out its own multi-turn episodes at T = 1, on four suites: the procedural
+arithmetic, the same with 40 % of the results faulty (an interrupted cell or a stale number), the noisy chains (two
+operations, a quarter of the results faulty) and GSM8K's test questions (from ``../shared/data/eval``). Every trajectory
+is scored again by one forward pass (`benchmarks/_rescore.py`), which gives each token's normalised entropy by both
+estimators: top-10 (the reference's) and exact (the whole vocabulary). For each trajectory, H_start is the sum over the
+first k = 20 tokens of the response, and H_after(t) the sum over the first k tokens after tool result t; each tool round
+is a pair (H_after(t), H_start) of the same trajectory.
 
 Printed per suite, estimator and round: mean H_start, mean H_after, the ratio of the means and the paired mean
 difference, each with a 95 % bootstrap interval that resamples tasks. Saved: ``OUT/entropy_after_tools.md``, the
