@@ -7,10 +7,10 @@ whose Python really runs in the sandbox and whose faulty results the teacher not
 the benchmarks come from other seeds.
 
 The default family is three-term arithmetic with 40 % of the results faulty, the main job's task. After this cold
-start SmolLM2-135M answers about a third of those tasks, and rewards differ within most groups. On the noisy chains
-(``noisy:2``, two operations and two to four calls) the same cold start answers none: a few minutes of SFT on a CPU
-do not teach a 135M model to carry results from call to call. ``--family noisy:2`` measures them anyway;
-`benchmarks/train_compare.py --preset h200` trains a model on them long enough, on a GPU.
+start SmolLM2-135M answers about a third of those tasks, and rewards differ within most groups. A cold start on
+noisy-chain traces (``noisy:2``: two operations, two to four calls) answered none of 32 held-out samples: a few
+minutes of SFT on a CPU do not teach a 135M model to carry results from call to call. ``--family noisy:2`` measures
+them anyway; `benchmarks/train_compare.py --preset h200` trains a model on them long enough, on a GPU.
 """
 
 from __future__ import annotations
