@@ -48,11 +48,12 @@ def stale_output(code: str) -> str | None:
     return None if match is None else match.group(0)
 
 
-def looks_faulty(code: str, output: str) -> bool:
-    """Whether `output` of `code` is what a fault leaves: the error above, or the code's first number unchanged.
-    The scripted teacher checks results with this, and a careful model can learn the same check."""
+def looks_faulty(code: str, output: str) -> str | None:
+    """The fault `output` of `code` looks like, ``"error"`` or ``"stale"``, or None: the error above, or the code's
+    first number coming back unchanged. The scripted teacher checks results with this, and a careful model can learn
+    the same check."""
     text = output.strip()
     if text.startswith(ERROR_TEXT[:40]):
-        return True
+        return "error"
     first = stale_output(code)
-    return first is not None and text == first.strip()
+    return "stale" if first is not None and text == first.strip() else None

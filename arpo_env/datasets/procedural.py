@@ -181,15 +181,16 @@ def _expression(task: Task) -> str:
 
 def _teacher_state(task: Task, outputs: list[str]) -> tuple[str | None, str, int, str]:
     """(the next cell or None, the value carried so far, the steps done, why the last result was not taken or "")."""
-    from arpo_env.faults import ERROR_TEXT, looks_faulty
+    from arpo_env.faults import looks_faulty
 
     chain = task.source in ("chain", "noisy")
     steps = len(task.meta["ops"]) if chain else 1
     value, step, note = str(task.meta["start"]) if chain else "", 0, ""
     for out in outputs:
         code = _cell(task, step, value)
-        if looks_faulty(code, out):
-            note = ("The cell did not run." if out.strip().startswith(ERROR_TEXT[:40])
+        fault = looks_faulty(code, out)
+        if fault:
+            note = ("The cell did not run." if fault == "error"
                     else f"{out.strip()} is the number I passed in, so that result is stale.")
             continue
         value, step, note = out.strip(), step + 1, ""
