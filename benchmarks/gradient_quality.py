@@ -1,9 +1,9 @@
 """At equal budget, is ARPO's gradient estimate closer to the true gradient than GRPO's?
 
-    python benchmarks/gradient_quality.py           # 12 tasks, reference of 32 samples each, 6 replicates: ~80 min
-    python benchmarks/gradient_quality.py --quick   # 3 tasks, reference of 8, 2 replicates: about 15 minutes
+    python benchmarks/gradient_quality.py           # 6 tasks, reference of 16 samples each, 3 replicates: ~30 min
+    python benchmarks/gradient_quality.py --quick   # 2 tasks, reference of 6, 1 replicate: about 5 minutes
 
-The policy is the noisy-chain cold start (`benchmarks/_policy.py`). Gradients are taken with respect to a few
+The policy is the cold start on noisy arithmetic (`benchmarks/_policy.py`). Gradients are taken with respect to a few
 weights only, to keep backward passes cheap: the last transformer block's attention output and MLP down
 projections (1.2 M of 135 M weights); a trajectory's score vector is the gradient of the log-probability of
 its own tokens (tool output excluded), and a batch's estimate is Σ advantage × score over its trajectories, with
@@ -109,19 +109,19 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tasks", type=int, default=12)
-    parser.add_argument("--ref-samples", type=int, default=32, help="GRPO samples per task for the reference")
-    parser.add_argument("--replicates", type=int, default=6)
-    parser.add_argument("-M", type=int, default=8, help="trajectories per task in each estimate")
+    parser.add_argument("--tasks", type=int, default=6)
+    parser.add_argument("--ref-samples", type=int, default=16, help="GRPO samples per task for the reference")
+    parser.add_argument("--replicates", type=int, default=3)
+    parser.add_argument("-M", type=int, default=4, help="trajectories per task in each estimate")
     parser.add_argument("--family", default=FAMILY)
     parser.add_argument("--task-seed", type=int, default=5151)
     parser.add_argument("--model", default=None)
     parser.add_argument("--resamples", type=int, default=2000)
-    parser.add_argument("--quick", action="store_true", help="3 tasks, 8 reference samples, 2 replicates, M = 4")
+    parser.add_argument("--quick", action="store_true", help="2 tasks, 6 reference samples, 1 replicate")
     parser.add_argument("--out", default=None, help="runs/gradient_quality (runs/gradient_quality-quick)")
     args = parser.parse_args()
     if args.quick:
-        args.tasks, args.ref_samples, args.replicates, args.M = 3, 8, 2, 4
+        args.tasks, args.ref_samples, args.replicates, args.M = 2, 6, 1, 4
     out = Path(args.out or ROOT / ("runs/gradient_quality-quick" if args.quick else "runs/gradient_quality"))
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -164,14 +164,17 @@ def main() -> None:
         grpo = rollout(GRPORollout, model, tokenizer, dataset, args.tasks,
                        RolloutConfig(num_generations=args.M, seed=seed, **common),
                        f"replicate {r + 1}/{args.replicates}: GRPO")
-        for arm, trees in (("ARPO", arpo), ("ARPO beta 0", rand), ("GRPO equal trajectories", grpo)):
+        grpo_vectors = [scores(model, weights, tree) for tree in grpo]
+        per["GRPO equal trajectories"].append([estimate(v, [tr.reward for tr in tree.trajectories])
+                                               for v, tree in zip(grpo_vectors, grpo)])
+        for arm, trees in (("ARPO", arpo), ("ARPO beta 0", rand)):
             per[arm].append(task_estimates(trees))
+        for arm, trees in (("ARPO", arpo), ("ARPO beta 0", rand), ("GRPO equal trajectories", grpo)):
             spent[arm] += [own(t) for t in trees]
             groups[arm] += [[tr.reward for tr in t.trajectories] for t in trees]
         order = random.Random(seed)
         by_tokens, by_calls = [], []
-        for tree, target in zip(grpo, arpo):
-            vectors = scores(model, weights, tree)
+        for tree, target, vectors in zip(grpo, arpo, grpo_vectors):
             picked = list(range(len(vectors)))
             order.shuffle(picked)
             trs = [tree.trajectories[i] for i in picked]
