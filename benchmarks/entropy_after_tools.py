@@ -1,8 +1,8 @@
 """The paper's observation on its own protocol: is the entropy of the model's first tokens after each tool result
 higher than at the start of its response?
 
-    python benchmarks/entropy_after_tools.py           # 32 tasks per suite, 2 samples each: about 25 minutes
-    python benchmarks/entropy_after_tools.py --quick   # 8 tasks per suite: a few minutes
+    python benchmarks/entropy_after_tools.py           # 32 tasks per suite, 2 samples each: about 28 minutes
+    python benchmarks/entropy_after_tools.py --quick   # 8 tasks per suite: about 8 minutes
 
 The cold start (`benchmarks/_policy.py`) rolls out its own multi-turn episodes at T = 1, on four suites: the procedural
 arithmetic, the same with 40 % of the results faulty (an interrupted cell or a stale number), the noisy chains (two
