@@ -1,7 +1,7 @@
 """At equal budget, is ARPO's gradient estimate closer to the true gradient than GRPO's?
 
     python benchmarks/gradient_quality.py           # 6 tasks, reference of 16 samples each, 3 replicates: ~30 min
-    python benchmarks/gradient_quality.py --quick   # 2 tasks, reference of 6, 1 replicate: about 5 minutes
+    python benchmarks/gradient_quality.py --quick   # 2 tasks, reference of 6, 1 replicate: about 6 minutes
 
 The policy is the cold start on noisy arithmetic (`benchmarks/_policy.py`). Gradients are taken with respect to a few
 weights only, to keep backward passes cheap: the last transformer block's attention output and MLP down

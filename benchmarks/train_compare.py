@@ -2,8 +2,8 @@
 from one cold start, over seeds, scored on held-out tasks sampled at T = 1, with intervals.
 
     python benchmarks/train_compare.py                      # preset h200 on a GPU (within 9 minutes), cpu without
-    python benchmarks/train_compare.py --preset cpu         # the laptop cold start on noisy arithmetic: ~50 minutes
-    python benchmarks/train_compare.py --quick              # preset cpu, 32 held-out tasks, 2 steps: ~15 minutes
+    python benchmarks/train_compare.py --preset cpu         # the laptop cold start on noisy arithmetic: about an hour
+    python benchmarks/train_compare.py --quick              # preset cpu, 32 held-out tasks, 2 steps: ~20 minutes, 17 GB
     python benchmarks/train_compare.py --preset tiny        # the dry run of the GPU preset on a CPU: about a minute
     python benchmarks/train_compare.py --traces traces.jsonl  # teacher traces made elsewhere (arpo_algo.training.sft)
 
