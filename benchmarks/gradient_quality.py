@@ -132,8 +132,8 @@ def main() -> None:
     dataset = f"{name}:{args.tasks}:{args.task_seed}" + (f":{level}" if level else "")
     common = dict(entropy_k=20, max_new_tokens=96, max_completion_tokens=1024)
 
-    def task_estimates(trees) -> list[np.ndarray]:
-        return [estimate(scores(model, weights, tree), [tr.reward for tr in tree.trajectories]) for tree in trees]
+    def task_estimates(trees, vectors) -> list[np.ndarray]:
+        return [estimate(v, [tr.reward for tr in tree.trajectories]) for v, tree in zip(vectors, trees)]
 
     # The reference, and its two halves
     ref_trees = rollout(GRPORollout, model, tokenizer, dataset, args.tasks,
@@ -164,12 +164,10 @@ def main() -> None:
         grpo = rollout(GRPORollout, model, tokenizer, dataset, args.tasks,
                        RolloutConfig(num_generations=args.M, seed=seed, **common),
                        f"replicate {r + 1}/{args.replicates}: GRPO")
-        grpo_vectors = [scores(model, weights, tree) for tree in grpo]
-        per["GRPO equal trajectories"].append([estimate(v, [tr.reward for tr in tree.trajectories])
-                                               for v, tree in zip(grpo_vectors, grpo)])
-        for arm, trees in (("ARPO", arpo), ("ARPO beta 0", rand)):
-            per[arm].append(task_estimates(trees))
+        grpo_vectors = [scores(model, weights, tree) for tree in grpo]  # also cut to ARPO's spend below
         for arm, trees in (("ARPO", arpo), ("ARPO beta 0", rand), ("GRPO equal trajectories", grpo)):
+            vectors = grpo_vectors if trees is grpo else [scores(model, weights, tree) for tree in trees]
+            per[arm].append(task_estimates(trees, vectors))
             spent[arm] += [own(t) for t in trees]
             groups[arm] += [[tr.reward for tr in t.trajectories] for t in trees]
         order = random.Random(seed)
